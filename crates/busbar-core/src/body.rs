@@ -1,0 +1,380 @@
+//! The lazy message body.
+//!
+//! A [`Body`] starts as a stream (the client's request or the back end's response) and stays one
+//! until a step asks for content. `read_chunk` pulls one more frame and keeps it, so a streaming
+//! check can look at the first bytes and the body still forwards "what was read + the rest",
+//! byte for byte and with its original exact length (a changed length would make hyper switch to
+//! chunked encoding or, worse, send a stale Content-Length).
+
+use std::collections::VecDeque;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use bytes::{Bytes, BytesMut};
+use http_body::{Frame, SizeHint};
+
+use crate::BoxError;
+
+/// A streaming body source: a hyper `Incoming`, or a wrapper around one.
+pub type Source = Pin<Box<dyn http_body::Body<Data = Bytes, Error = BoxError> + Send + 'static>>;
+
+/// Which side of the exchange a streamed body comes from; decides who is blamed when it fails.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Origin {
+    /// The client's request body.
+    Client,
+    /// A back end's response body.
+    Upstream,
+}
+
+/// Why reading a body failed.
+#[derive(Debug, thiserror::Error)]
+pub enum BodyError {
+    /// The peer reset, timed out or sent malformed framing while the body was read.
+    #[error("reading the {} body failed: {source}", origin_name(*origin))]
+    Read {
+        /// Which side sent the body.
+        origin: Origin,
+        /// The transport error.
+        source: BoxError,
+    },
+    /// A step needed the whole body, and it is larger than the configured `max_body`.
+    #[error("body larger than max_body ({limit} bytes)")]
+    TooLarge {
+        /// The configured limit, in bytes.
+        limit: u64,
+    },
+}
+
+fn origin_name(origin: Origin) -> &'static str {
+    match origin {
+        Origin::Client => "request",
+        Origin::Upstream => "response",
+    }
+}
+
+/// A message body: empty, fully buffered, or a stream with an optional already-read prefix.
+pub struct Body {
+    kind: Kind,
+}
+
+#[derive(Default)]
+enum Kind {
+    #[default]
+    Empty,
+    Full(Option<Bytes>),
+    Stream(Box<Streamed>),
+}
+
+struct Streamed {
+    /// Frames already read by a step, not yet handed on; replayed first.
+    read: VecDeque<Bytes>,
+    /// Bytes in `read` in total (what a step has seen so far).
+    read_len: u64,
+    /// Bytes already handed on when the body is polled as an `http_body::Body`.
+    emitted: u64,
+    /// The exact length announced by the peer (Content-Length), if any.
+    exact_len: Option<u64>,
+    source: Source,
+    origin: Origin,
+    finished: bool,
+}
+
+impl std::fmt::Debug for Body {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.kind {
+            Kind::Empty => f.write_str("Body::Empty"),
+            Kind::Full(b) => write!(f, "Body::Full({} bytes)", b.as_ref().map_or(0, Bytes::len)),
+            Kind::Stream(s) => write!(
+                f,
+                "Body::Stream(read {} bytes, exact {:?}, {:?})",
+                s.read_len, s.exact_len, s.origin
+            ),
+        }
+    }
+}
+
+impl Default for Body {
+    fn default() -> Self {
+        Self::empty()
+    }
+}
+
+impl Body {
+    /// An empty body.
+    pub fn empty() -> Self {
+        Self { kind: Kind::Empty }
+    }
+
+    /// A fully buffered body.
+    pub fn full(bytes: impl Into<Bytes>) -> Self {
+        let bytes = bytes.into();
+        if bytes.is_empty() {
+            return Self::empty();
+        }
+        Self {
+            kind: Kind::Full(Some(bytes)),
+        }
+    }
+
+    /// A streamed body from `origin`, `exact_len` being its Content-Length when known.
+    pub fn stream<B>(source: B, exact_len: Option<u64>, origin: Origin) -> Self
+    where
+        B: http_body::Body<Data = Bytes> + Send + 'static,
+        B::Error: Into<BoxError>,
+    {
+        use http_body_util::BodyExt;
+        if exact_len == Some(0) {
+            return Self::empty();
+        }
+        Self {
+            kind: Kind::Stream(Box::new(Streamed {
+                read: VecDeque::new(),
+                read_len: 0,
+                emitted: 0,
+                exact_len,
+                source: Box::pin(source.map_err(Into::into)),
+                origin,
+                finished: false,
+            })),
+        }
+    }
+
+    /// True when the whole body is in memory (no stream left to read).
+    pub fn is_buffered(&self) -> bool {
+        match &self.kind {
+            Kind::Empty | Kind::Full(_) => true,
+            Kind::Stream(s) => s.finished,
+        }
+    }
+
+    /// The exact length in bytes, when it is known without reading (Content-Length or buffered).
+    pub fn exact_len(&self) -> Option<u64> {
+        match &self.kind {
+            Kind::Empty => Some(0),
+            Kind::Full(b) => Some(b.as_ref().map_or(0, |b| b.len() as u64)),
+            Kind::Stream(s) if s.finished => Some(s.read_len),
+            Kind::Stream(s) => s.exact_len,
+        }
+    }
+
+    /// The bytes read so far by steps (the whole body when buffered), as separate chunks.
+    pub fn read_chunks(&self) -> impl Iterator<Item = &Bytes> {
+        let (full, read) = match &self.kind {
+            Kind::Empty => (None, None),
+            Kind::Full(b) => (b.as_ref(), None),
+            Kind::Stream(s) => (None, Some(s.read.iter())),
+        };
+        full.into_iter().chain(read.into_iter().flatten())
+    }
+
+    /// Reads one more chunk from the stream and keeps it for forwarding.
+    ///
+    /// Returns `Ok(None)` at the end of the body; `limit` caps how much may be held in memory.
+    pub async fn read_chunk(&mut self, limit: u64) -> Result<Option<Bytes>, BodyError> {
+        let Kind::Stream(s) = &mut self.kind else {
+            return Ok(None);
+        };
+        if s.finished {
+            return Ok(None);
+        }
+        loop {
+            let frame = std::future::poll_fn(|cx| s.source.as_mut().poll_frame(cx)).await;
+            match frame {
+                None => {
+                    s.finished = true;
+                    return Ok(None);
+                }
+                Some(Err(source)) => {
+                    return Err(BodyError::Read {
+                        origin: s.origin,
+                        source,
+                    })
+                }
+                Some(Ok(frame)) => {
+                    // Trailers are not forwarded by busbar; only data counts.
+                    let Ok(data) = frame.into_data() else {
+                        continue;
+                    };
+                    if data.is_empty() {
+                        continue;
+                    }
+                    s.read_len += data.len() as u64;
+                    if s.read_len > limit {
+                        return Err(BodyError::TooLarge { limit });
+                    }
+                    s.read.push_back(data.clone());
+                    return Ok(Some(data));
+                }
+            }
+        }
+    }
+
+    /// Reads the whole body into memory (at most `limit` bytes) and returns it.
+    ///
+    /// The body stays readable afterwards: it becomes a buffered body with the same bytes.
+    pub async fn bytes(&mut self, limit: u64) -> Result<Bytes, BodyError> {
+        if let Some(len) = self.exact_len() {
+            if len > limit {
+                return Err(BodyError::TooLarge { limit });
+            }
+        }
+        while self.read_chunk(limit).await?.is_some() {}
+        let all = match std::mem::take(&mut self.kind) {
+            Kind::Empty => Bytes::new(),
+            Kind::Full(b) => b.unwrap_or_default(),
+            Kind::Stream(mut s) => {
+                if s.read.len() == 1 {
+                    s.read.pop_front().unwrap_or_default()
+                } else {
+                    let mut buf = BytesMut::with_capacity(s.read_len as usize);
+                    for chunk in &s.read {
+                        buf.extend_from_slice(chunk);
+                    }
+                    buf.freeze()
+                }
+            }
+        };
+        *self = Self::full(all.clone());
+        Ok(all)
+    }
+}
+
+impl http_body::Body for Body {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let this = self.get_mut();
+        match &mut this.kind {
+            Kind::Empty => Poll::Ready(None),
+            Kind::Full(b) => Poll::Ready(b.take().map(|b| Ok(Frame::data(b)))),
+            Kind::Stream(s) => {
+                if let Some(chunk) = s.read.pop_front() {
+                    s.emitted += chunk.len() as u64;
+                    return Poll::Ready(Some(Ok(Frame::data(chunk))));
+                }
+                if s.finished {
+                    return Poll::Ready(None);
+                }
+                loop {
+                    match s.source.as_mut().poll_frame(cx) {
+                        Poll::Pending => return Poll::Pending,
+                        Poll::Ready(None) => {
+                            s.finished = true;
+                            // A peer that announced more bytes than it sent must not produce
+                            // a body the next hop could take as complete.
+                            if let Some(exact) = s.exact_len {
+                                if s.emitted != exact {
+                                    return Poll::Ready(Some(Err(format!(
+                                        "{} body ended after {} of {} bytes",
+                                        origin_name(s.origin),
+                                        s.emitted,
+                                        exact
+                                    )
+                                    .into())));
+                                }
+                            }
+                            return Poll::Ready(None);
+                        }
+                        Poll::Ready(Some(Err(e))) => return Poll::Ready(Some(Err(e))),
+                        Poll::Ready(Some(Ok(frame))) => match frame.into_data() {
+                            Ok(data) => {
+                                s.emitted += data.len() as u64;
+                                return Poll::Ready(Some(Ok(Frame::data(data))));
+                            }
+                            // Trailers are dropped: HTTP/1.1 proxies may drop them, and
+                            // forwarding them would need TE: trailers negotiation.
+                            Err(_) => continue,
+                        },
+                    }
+                }
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match &self.kind {
+            Kind::Empty => true,
+            Kind::Full(b) => b.is_none(),
+            Kind::Stream(s) => s.read.is_empty() && (s.finished || s.exact_len == Some(s.emitted)),
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match &self.kind {
+            Kind::Empty => SizeHint::with_exact(0),
+            Kind::Full(b) => SizeHint::with_exact(b.as_ref().map_or(0, |b| b.len() as u64)),
+            Kind::Stream(s) => {
+                if s.finished {
+                    SizeHint::with_exact(s.read_len - s.emitted)
+                } else if let Some(exact) = s.exact_len {
+                    SizeHint::with_exact(exact.saturating_sub(s.emitted))
+                } else {
+                    let mut hint = SizeHint::new();
+                    hint.set_lower(s.read_len - s.emitted);
+                    hint
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http_body_util::BodyExt;
+
+    /// A body that yields the given chunks, one per poll.
+    struct Chunks(VecDeque<Bytes>);
+
+    impl http_body::Body for Chunks {
+        type Data = Bytes;
+        type Error = BoxError;
+        fn poll_frame(
+            mut self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+        ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+            Poll::Ready(self.0.pop_front().map(|b| Ok(Frame::data(b))))
+        }
+    }
+
+    fn chunks(parts: &[&'static [u8]]) -> Chunks {
+        Chunks(parts.iter().map(|p| Bytes::from_static(p)).collect())
+    }
+
+    #[tokio::test]
+    async fn peeked_prefix_is_forwarded_before_the_rest_with_exact_length() {
+        let mut body = Body::stream(chunks(&[b"ab", b"cd", b"ef"]), Some(6), Origin::Client);
+        let first = body.read_chunk(100).await.expect("read").expect("chunk");
+        assert_eq!(&first[..], b"ab");
+        assert_eq!(http_body::Body::size_hint(&body).exact(), Some(6));
+        let all = body.collect().await.expect("collect").to_bytes();
+        assert_eq!(&all[..], b"abcdef");
+    }
+
+    #[tokio::test]
+    async fn whole_body_is_buffered_and_still_readable() {
+        let mut body = Body::stream(chunks(&[b"ab", b"cd"]), None, Origin::Client);
+        assert_eq!(&body.bytes(10).await.expect("bytes")[..], b"abcd");
+        assert_eq!(body.exact_len(), Some(4));
+        let all = body.collect().await.expect("collect").to_bytes();
+        assert_eq!(&all[..], b"abcd");
+    }
+
+    #[tokio::test]
+    async fn buffering_more_than_the_limit_is_refused() {
+        let mut body = Body::stream(chunks(&[b"abc", b"def"]), None, Origin::Client);
+        let err = body.bytes(4).await.expect_err("too large");
+        assert!(matches!(err, BodyError::TooLarge { limit: 4 }));
+    }
+
+    #[tokio::test]
+    async fn a_short_stream_under_a_content_length_ends_in_an_error() {
+        let body = Body::stream(chunks(&[b"abc"]), Some(10), Origin::Upstream);
+        assert!(body.collect().await.is_err());
+    }
+}

@@ -1,0 +1,268 @@
+//! The one error type of the request path, and its mapping to a response.
+
+use std::borrow::Cow;
+
+use http::StatusCode;
+
+use crate::body::{BodyError, Origin};
+use crate::fault::{self, FaultCode, MessageFormat, RenderedFault};
+use crate::BoxError;
+
+/// Who caused an error; decides the status class and the SOAP fault code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Blame {
+    /// The client sent something wrong (4xx, SOAP `Client`).
+    Client,
+    /// The back end failed (502/504, or 500 with a SOAP `Server` fault).
+    Upstream,
+    /// busbar itself failed (500).
+    Internal,
+    /// A configured rule rejected the message (the configured status).
+    Policy,
+}
+
+/// What went wrong, coarse enough to count in metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ErrorKind {
+    /// The back end refused the connection.
+    ConnectRefused,
+    /// Connecting to the back end timed out.
+    ConnectTimeout,
+    /// Connecting failed otherwise (DNS, unreachable, TLS).
+    Connect,
+    /// The back end did not answer within the response timeout.
+    ResponseTimeout,
+    /// The back end reset or closed the connection, or sent malformed HTTP.
+    UpstreamReset,
+    /// The client's request could not be read (reset, malformed framing).
+    ClientBody,
+    /// A buffered body exceeded `max_body`.
+    BodyTooLarge,
+    /// The request was malformed for the step that read it (bad XML, bad JSON).
+    BadRequest,
+    /// No proxy serves the path.
+    NotFound,
+    /// The proxy does not accept the method.
+    MethodNotAllowed,
+    /// A `fault` step or a routing rule answered with a fault.
+    Fault,
+    /// Any other failure inside busbar.
+    Internal,
+}
+
+impl ErrorKind {
+    /// Every kind, in the order metrics list them.
+    pub const ALL: [ErrorKind; 12] = [
+        ErrorKind::ConnectRefused,
+        ErrorKind::ConnectTimeout,
+        ErrorKind::Connect,
+        ErrorKind::ResponseTimeout,
+        ErrorKind::UpstreamReset,
+        ErrorKind::ClientBody,
+        ErrorKind::BodyTooLarge,
+        ErrorKind::BadRequest,
+        ErrorKind::NotFound,
+        ErrorKind::MethodNotAllowed,
+        ErrorKind::Fault,
+        ErrorKind::Internal,
+    ];
+
+    /// A stable snake_case name, used as a metrics label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorKind::ConnectRefused => "connect_refused",
+            ErrorKind::ConnectTimeout => "connect_timeout",
+            ErrorKind::Connect => "connect",
+            ErrorKind::ResponseTimeout => "response_timeout",
+            ErrorKind::UpstreamReset => "upstream_reset",
+            ErrorKind::ClientBody => "client_body",
+            ErrorKind::BodyTooLarge => "body_too_large",
+            ErrorKind::BadRequest => "bad_request",
+            ErrorKind::NotFound => "not_found",
+            ErrorKind::MethodNotAllowed => "method_not_allowed",
+            ErrorKind::Fault => "fault",
+            ErrorKind::Internal => "internal",
+        }
+    }
+
+    /// Index into [`ErrorKind::ALL`].
+    pub fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// An error on the request path: what, who is to blame, whether a retry may help, where, why.
+#[derive(Debug)]
+pub struct MediationError {
+    /// What went wrong.
+    pub kind: ErrorKind,
+    /// Who is to blame.
+    pub blame: Blame,
+    /// True when repeating the call could succeed (nothing was sent yet).
+    pub retryable: bool,
+    /// The step that failed, if any.
+    pub step: Option<&'static str>,
+    /// The message a client sees (the SOAP faultstring or the problem title).
+    pub reason: Cow<'static, str>,
+    /// For policy faults: the configured status.
+    pub status: Option<StatusCode>,
+    /// The underlying cause, logged but not shown to clients.
+    pub source: Option<BoxError>,
+}
+
+impl std::fmt::Display for MediationError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if let Some(step) = self.step {
+            write!(f, "{step}: ")?;
+        }
+        f.write_str(&self.reason)?;
+        if let Some(source) = &self.source {
+            write!(f, ": {source}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for MediationError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.source
+            .as_deref()
+            .map(|e| e as &(dyn std::error::Error + 'static))
+    }
+}
+
+impl MediationError {
+    /// A new error with no source.
+    pub fn new(kind: ErrorKind, blame: Blame, reason: impl Into<Cow<'static, str>>) -> Self {
+        Self {
+            kind,
+            blame,
+            retryable: false,
+            step: None,
+            reason: reason.into(),
+            status: None,
+            source: None,
+        }
+    }
+
+    /// A fault answered on purpose (a `fault` step or a routing rule), with its status.
+    pub fn policy(status: StatusCode, reason: impl Into<Cow<'static, str>>) -> Self {
+        Self {
+            status: Some(status),
+            ..Self::new(ErrorKind::Fault, Blame::Policy, reason)
+        }
+    }
+
+    /// An internal failure.
+    pub fn internal(reason: impl Into<Cow<'static, str>>) -> Self {
+        Self::new(ErrorKind::Internal, Blame::Internal, reason)
+    }
+
+    /// Attaches the underlying cause.
+    pub fn with_source(mut self, source: impl Into<BoxError>) -> Self {
+        self.source = Some(source.into());
+        self
+    }
+
+    /// Names the step that failed.
+    pub fn in_step(mut self, step: &'static str) -> Self {
+        self.step.get_or_insert(step);
+        self
+    }
+
+    /// The HTTP status this error answers with in `format`.
+    ///
+    /// The SOAP 1.1 and 1.2 HTTP bindings send every fault with 500, except client faults in
+    /// SOAP 1.2 (400); JSON clients get the status of the blame.
+    pub fn status(&self, format: MessageFormat) -> StatusCode {
+        if let Some(status) = self.status {
+            return status;
+        }
+        let by_kind = match self.kind {
+            ErrorKind::NotFound => Some(StatusCode::NOT_FOUND),
+            ErrorKind::MethodNotAllowed => Some(StatusCode::METHOD_NOT_ALLOWED),
+            ErrorKind::BodyTooLarge => Some(StatusCode::PAYLOAD_TOO_LARGE),
+            _ => None,
+        };
+        if let Some(status) = by_kind {
+            return status;
+        }
+        match (format, self.blame) {
+            (MessageFormat::Soap(crate::SoapVersion::V12), Blame::Client) => {
+                StatusCode::BAD_REQUEST
+            }
+            (MessageFormat::Soap(_), _) => StatusCode::INTERNAL_SERVER_ERROR,
+            (MessageFormat::Problem, Blame::Client) => StatusCode::BAD_REQUEST,
+            (MessageFormat::Problem, Blame::Upstream) => match self.kind {
+                ErrorKind::ConnectTimeout | ErrorKind::ResponseTimeout => {
+                    StatusCode::GATEWAY_TIMEOUT
+                }
+                _ => StatusCode::BAD_GATEWAY,
+            },
+            (MessageFormat::Problem, _) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    /// The body a client gets for this error in `format`.
+    pub fn render(&self, format: MessageFormat) -> (StatusCode, RenderedFault) {
+        let status = self.status(format);
+        let code = match self.blame {
+            Blame::Client => FaultCode::Client,
+            _ => FaultCode::Server,
+        };
+        (
+            status,
+            fault::render(format, code, &self.reason, None, status.as_u16()),
+        )
+    }
+}
+
+impl From<BodyError> for MediationError {
+    fn from(e: BodyError) -> Self {
+        match &e {
+            BodyError::TooLarge { limit } => MediationError::new(
+                ErrorKind::BodyTooLarge,
+                Blame::Client,
+                format!("Message body larger than {limit} bytes"),
+            ),
+            BodyError::Read {
+                origin: Origin::Client,
+                ..
+            } => MediationError::new(
+                ErrorKind::ClientBody,
+                Blame::Client,
+                "Reading the request body failed",
+            ),
+            BodyError::Read {
+                origin: Origin::Upstream,
+                ..
+            } => MediationError::new(
+                ErrorKind::UpstreamReset,
+                Blame::Upstream,
+                "Reading the back-end response failed",
+            ),
+        }
+        .with_source(e)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::SoapVersion;
+
+    #[test]
+    fn upstream_errors_are_500_for_soap_and_502_or_504_for_json() {
+        let e = MediationError::new(ErrorKind::ConnectRefused, Blame::Upstream, "refused");
+        assert_eq!(e.status(MessageFormat::Soap(SoapVersion::V11)), 500);
+        assert_eq!(e.status(MessageFormat::Problem), 502);
+        let t = MediationError::new(ErrorKind::ResponseTimeout, Blame::Upstream, "slow");
+        assert_eq!(t.status(MessageFormat::Problem), 504);
+    }
+
+    #[test]
+    fn policy_faults_keep_their_status() {
+        let e = MediationError::policy(StatusCode::FORBIDDEN, "no");
+        assert_eq!(e.status(MessageFormat::Soap(SoapVersion::V11)), 403);
+    }
+}

@@ -1,0 +1,100 @@
+//! The per-request [`Exchange`] that steps read and change.
+
+use std::time::Instant;
+
+use http::{request, HeaderMap, Response};
+
+use crate::body::Body;
+use crate::fault::MessageFormat;
+
+/// What a step tells the executor to do next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flow {
+    /// Run the next step.
+    Continue,
+    /// Stop the sequence and answer the client with the current message.
+    Respond,
+}
+
+/// Which message steps currently act on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// No response yet: steps act on the request.
+    Request,
+    /// A back end (or a step) produced a response: steps act on it.
+    Response,
+}
+
+/// One request travelling through a proxy: owned by one task, never shared.
+#[derive(Debug)]
+pub struct Exchange {
+    /// The request head as received (hop-by-hop headers included).
+    pub request: request::Parts,
+    /// The request body; `call` takes it.
+    pub request_body: Body,
+    /// The response, once a `call` or a step produced one.
+    pub response: Option<Response<Body>>,
+    /// The format errors answer in (SOAP version or JSON problem).
+    pub format: MessageFormat,
+    /// When the request arrived.
+    pub started: Instant,
+    /// Name of the proxy serving this exchange.
+    pub proxy: std::sync::Arc<str>,
+}
+
+impl Exchange {
+    /// A new exchange for a request received by `proxy`.
+    pub fn new(request: request::Parts, body: Body, proxy: std::sync::Arc<str>) -> Self {
+        let format = MessageFormat::from_request_headers(&request.headers);
+        Self {
+            request,
+            request_body: body,
+            response: None,
+            format,
+            started: Instant::now(),
+            proxy,
+        }
+    }
+
+    /// The phase steps act in.
+    pub fn phase(&self) -> Phase {
+        if self.response.is_some() {
+            Phase::Response
+        } else {
+            Phase::Request
+        }
+    }
+
+    /// Headers of the current message.
+    pub fn headers(&self) -> &HeaderMap {
+        match &self.response {
+            Some(r) => r.headers(),
+            None => &self.request.headers,
+        }
+    }
+
+    /// Headers of the current message, to change.
+    pub fn headers_mut(&mut self) -> &mut HeaderMap {
+        match &mut self.response {
+            Some(r) => r.headers_mut(),
+            None => &mut self.request.headers,
+        }
+    }
+
+    /// Body of the current message.
+    pub fn body_mut(&mut self) -> &mut Body {
+        match &mut self.response {
+            Some(r) => r.body_mut(),
+            None => &mut self.request_body,
+        }
+    }
+
+    /// Replaces the body of the current message, dropping the length headers of the old one
+    /// (a stale Content-Length would make the next hop wait for bytes that never come).
+    pub fn set_body(&mut self, body: Body) {
+        let headers = self.headers_mut();
+        headers.remove(http::header::CONTENT_LENGTH);
+        headers.remove(http::header::TRANSFER_ENCODING);
+        *self.body_mut() = body;
+    }
+}

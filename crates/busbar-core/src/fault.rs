@@ -1,0 +1,269 @@
+//! Faults as clients see them: SOAP 1.1 and 1.2 faults, and JSON problem bodies (RFC 9457).
+
+use bytes::Bytes;
+use http::header::{HeaderMap, HeaderValue, CONTENT_TYPE};
+
+const SOAP11_NS: &str = "http://schemas.xmlsoap.org/soap/envelope/";
+const SOAP12_NS: &str = "http://www.w3.org/2003/05/soap-envelope";
+
+/// SOAP envelope versions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SoapVersion {
+    /// SOAP 1.1 (`text/xml`).
+    V11,
+    /// SOAP 1.2 (`application/soap+xml`).
+    V12,
+}
+
+impl SoapVersion {
+    /// The envelope namespace URI of this version.
+    pub fn namespace(self) -> &'static str {
+        match self {
+            SoapVersion::V11 => SOAP11_NS,
+            SoapVersion::V12 => SOAP12_NS,
+        }
+    }
+
+    /// The version whose envelope namespace is `uri`.
+    pub fn from_namespace(uri: &[u8]) -> Option<Self> {
+        if uri == SOAP11_NS.as_bytes() {
+            Some(SoapVersion::V11)
+        } else if uri == SOAP12_NS.as_bytes() {
+            Some(SoapVersion::V12)
+        } else {
+            None
+        }
+    }
+}
+
+/// The format an error answer takes, chosen from the request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MessageFormat {
+    /// A SOAP fault of that version.
+    Soap(SoapVersion),
+    /// A JSON problem document.
+    Problem,
+}
+
+impl MessageFormat {
+    /// Chooses the fault format from the request's headers, without reading its body.
+    ///
+    /// `application/soap+xml` is SOAP 1.2; `text/xml` or a `SOAPAction` header is SOAP 1.1;
+    /// anything else gets a JSON problem body. A step that has parsed the envelope refines this
+    /// with [`SoapVersion::from_namespace`].
+    pub fn from_request_headers(headers: &HeaderMap) -> Self {
+        let ct = headers
+            .get(CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("");
+        let media = ct.split(';').next().unwrap_or("").trim();
+        if media.eq_ignore_ascii_case("application/soap+xml") {
+            MessageFormat::Soap(SoapVersion::V12)
+        } else if media.eq_ignore_ascii_case("text/xml") || headers.contains_key("soapaction") {
+            MessageFormat::Soap(SoapVersion::V11)
+        } else {
+            MessageFormat::Problem
+        }
+    }
+}
+
+/// Who a SOAP fault blames: the sender (client) or the receiver (this service or its back end).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FaultCode {
+    /// SOAP 1.1 `Client`, SOAP 1.2 `Sender`.
+    Client,
+    /// SOAP 1.1 `Server`, SOAP 1.2 `Receiver`.
+    Server,
+}
+
+/// A rendered fault: the Content-Type and the body bytes.
+#[derive(Debug, Clone)]
+pub struct RenderedFault {
+    /// The Content-Type header value.
+    pub content_type: HeaderValue,
+    /// The body.
+    pub body: Bytes,
+}
+
+/// Renders a fault in `format`; `status` is only used by the JSON problem body.
+pub fn render(
+    format: MessageFormat,
+    code: FaultCode,
+    reason: &str,
+    detail: Option<&str>,
+    status: u16,
+) -> RenderedFault {
+    match format {
+        MessageFormat::Soap(SoapVersion::V11) => {
+            let code = match code {
+                FaultCode::Client => "soapenv:Client",
+                FaultCode::Server => "soapenv:Server",
+            };
+            let mut s = String::with_capacity(256 + reason.len());
+            s.push_str("<soapenv:Envelope xmlns:soapenv=\"");
+            s.push_str(SOAP11_NS);
+            s.push_str("\"><soapenv:Body><soapenv:Fault><faultcode>");
+            s.push_str(code);
+            s.push_str("</faultcode><faultstring>");
+            escape_into(&mut s, reason);
+            s.push_str("</faultstring>");
+            if let Some(detail) = detail {
+                s.push_str("<detail>");
+                escape_into(&mut s, detail);
+                s.push_str("</detail>");
+            }
+            s.push_str("</soapenv:Fault></soapenv:Body></soapenv:Envelope>");
+            RenderedFault {
+                content_type: HeaderValue::from_static("text/xml; charset=UTF-8"),
+                body: Bytes::from(s),
+            }
+        }
+        MessageFormat::Soap(SoapVersion::V12) => {
+            let code = match code {
+                FaultCode::Client => "env:Sender",
+                FaultCode::Server => "env:Receiver",
+            };
+            let mut s = String::with_capacity(320 + reason.len());
+            s.push_str("<env:Envelope xmlns:env=\"");
+            s.push_str(SOAP12_NS);
+            s.push_str("\"><env:Body><env:Fault><env:Code><env:Value>");
+            s.push_str(code);
+            s.push_str("</env:Value></env:Code><env:Reason><env:Text xml:lang=\"en\">");
+            escape_into(&mut s, reason);
+            s.push_str("</env:Text></env:Reason>");
+            if let Some(detail) = detail {
+                s.push_str("<env:Detail>");
+                escape_into(&mut s, detail);
+                s.push_str("</env:Detail>");
+            }
+            s.push_str("</env:Fault></env:Body></env:Envelope>");
+            RenderedFault {
+                content_type: HeaderValue::from_static("application/soap+xml; charset=utf-8"),
+                body: Bytes::from(s),
+            }
+        }
+        MessageFormat::Problem => {
+            let mut s = String::with_capacity(96 + reason.len());
+            s.push_str("{\"type\":\"about:blank\",\"title\":");
+            json_string_into(&mut s, reason);
+            s.push_str(",\"status\":");
+            s.push_str(&status.to_string());
+            if let Some(detail) = detail {
+                s.push_str(",\"detail\":");
+                json_string_into(&mut s, detail);
+            }
+            s.push('}');
+            RenderedFault {
+                content_type: HeaderValue::from_static("application/problem+json"),
+                body: Bytes::from(s),
+            }
+        }
+    }
+}
+
+/// Escapes XML character data and attribute values.
+pub fn escape_into(out: &mut String, text: &str) {
+    for c in text.chars() {
+        match c {
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '&' => out.push_str("&amp;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&apos;"),
+            // Characters XML 1.0 cannot carry at all are replaced, not emitted raw.
+            c if (c as u32) < 0x20 && !matches!(c, '\t' | '\n' | '\r') => out.push('\u{FFFD}'),
+            c => out.push(c),
+        }
+    }
+}
+
+fn json_string_into(out: &mut String, text: &str) {
+    out.push('"');
+    for c in text.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn soap11_fault_carries_the_reason_escaped() {
+        let f = render(
+            MessageFormat::Soap(SoapVersion::V11),
+            FaultCode::Server,
+            "a < b & c",
+            None,
+            500,
+        );
+        let body = std::str::from_utf8(&f.body).expect("utf8");
+        assert!(body.contains("<faultcode>soapenv:Server</faultcode>"));
+        assert!(body.contains("<faultstring>a &lt; b &amp; c</faultstring>"));
+        assert_eq!(f.content_type, "text/xml; charset=UTF-8");
+    }
+
+    #[test]
+    fn soap12_fault_uses_sender_for_client_faults() {
+        let f = render(
+            MessageFormat::Soap(SoapVersion::V12),
+            FaultCode::Client,
+            "bad",
+            Some("why"),
+            400,
+        );
+        let body = std::str::from_utf8(&f.body).expect("utf8");
+        assert!(body.contains("<env:Value>env:Sender</env:Value>"));
+        assert!(body.contains("<env:Detail>why</env:Detail>"));
+    }
+
+    #[test]
+    fn problem_body_is_valid_json_with_status() {
+        let f = render(
+            MessageFormat::Problem,
+            FaultCode::Server,
+            "x \"y\"\n",
+            None,
+            502,
+        );
+        assert_eq!(
+            std::str::from_utf8(&f.body).expect("utf8"),
+            r#"{"type":"about:blank","title":"x \"y\"\n","status":502}"#
+        );
+    }
+
+    #[test]
+    fn format_follows_content_type_and_soapaction() {
+        let mut h = HeaderMap::new();
+        h.insert(
+            CONTENT_TYPE,
+            HeaderValue::from_static("application/soap+xml; charset=utf-8"),
+        );
+        assert_eq!(
+            MessageFormat::from_request_headers(&h),
+            MessageFormat::Soap(SoapVersion::V12)
+        );
+        h.insert(
+            CONTENT_TYPE,
+            HeaderValue::from_static("text/xml; charset=UTF-8"),
+        );
+        assert_eq!(
+            MessageFormat::from_request_headers(&h),
+            MessageFormat::Soap(SoapVersion::V11)
+        );
+        h.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        assert_eq!(
+            MessageFormat::from_request_headers(&h),
+            MessageFormat::Problem
+        );
+    }
+}

@@ -1,0 +1,213 @@
+//! Lock-free counters and latency histograms, rendered in the Prometheus text format.
+//!
+//! Handles are created when a runtime is built (never on a request) and kept by name in a
+//! [`Registry`], so figures survive a reload that keeps the proxy or endpoint.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use crate::error::ErrorKind;
+
+/// Upper bounds of the latency buckets, in seconds.
+const BOUNDS: [f64; 16] = [
+    0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+    10.0, 30.0,
+];
+
+/// A fixed-bucket latency histogram.
+#[derive(Debug, Default)]
+pub struct Histogram {
+    buckets: [AtomicU64; BOUNDS.len() + 1],
+    sum_ns: AtomicU64,
+    count: AtomicU64,
+}
+
+impl Histogram {
+    /// Records one observation.
+    pub fn observe(&self, d: Duration) {
+        let secs = d.as_secs_f64();
+        let i = BOUNDS
+            .iter()
+            .position(|b| secs <= *b)
+            .unwrap_or(BOUNDS.len());
+        self.buckets[i].fetch_add(1, Relaxed);
+        self.sum_ns
+            .fetch_add(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX), Relaxed);
+        self.count.fetch_add(1, Relaxed);
+    }
+
+    /// Number of observations.
+    pub fn count(&self) -> u64 {
+        self.count.load(Relaxed)
+    }
+
+    fn render(&self, out: &mut String, name: &str, labels: &str) {
+        let mut cumulative = 0;
+        for (i, bound) in BOUNDS.iter().enumerate() {
+            cumulative += self.buckets[i].load(Relaxed);
+            let _ = writeln!(out, "{name}_bucket{{{labels},le=\"{bound}\"}} {cumulative}");
+        }
+        cumulative += self.buckets[BOUNDS.len()].load(Relaxed);
+        let _ = writeln!(out, "{name}_bucket{{{labels},le=\"+Inf\"}} {cumulative}");
+        let sum = self.sum_ns.load(Relaxed) as f64 / 1e9;
+        let _ = writeln!(out, "{name}_sum{{{labels}}} {sum}");
+        let _ = writeln!(out, "{name}_count{{{labels}}} {}", self.count.load(Relaxed));
+    }
+}
+
+/// Counters of one proxy or one endpoint.
+#[derive(Debug, Default)]
+pub struct Counters {
+    /// Requests started.
+    pub requests: AtomicU64,
+    /// Errors, indexed by [`ErrorKind::index`].
+    pub errors: [AtomicU64; ErrorKind::ALL.len()],
+    /// Requests started and not yet finished.
+    pub in_flight: AtomicI64,
+    /// Body bytes received (request bodies for proxies, response bodies for endpoints).
+    pub bytes_in: AtomicU64,
+    /// Body bytes sent (response bodies for proxies, request bodies for endpoints).
+    pub bytes_out: AtomicU64,
+    /// Latency: until the whole response was sent (proxies) or its head arrived (endpoints).
+    pub latency: Histogram,
+    /// New connections opened (endpoints only).
+    pub connections: AtomicU64,
+}
+
+impl Counters {
+    /// Counts one error of `kind`.
+    pub fn error(&self, kind: ErrorKind) {
+        self.errors[kind.index()].fetch_add(1, Relaxed);
+    }
+
+    /// Errors of `kind` so far.
+    pub fn errors_of(&self, kind: ErrorKind) -> u64 {
+        self.errors[kind.index()].load(Relaxed)
+    }
+}
+
+/// All metrics of a process, by proxy and by endpoint name.
+#[derive(Debug, Default)]
+pub struct Registry {
+    proxies: Mutex<BTreeMap<String, Arc<Counters>>>,
+    endpoints: Mutex<BTreeMap<String, Arc<Counters>>>,
+    /// Config reloads that succeeded.
+    pub reloads: AtomicU64,
+    /// Config reloads that failed (the old config kept serving).
+    pub reload_failures: AtomicU64,
+}
+
+impl Registry {
+    /// The counters of proxy `name`, created on first use (at build time).
+    pub fn proxy(&self, name: &str) -> Arc<Counters> {
+        Self::get(&self.proxies, name)
+    }
+
+    /// The counters of endpoint `name`, created on first use (at build time).
+    pub fn endpoint(&self, name: &str) -> Arc<Counters> {
+        Self::get(&self.endpoints, name)
+    }
+
+    fn get(map: &Mutex<BTreeMap<String, Arc<Counters>>>, name: &str) -> Arc<Counters> {
+        // A poisoned lock only means another thread panicked while inserting; the map is
+        // still consistent, so keep using it.
+        let mut map = map.lock().unwrap_or_else(|p| p.into_inner());
+        map.entry(name.to_owned()).or_default().clone()
+    }
+
+    /// Renders every metric in the Prometheus text exposition format.
+    pub fn render(&self) -> String {
+        let mut out = String::with_capacity(8192);
+        let groups = [("proxy", &self.proxies), ("endpoint", &self.endpoints)];
+        for (what, map) in groups {
+            let map = map.lock().unwrap_or_else(|p| p.into_inner());
+            let counters = [
+                ("requests_total", "counter", "Requests started."),
+                ("in_flight", "gauge", "Requests in progress."),
+                ("received_bytes_total", "counter", "Body bytes received."),
+                ("sent_bytes_total", "counter", "Body bytes sent."),
+            ];
+            for (suffix, kind, help) in counters {
+                let name = format!("busbar_{what}_{suffix}");
+                let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+                for (label, c) in map.iter() {
+                    let v = match suffix {
+                        "requests_total" => c.requests.load(Relaxed) as i64,
+                        "in_flight" => c.in_flight.load(Relaxed),
+                        "received_bytes_total" => c.bytes_in.load(Relaxed) as i64,
+                        _ => c.bytes_out.load(Relaxed) as i64,
+                    };
+                    let _ = writeln!(out, "{name}{{{what}=\"{}\"}} {v}", escape(label));
+                }
+            }
+            let name = format!("busbar_{what}_errors_total");
+            let _ = writeln!(out, "# HELP {name} Errors by kind.\n# TYPE {name} counter");
+            for (label, c) in map.iter() {
+                for kind in ErrorKind::ALL {
+                    let n = c.errors_of(kind);
+                    let _ = writeln!(
+                        out,
+                        "{name}{{{what}=\"{}\",kind=\"{}\"}} {n}",
+                        escape(label),
+                        kind.as_str()
+                    );
+                }
+            }
+            if what == "endpoint" {
+                let name = "busbar_endpoint_connections_total";
+                let _ = writeln!(
+                    out,
+                    "# HELP {name} Connections opened to the back end.\n# TYPE {name} counter"
+                );
+                for (label, c) in map.iter() {
+                    let n = c.connections.load(Relaxed);
+                    let _ = writeln!(out, "{name}{{endpoint=\"{}\"}} {n}", escape(label));
+                }
+            }
+            let name = format!("busbar_{what}_latency_seconds");
+            let _ = writeln!(out, "# HELP {name} Latency.\n# TYPE {name} histogram");
+            for (label, c) in map.iter() {
+                c.latency
+                    .render(&mut out, &name, &format!("{what}=\"{}\"", escape(label)));
+            }
+        }
+        let _ = writeln!(
+            out,
+            "# HELP busbar_reloads_total Config reloads by result.\n# TYPE busbar_reloads_total counter\nbusbar_reloads_total{{result=\"ok\"}} {}\nbusbar_reloads_total{{result=\"failed\"}} {}",
+            self.reloads.load(Relaxed),
+            self.reload_failures.load(Relaxed)
+        );
+        out
+    }
+}
+
+fn escape(label: &str) -> String {
+    label
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn histogram_buckets_are_cumulative() {
+        let r = Registry::default();
+        let c = r.proxy("P");
+        c.latency.observe(Duration::from_micros(100));
+        c.latency.observe(Duration::from_millis(3));
+        c.requests.fetch_add(2, Relaxed);
+        c.error(ErrorKind::ConnectRefused);
+        let text = r.render();
+        assert!(text.contains("busbar_proxy_latency_seconds_bucket{proxy=\"P\",le=\"0.00025\"} 1"));
+        assert!(text.contains("busbar_proxy_latency_seconds_bucket{proxy=\"P\",le=\"0.005\"} 2"));
+        assert!(text.contains("busbar_proxy_latency_seconds_count{proxy=\"P\"} 2"));
+        assert!(text.contains("busbar_proxy_requests_total{proxy=\"P\"} 2"));
+        assert!(text.contains("busbar_proxy_errors_total{proxy=\"P\",kind=\"connect_refused\"} 1"));
+    }
+}
