@@ -1,0 +1,135 @@
+//! The echo back end: returns the request body byte for byte with the same Content-Type.
+//!
+//! The body is streamed straight back (hyper polls the request body as it writes the response),
+//! so memory stays flat for any size, and Content-Length is kept when the client sent one.
+
+use std::time::Duration;
+
+use busbar_core::body::Origin;
+use busbar_core::Body;
+use bytes::Bytes;
+use http::header::{HeaderName, HeaderValue, CONTENT_TYPE};
+use http::{Request, Response};
+use hyper::body::Incoming;
+
+use crate::server::ResponseBody;
+
+/// Options of the echo back end.
+#[derive(Debug, Clone, Default)]
+pub struct EchoOptions {
+    /// Wait this long before answering.
+    pub delay: Option<Duration>,
+    /// Answer with this fixed JSON body instead of echoing.
+    pub json: Option<Bytes>,
+    /// Add `X-Backend: NAME` to every response (to check which instance answered).
+    pub name: Option<HeaderValue>,
+}
+
+/// The header naming the echo instance.
+pub static BACKEND_HEADER: HeaderName = HeaderName::from_static("x-backend");
+
+/// Answers one request.
+pub async fn handle(opts: &EchoOptions, req: Request<Incoming>) -> Response<ResponseBody> {
+    if let Some(delay) = opts.delay {
+        tokio::time::sleep(delay).await;
+    }
+    let content_type = req.headers().get(CONTENT_TYPE).cloned();
+    let mut resp = match &opts.json {
+        Some(json) => {
+            let mut r = Response::new(ResponseBody::plain(Body::full(json.clone())));
+            r.headers_mut()
+                .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+            r
+        }
+        None => {
+            let incoming = req.into_body();
+            let exact = http_body::Body::size_hint(&incoming).exact();
+            let mut r = Response::new(ResponseBody::plain(Body::stream(
+                incoming,
+                exact,
+                Origin::Client,
+            )));
+            if let Some(ct) = content_type {
+                r.headers_mut().insert(CONTENT_TYPE, ct);
+            }
+            r
+        }
+    };
+    if let Some(name) = &opts.name {
+        resp.headers_mut()
+            .insert(BACKEND_HEADER.clone(), name.clone());
+    }
+    resp
+}
+
+/// A running standalone echo back end.
+#[derive(Debug)]
+pub struct EchoServer {
+    /// The bound address.
+    pub addr: std::net::SocketAddr,
+    shutdown: std::sync::Arc<tokio::sync::watch::Sender<bool>>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+/// Stops an [`EchoServer`] from another thread.
+#[derive(Debug, Clone)]
+pub struct Stopper(std::sync::Arc<tokio::sync::watch::Sender<bool>>);
+
+impl Stopper {
+    /// Stops accepting and lets in-flight requests finish.
+    pub fn stop(&self) {
+        let _ = self.0.send(true);
+    }
+}
+
+/// Starts the echo back end on `addr` with `workers` event loops.
+pub fn start(
+    addr: std::net::SocketAddr,
+    opts: EchoOptions,
+    workers: usize,
+) -> std::io::Result<EchoServer> {
+    let sockets = crate::net::bind_reuseport(addr, workers)?;
+    let addr = sockets
+        .first()
+        .map(|s| s.local_addr())
+        .transpose()?
+        .unwrap_or(addr);
+    let (tx, _) = tokio::sync::watch::channel(false);
+    let tx = std::sync::Arc::new(tx);
+    let service = crate::server::Service::Echo(std::sync::Arc::new(opts));
+    let mut threads = Vec::new();
+    for (i, s) in sockets.into_iter().enumerate() {
+        let jobs = vec![(s, service.clone(), crate::engine::default_conn_settings())];
+        let rx = tx.subscribe();
+        threads.push(
+            std::thread::Builder::new()
+                .name(format!("busbar-echo-{i}"))
+                .spawn(move || crate::engine::worker(i, jobs, rx, Duration::from_secs(5)))?,
+        );
+    }
+    Ok(EchoServer {
+        addr,
+        shutdown: tx,
+        threads,
+    })
+}
+
+impl EchoServer {
+    /// A handle that stops this server.
+    pub fn stopper(&self) -> Stopper {
+        Stopper(self.shutdown.clone())
+    }
+
+    /// Stops and waits.
+    pub fn stop(self) {
+        self.stopper().stop();
+        self.wait();
+    }
+
+    /// Waits until stopped.
+    pub fn wait(self) {
+        for t in self.threads {
+            let _ = t.join();
+        }
+    }
+}
