@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use busbar_config::{ConfigError, ConfigErrors, LoadedConfig, Workers};
+use busbar_config::{ConfigErrors, LoadedConfig, Workers};
 use busbar_core::metrics::Registry;
 use tokio::sync::watch;
 
