@@ -1,1 +1,7 @@
+//! End-to-end tests: real busbar engines, real echo back ends, real sockets on OS ports.
 
+mod admin;
+mod cli;
+mod direct;
+mod failures;
+mod support;

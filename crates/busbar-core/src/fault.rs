@@ -161,15 +161,13 @@ pub fn render(
     }
 }
 
-/// Escapes XML character data and attribute values.
+/// Escapes XML character data (not attribute values: quotes are left as they are).
 pub fn escape_into(out: &mut String, text: &str) {
     for c in text.chars() {
         match c {
             '<' => out.push_str("&lt;"),
             '>' => out.push_str("&gt;"),
             '&' => out.push_str("&amp;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&apos;"),
             // Characters XML 1.0 cannot carry at all are replaced, not emitted raw.
             c if (c as u32) < 0x20 && !matches!(c, '\t' | '\n' | '\r') => out.push('\u{FFFD}'),
             c => out.push(c),

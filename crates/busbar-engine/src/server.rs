@@ -153,7 +153,7 @@ async fn serve_connection(
         .timer(TokioTimer::new())
         .header_read_timeout(settings.header_read_timeout)
         .keep_alive(settings.keep_alive)
-        .max_buf_size(settings.max_header_size.max(8192));
+        .max_header_size(settings.max_header_size);
     let svc = service_fn(move |req: Request<Incoming>| {
         let service = service.clone();
         async move {

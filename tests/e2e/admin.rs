@@ -1,0 +1,59 @@
+use crate::support::*;
+
+#[test]
+fn admin_serves_health_readiness_metrics_and_redacted_config() {
+    let h = engine(
+        "endpoints:\n  e: { url: \"http://user:hunter2@127.0.0.1:9/x\" }\nproxies:\n  P:\n    path: /p\n    in:\n      - respond: {}\n",
+    );
+    let mut c = Client::connect(h.admin());
+    assert_eq!(c.get("/healthz").expect("healthz").status, 200);
+    assert_eq!(c.get("/readyz").expect("readyz").status, 200);
+    Client::connect(h.http())
+        .post("/p", &[], b"x")
+        .expect("request");
+    let m = c.get("/metrics").expect("metrics").text();
+    assert!(
+        m.contains("busbar_proxy_requests_total{proxy=\"P\"} 1"),
+        "{m}"
+    );
+    assert!(
+        m.contains("busbar_proxy_latency_seconds_count{proxy=\"P\"} 1"),
+        "{m}"
+    );
+    let cfg = c.get("/config").expect("config").text();
+    assert!(cfg.contains("<redacted>@127.0.0.1:9"), "{cfg}");
+    assert!(!cfg.contains("hunter2"), "{cfg}");
+}
+
+#[test]
+fn a_broken_reload_keeps_the_old_config_serving_and_says_why() {
+    let h = engine("proxies:\n  P:\n    path: /p\n    in:\n      - respond: { body: old }\n");
+    let good = std::fs::read_to_string(&h.config).expect("read");
+    std::fs::write(
+        &h.config,
+        good.replace("respond: { body: old }", "call: nowhere"),
+    )
+    .expect("write");
+    let mut req = Client::connect(h.admin());
+    req.send_raw(b"POST /reload HTTP/1.1\r\nHost: t\r\nContent-Length: 0\r\n\r\n");
+    let r = req.read_response().expect("reload answer");
+    assert_eq!(r.status, 400);
+    assert!(
+        r.text()
+            .contains("proxies.P.in[0].call: unknown endpoint 'nowhere'"),
+        "{}",
+        r.text()
+    );
+    let r = Client::connect(h.http())
+        .post("/p", &[], b"")
+        .expect("still served");
+    assert_eq!(r.body, b"old");
+    std::fs::write(&h.config, good.replace("body: old", "body: new")).expect("write");
+    let mut req = Client::connect(h.admin());
+    req.send_raw(b"POST /reload HTTP/1.1\r\nHost: t\r\nContent-Length: 0\r\n\r\n");
+    assert_eq!(req.read_response().expect("reload").status, 200);
+    let r = Client::connect(h.http())
+        .post("/p", &[], b"")
+        .expect("new config");
+    assert_eq!(r.body, b"new");
+}

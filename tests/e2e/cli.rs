@@ -1,0 +1,145 @@
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use crate::support::*;
+
+fn busbar() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_busbar"))
+}
+
+fn validate(yaml: &str) -> (i32, String) {
+    let dir = temp_dir("validate");
+    let file = dir.join("c.yaml");
+    std::fs::write(&file, yaml).expect("write");
+    let out = busbar().arg("validate").arg(&file).output().expect("run");
+    let _ = std::fs::remove_dir_all(&dir);
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stderr).replace(&file.display().to_string(), "c.yaml"),
+    )
+}
+
+const OK: &str = "listeners:\n  http: { bind: \"127.0.0.1:0\" }\nendpoints:\n  echo: { url: \"http://127.0.0.1:9000/e\", timeout: 2s }\nproxies:\n  DirectProxy:\n    path: /p\n    in:\n      - call: echo\n";
+
+#[test]
+fn validate_reports_unknown_keys_with_file_line_and_name() {
+    let (code, err) = validate(&OK.replace("timeout: 2s", "timout: 2s"));
+    assert_eq!(code, 1);
+    assert!(err.contains("c.yaml:4: unknown field `timout`"), "{err}");
+}
+
+#[test]
+fn validate_reports_unknown_endpoints_with_their_path() {
+    let (code, err) = validate(&OK.replace("call: echo", "call: ech"));
+    assert_eq!(code, 1);
+    assert!(
+        err.contains("c.yaml:9: proxies.DirectProxy.in[0].call: unknown endpoint 'ech'"),
+        "{err}"
+    );
+}
+
+#[test]
+fn validate_reports_bad_durations() {
+    let (code, err) = validate(&OK.replace("timeout: 2s", "timeout: soon"));
+    assert_eq!(code, 1);
+    assert!(err.contains("c.yaml:4: invalid duration 'soon'"), "{err}");
+}
+
+#[test]
+fn validate_reports_a_missing_file() {
+    let out = busbar()
+        .args(["validate", "/nonexistent/busbar.yaml"])
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("/nonexistent/busbar.yaml: cannot read config"),
+        "{err}"
+    );
+}
+
+#[test]
+fn validate_accepts_a_good_config_with_a_summary() {
+    let dir = temp_dir("validate-ok");
+    let file = dir.join("c.yaml");
+    std::fs::write(&file, OK).expect("write");
+    let out = busbar().arg("validate").arg(&file).output().expect("run");
+    assert_eq!(out.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&out.stdout)
+        .contains("valid (1 listeners, 1 endpoints, 0 sequences, 1 proxies)"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("bind")
+        .local_addr()
+        .expect("addr")
+        .port()
+}
+
+/// Every example config validates, boots with its embedded echo, and serves DirectProxy.
+#[test]
+fn every_example_validates_and_boots() {
+    let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples");
+    let mut seen = 0;
+    for entry in std::fs::read_dir(&examples).expect("examples dir") {
+        let path = entry.expect("entry").path();
+        if path.extension().and_then(|e| e.to_str()) != Some("yaml") {
+            continue;
+        }
+        seen += 1;
+        let (listen, echo, admin) = (free_port(), free_port(), free_port());
+        let envs = [
+            ("BUSBAR_LISTEN", format!("127.0.0.1:{listen}")),
+            ("BUSBAR_ECHO", format!("127.0.0.1:{echo}")),
+            ("BUSBAR_ADMIN", format!("127.0.0.1:{admin}")),
+            ("BUSBAR_WORKERS", "1".to_owned()),
+        ];
+        let out = busbar()
+            .arg("validate")
+            .arg(&path)
+            .envs(envs.clone())
+            .output()
+            .expect("validate");
+        assert!(
+            out.status.success(),
+            "{}: {}",
+            path.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let mut child = busbar()
+            .arg("run")
+            .arg(&path)
+            .envs(envs)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("run");
+        let addr: std::net::SocketAddr = format!("127.0.0.1:{listen}").parse().expect("addr");
+        let up = eventually(Duration::from_secs(10), || {
+            std::net::TcpStream::connect(addr).is_ok()
+        });
+        assert!(up, "{} did not start listening", path.display());
+        let body = payload(4096, 9);
+        let r = Client::connect(addr)
+            .post(
+                "/service/DirectProxy",
+                &[("Content-Type", "text/xml; charset=UTF-8")],
+                &body,
+            )
+            .expect("DirectProxy");
+        assert_eq!(r.status, 200, "{}: {}", path.display(), r.text());
+        assert_eq!(r.body, body);
+        // SIGTERM: graceful stop, exit code 0.
+        let _ = Command::new("kill")
+            .arg("-TERM")
+            .arg(child.id().to_string())
+            .status();
+        let status = child.wait().expect("wait");
+        assert!(status.success(), "{}: exit {status:?}", path.display());
+    }
+    assert!(seen > 0, "no example configs found");
+}

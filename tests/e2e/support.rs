@@ -1,0 +1,281 @@
+//! Test support: engines and back ends on ports from the OS, and a small blocking HTTP/1.1
+//! client that shows exactly what went over the wire.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use busbar_engine::echo::{EchoOptions, EchoServer};
+use busbar_engine::{Engine, RunningEngine};
+
+pub struct Harness {
+    pub engine: Option<RunningEngine>,
+    pub dir: PathBuf,
+    pub config: PathBuf,
+}
+
+impl Harness {
+    pub fn http(&self) -> SocketAddr {
+        self.engine().listeners["http"]
+    }
+    pub fn admin(&self) -> SocketAddr {
+        self.engine().admin.expect("admin")
+    }
+    pub fn engine(&self) -> &RunningEngine {
+        self.engine.as_ref().expect("engine running")
+    }
+}
+
+impl Drop for Harness {
+    fn drop(&mut self) {
+        if let Some(e) = self.engine.take() {
+            e.shutdown();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+pub fn temp_dir(tag: &str) -> PathBuf {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    static N: AtomicUsize = AtomicUsize::new(0);
+    let dir = std::env::temp_dir().join(format!(
+        "busbar-e2e-{}-{tag}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    ));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    dir
+}
+
+/// Starts an engine with `yaml` (listener `http` and admin on port 0 are added).
+pub fn engine(yaml: &str) -> Harness {
+    let dir = temp_dir("engine");
+    let config = dir.join("busbar.yaml");
+    let full = format!(
+        "workers: 2\nlog: {{ level: warn }}\nadmin: {{ bind: \"127.0.0.1:0\" }}\nshutdown: {{ drain_timeout: 5s }}\nlisteners:\n  http: {{ bind: \"127.0.0.1:0\" }}\n{yaml}"
+    );
+    std::fs::write(&config, full).expect("write config");
+    let engine = Engine::start(&config).unwrap_or_else(|e| panic!("engine start: {e}"));
+    Harness {
+        engine: Some(engine),
+        dir,
+        config,
+    }
+}
+
+pub fn echo(opts: EchoOptions) -> EchoServer {
+    busbar_engine::echo::start("127.0.0.1:0".parse().expect("addr"), opts, 1).expect("echo")
+}
+
+/// The YAML of an endpoint `echo` pointing at `addr`, and a DirectProxy using it.
+pub fn direct_proxy_yaml(addr: SocketAddr, timeout: &str) -> String {
+    format!(
+        "endpoints:\n  echo: {{ url: \"http://{addr}/service/EchoService\", timeout: {timeout}, connect_timeout: 1s }}\nproxies:\n  DirectProxy:\n    path: /service/DirectProxy\n    in:\n      - call: echo\n"
+    )
+}
+
+#[derive(Debug)]
+pub struct Resp {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl Resp {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+}
+
+pub struct Client {
+    pub stream: BufReader<TcpStream>,
+}
+
+impl Client {
+    pub fn connect(addr: SocketAddr) -> Client {
+        let s = TcpStream::connect(addr).expect("connect");
+        s.set_read_timeout(Some(Duration::from_secs(60)))
+            .expect("timeout");
+        s.set_nodelay(true).expect("nodelay");
+        Client {
+            stream: BufReader::new(s),
+        }
+    }
+
+    pub fn send_raw(&mut self, bytes: &[u8]) {
+        self.stream.get_mut().write_all(bytes).expect("write");
+    }
+
+    /// POSTs `body` with Content-Length on this (kept-alive) connection.
+    pub fn post(
+        &mut self,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: &[u8],
+    ) -> std::io::Result<Resp> {
+        let mut head = format!(
+            "POST {path} HTTP/1.1\r\nHost: test\r\nContent-Length: {}\r\n",
+            body.len()
+        );
+        for (k, v) in headers {
+            head.push_str(&format!("{k}: {v}\r\n"));
+        }
+        head.push_str("\r\n");
+        // Write from another thread while this one reads, as real clients do: an echo path
+        // streams the answer back while the request is still being sent.
+        let mut out = head.into_bytes();
+        out.extend_from_slice(body);
+        let mut writer = self.stream.get_ref().try_clone()?;
+        let sending = std::thread::spawn(move || writer.write_all(&out));
+        let resp = self.read_response();
+        let sent = sending
+            .join()
+            .map_err(|_| std::io::Error::other("writer panicked"))?;
+        let resp = resp?;
+        sent.map(|()| resp)
+    }
+
+    /// POSTs `body` with chunked transfer encoding, in chunks of `chunk` bytes.
+    pub fn post_chunked(&mut self, path: &str, body: &[u8], chunk: usize) -> std::io::Result<Resp> {
+        let mut out = format!("POST {path} HTTP/1.1\r\nHost: test\r\nTransfer-Encoding: chunked\r\nContent-Type: text/xml\r\n\r\n").into_bytes();
+        for c in body.chunks(chunk.max(1)) {
+            out.extend_from_slice(format!("{:x}\r\n", c.len()).as_bytes());
+            out.extend_from_slice(c);
+            out.extend_from_slice(b"\r\n");
+        }
+        out.extend_from_slice(b"0\r\n\r\n");
+        let mut writer = self.stream.get_ref().try_clone()?;
+        let sending = std::thread::spawn(move || writer.write_all(&out));
+        let resp = self.read_response();
+        let sent = sending
+            .join()
+            .map_err(|_| std::io::Error::other("writer panicked"))?;
+        let resp = resp?;
+        sent.map(|()| resp)
+    }
+
+    pub fn get(&mut self, path: &str) -> std::io::Result<Resp> {
+        let req = format!("GET {path} HTTP/1.1\r\nHost: test\r\n\r\n");
+        self.stream.get_mut().write_all(req.as_bytes())?;
+        self.read_response()
+    }
+
+    /// Reads one response; bodies delimited by Content-Length, chunked, or connection close.
+    pub fn read_response(&mut self) -> std::io::Result<Resp> {
+        loop {
+            let resp = self.read_one()?;
+            if resp.status != 100 {
+                return Ok(resp);
+            }
+        }
+    }
+
+    fn read_one(&mut self) -> std::io::Result<Resp> {
+        let mut line = String::new();
+        if self.stream.read_line(&mut line)? == 0 {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                "closed before a response",
+            ));
+        }
+        let status: u16 = line
+            .split_whitespace()
+            .nth(1)
+            .and_then(|s| s.parse().ok())
+            .ok_or_else(|| std::io::Error::other(format!("bad status line {line:?}")))?;
+        let mut headers = Vec::new();
+        loop {
+            let mut h = String::new();
+            self.stream.read_line(&mut h)?;
+            let h = h.trim_end();
+            if h.is_empty() {
+                break;
+            }
+            if let Some((k, v)) = h.split_once(':') {
+                headers.push((k.trim().to_owned(), v.trim().to_owned()));
+            }
+        }
+        let mut resp = Resp {
+            status,
+            headers,
+            body: Vec::new(),
+        };
+        if status == 100 || status == 204 || status == 304 {
+            return Ok(resp);
+        }
+        if let Some(len) = resp.header("content-length") {
+            let len: usize = len.parse().map_err(std::io::Error::other)?;
+            let mut body = vec![0; len];
+            self.stream.read_exact(&mut body)?;
+            resp.body = body;
+        } else if resp
+            .header("transfer-encoding")
+            .is_some_and(|t| t.contains("chunked"))
+        {
+            loop {
+                let mut size = String::new();
+                self.stream.read_line(&mut size)?;
+                let n = usize::from_str_radix(size.trim(), 16).map_err(std::io::Error::other)?;
+                if n == 0 {
+                    let mut end = String::new();
+                    self.stream.read_line(&mut end)?;
+                    break;
+                }
+                let start = resp.body.len();
+                resp.body.resize(start + n, 0);
+                self.stream.read_exact(&mut resp.body[start..])?;
+                let mut crlf = [0; 2];
+                self.stream.read_exact(&mut crlf)?;
+            }
+        } else {
+            self.stream.read_to_end(&mut resp.body)?;
+        }
+        Ok(resp)
+    }
+}
+
+/// Deterministic pseudo-random bytes (xorshift), printable so failures are readable.
+pub fn payload(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            b'!' + (x % 94) as u8
+        })
+        .collect()
+}
+
+pub fn sha256(b: &[u8]) -> [u8; 32] {
+    use sha2::Digest;
+    sha2::Sha256::digest(b).into()
+}
+
+/// Polls `f` until it returns true or `limit` passes.
+pub fn eventually(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let start = std::time::Instant::now();
+    while start.elapsed() < limit {
+        if f() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    false
+}
+
+pub fn metric(admin: SocketAddr, line_prefix: &str) -> Option<f64> {
+    let r = Client::connect(admin).get("/metrics").ok()?;
+    r.text()
+        .lines()
+        .find(|l| l.starts_with(line_prefix))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+}
