@@ -46,7 +46,7 @@ pub fn buy_stocks(size: usize) -> Vec<u8> {
     out.into_bytes()
 }
 
-/// The (symbol, buyerID, price, volume) tuples of a payload made by [`buy_stocks`].
+/// The number of orders in the payload [`buy_stocks`] makes for `size`.
 #[allow(dead_code)]
 pub fn orders_of(size: usize) -> usize {
     let text = String::from_utf8(buy_stocks(size)).unwrap_or_default();
