@@ -156,7 +156,8 @@ pub fn evaluate(path: &StreamPath, test: &Test, whole: &[u8]) -> Result<bool, Xm
 
 impl State<'_> {
     fn decide(&mut self, answer: bool) -> bool {
-        self.decided = Some(answer);
+        // The first answer is final.
+        self.decided.get_or_insert(answer);
         true
     }
 
@@ -246,7 +247,9 @@ impl State<'_> {
     }
 
     fn new_candidate(&mut self, depth: usize, is_text: bool, offset: usize) -> bool {
-        if matches!(self.test, Test::Exists) {
+        // A text node is decided when it ends, not at its first piece: piece boundaries follow
+        // the chunking, and the decision point must not.
+        if matches!(self.test, Test::Exists) && !is_text {
             return self.decide(true);
         }
         let c = Candidate {

@@ -706,8 +706,8 @@ impl Reader {
         if empty {
             // An empty-element tag pops right away; its bindings go with it.
             self.pop_element();
-            let stop_end = sink.end()?;
-            return Ok(stop || stop_end);
+            // A decision taken at the start tag stands; the end is not reported after it.
+            return if stop { Ok(true) } else { sink.end() };
         }
         Ok(stop)
     }

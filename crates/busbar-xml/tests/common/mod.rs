@@ -266,11 +266,7 @@ pub fn parse_reference(doc: &str) -> RDoc {
                 };
                 push_text(target, &s);
             }
-            Event::Comment(_) | Event::PI(_) => {
-                if !stack.is_empty() {
-                    target.push(RNode::Other);
-                }
-            }
+            Event::Comment(_) | Event::PI(_) if !stack.is_empty() => target.push(RNode::Other),
             Event::Eof => break,
             _ => {}
         }
@@ -325,6 +321,9 @@ fn name_ok(
     ns: &Option<String>,
     l: &str,
 ) -> bool {
+    if prefix.is_none() && local == "*" {
+        return true;
+    }
     let want_ns = prefix.map(|p| ns_map.iter().find(|(q, _)| *q == p).unwrap().1.to_owned());
     want_ns == *ns && (local == "*" || local == l)
 }
