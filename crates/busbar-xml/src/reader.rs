@@ -269,8 +269,13 @@ impl Reader {
                     let i = memchr3(b'<', b'&', b']', rest).unwrap_or(rest.len());
                     if i > 0 {
                         let span = &rest[..i];
-                        let whole = check_chars(span, at, i == rest.len())?;
+                        // Text before a bad character is handled first, so that an earlier
+                        // error in it wins whatever the split.
+                        let (whole, bad) = split_check(span, at, i == rest.len());
                         let stop = self.char_data(&span[..whole], at, true, sink)?;
+                        if let Some(e) = bad {
+                            return Err(e);
+                        }
                         pos += whole;
                         if stop {
                             return Ok((pos, true));
@@ -371,8 +376,13 @@ impl Reader {
                     let i = memchr(b']', rest).unwrap_or(rest.len());
                     if i > 0 {
                         let span = &rest[..i];
-                        let whole = check_chars(span, at, i == rest.len())?;
+                        // Text before a bad character is handled first, so that an earlier
+                        // error in it wins whatever the split.
+                        let (whole, bad) = split_check(span, at, i == rest.len());
                         let stop = self.char_data(&span[..whole], at, true, sink)?;
+                        if let Some(e) = bad {
+                            return Err(e);
+                        }
                         pos += whole;
                         if stop {
                             return Ok((pos, true));
@@ -1029,6 +1039,20 @@ pub(crate) fn check_chars(s: &[u8], at: usize, more_may_follow: bool) -> Result<
         None => Ok(valid),
         Some(None) if more_may_follow => Ok(valid),
         Some(_) => Err(XmlError::malformed(at + valid, "invalid UTF-8")),
+    }
+}
+
+/// Like [`check_chars`], but returns the length of the good prefix along with the error.
+fn split_check(s: &[u8], at: usize, more_may_follow: bool) -> (usize, Option<XmlError>) {
+    match check_chars(s, at, more_may_follow) {
+        Ok(n) => (n, None),
+        Err(e) => {
+            let good = match &e {
+                XmlError::Malformed { offset, .. } => offset.saturating_sub(at).min(s.len()),
+                _ => 0,
+            };
+            (good, Some(e))
+        }
     }
 }
 

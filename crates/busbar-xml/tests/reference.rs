@@ -43,7 +43,7 @@ enum GChild {
 fn bit() -> impl Strategy<Value = Bit> {
     prop_oneof![
         4 => prop::sample::select(vec![
-            "x", "y", "IBM", " ", "\n", "&amp;", "&lt;", "&#65;", "&#x263A;", "é", "😀", ">", "]",
+            "x", "y", "IBM", " ", "\n", "&amp;", "&lt;", "&#65;", "&#x263A;", "é", "😀", ">", "a]",
             "a&gt;b", "\t",
         ])
         .prop_map(Bit::Word),
@@ -263,6 +263,42 @@ proptest! {
         let random = feed_chunks(&path, &test, doc.as_bytes(), &mut || (rng.next() % 9) as usize + 1);
         prop_assert_eq!(&random, &full);
         let bytes = feed_chunks(&path, &test, doc.as_bytes(), &mut || 1);
+        prop_assert_eq!(&bytes, &full);
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 1500, ..ProptestConfig::default() })]
+
+    /// Corrupted documents: never a panic, and the same answer or error at every split.
+    #[test]
+    fn corrupted_documents_give_the_same_outcome_at_any_split(
+        root in elem(),
+        edits in prop::collection::vec(
+            (any::<prop::sample::Index>(), prop::sample::select(vec![
+                b'<', b'>', b'&', b'/', b'"', b'\'', b'=', b':', b'!', b'?', b'-', b']', b'[', 0u8,
+                0xC3, 0xA9, 0xFF, b'\r', b' ', b'x',
+            ])),
+            1..4,
+        ),
+        steps in steps(),
+        test in test_case(),
+        seed in any::<u64>(),
+    ) {
+        let mut doc = String::new();
+        render_elem(&root, &BTreeMap::new(), &mut doc);
+        let mut doc = doc.into_bytes();
+        for (i, b) in edits {
+            let k = i.index(doc.len());
+            doc[k] = b;
+        }
+        let ns = Namespaces::from_pairs(PATH_NS).unwrap();
+        let path = compile(&render(&steps), &ns).unwrap();
+        let full = whole(&path, &test, &doc);
+        let mut rng = Lcg(seed);
+        let random = feed_chunks(&path, &test, &doc, &mut || (rng.next() % 9) as usize + 1);
+        prop_assert_eq!(&random, &full);
+        let bytes = feed_chunks(&path, &test, &doc, &mut || 1);
         prop_assert_eq!(&bytes, &full);
     }
 }
