@@ -14,7 +14,7 @@ use crate::client::{RequestSpec, Url};
 use crate::error::BenchError;
 use crate::load::{self, LoadPlan, LoadResult, StopRule};
 use crate::payload::{buy_stocks, soap_action, Variant};
-use crate::util::{parse_count, parse_duration, parse_list, parse_size, unix_now, Machine};
+use crate::util::{parse_count, parse_duration, parse_size, unix_now, Machine};
 
 /// Schema tag of `run.json`.
 pub const RUN_SCHEMA: &str = "busbar-bench/run/v1";
@@ -23,6 +23,10 @@ pub const CELL_SCHEMA: &str = "busbar-bench/cell/v1";
 /// Header of `summary.csv`.
 pub const SUMMARY_HEADER: &str = "scenario,size,concurrency,iteration,requests,successes,errors,\
 verify_failures,tps,p50_ms,p90_ms,p99_ms,p999_ms,max_ms,response_bytes_mean";
+
+fn parse_scenario(s: &str) -> Result<Scenario, String> {
+    s.parse()
+}
 
 fn parse_suite(s: &str) -> Result<String, String> {
     match s {
@@ -56,14 +60,14 @@ pub struct RunArgs {
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
     pub warmup: Duration,
     /// Request sizes.
-    #[arg(long, value_parser = |s: &str| parse_list(s, parse_size),
+    #[arg(long, value_delimiter = ',', value_parser = parse_size,
           default_value = "512,1024,5120,10240,102400")]
     pub sizes: Vec<usize>,
     /// Concurrency levels.
-    #[arg(long, value_parser = |s: &str| parse_list(s, parse_count), default_value = "20,80,320")]
+    #[arg(long, value_delimiter = ',', value_parser = parse_count, default_value = "20,80,320")]
     pub concurrency: Vec<usize>,
     /// Scenarios.
-    #[arg(long, value_parser = |s: &str| parse_list(s, |x| x.parse::<Scenario>()),
+    #[arg(long, value_delimiter = ',', value_parser = parse_scenario,
           default_value = "direct,cbr,cbr-soap-header,cbr-transport-header,xslt")]
     pub scenarios: Vec<Scenario>,
     /// Output directory (created; existing cell files are overwritten).

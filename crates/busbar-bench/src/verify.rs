@@ -12,7 +12,7 @@ use crate::client::{RequestSpec, Url};
 use crate::error::BenchError;
 use crate::load::{self, LoadPlan, StopRule};
 use crate::payload::{buy_stocks, soap_action, Variant};
-use crate::util::{parse_count, parse_duration, parse_list, parse_size};
+use crate::util::{parse_count, parse_duration, parse_size};
 
 /// Sizes `bench verify` checks by default.
 pub const DEFAULT_SIZES: [usize; 17] = [
@@ -20,8 +20,8 @@ pub const DEFAULT_SIZES: [usize; 17] = [
     65_536, 65_537, 102_400, 1_048_576,
 ];
 
-fn parse_scenarios(s: &str) -> Result<Vec<Scenario>, String> {
-    parse_list(s, |x| x.parse::<Scenario>())
+fn parse_scenario(s: &str) -> Result<Scenario, String> {
+    s.parse()
 }
 
 /// Options of `bench verify`.
@@ -30,14 +30,14 @@ pub struct VerifyArgs {
     /// Base URL the proxy names are appended to, e.g. http://127.0.0.1:8280/service.
     pub base_url: String,
     /// Scenarios to check.
-    #[arg(long, value_parser = parse_scenarios,
+    #[arg(long, value_delimiter = ',', value_parser = parse_scenario,
           default_value = "direct,cbr,cbr-soap-header,cbr-transport-header,xslt")]
     pub scenarios: Vec<Scenario>,
     /// Concurrency levels.
-    #[arg(long, value_parser = |s: &str| parse_list(s, parse_count), default_value = "1,50")]
+    #[arg(long, value_delimiter = ',', value_parser = parse_count, default_value = "1,50")]
     pub concurrency: Vec<usize>,
     /// Sizes to check (default: 512 B … 1 MiB around the 8/16/64 KiB boundaries).
-    #[arg(long, value_parser = |s: &str| parse_list(s, parse_size))]
+    #[arg(long, value_delimiter = ',', value_parser = parse_size)]
     pub sizes: Option<Vec<usize>>,
     /// Per-request timeout.
     #[arg(long, default_value = "30s", value_parser = parse_duration)]
