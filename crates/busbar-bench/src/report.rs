@@ -95,7 +95,9 @@ pub fn size_label(size: usize) -> String {
 }
 
 fn fmt_num(v: f64) -> String {
-    if v >= 100.0 {
+    if v == 0.0 {
+        "0".into()
+    } else if v >= 100.0 {
         format!("{v:.0}")
     } else if v >= 10.0 {
         format!("{v:.1}")
