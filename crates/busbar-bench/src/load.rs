@@ -741,10 +741,8 @@ async fn client(id: usize, plan: Arc<LoadPlan>, shared: Arc<Shared>, stats: Rc<R
         let measuring = phase == MEASURE;
         if measuring {
             match plan.stop {
-                StopRule::Requests(n) => {
-                    if shared.tickets.fetch_add(1, Ordering::Relaxed) >= n {
-                        break;
-                    }
+                StopRule::Requests(n) if shared.tickets.fetch_add(1, Ordering::Relaxed) >= n => {
+                    break
                 }
                 StopRule::PerClient(n) if measured_here >= n => break,
                 _ => {}

@@ -21,7 +21,7 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
         "h" => value * 3600.0,
         _ => return Err(format!("bad duration unit in '{s}' (use ms, s, m or h)")),
     };
-    if !secs.is_finite() || secs < 0.0 || secs > 7.0 * 86_400.0 {
+    if !secs.is_finite() || !(0.0..=7.0 * 86_400.0).contains(&secs) {
         return Err(format!("duration '{s}' is out of range"));
     }
     Ok(Duration::from_secs_f64(secs))
