@@ -1,1 +1,149 @@
-//! busbar-bench
+//! busbar-bench: the benchmark kit behind `busbar bench`.
+//!
+//! Layout: [`payload`] generates the contract's buyStocks requests; [`client`] is a lean
+//! HTTP/1.x client; [`load`] drives it (closed loop, open loop, legacy JavaBench mode) into HDR
+//! histograms; [`check`] knows what a correct answer is for each scenario; [`verify`] is the
+//! corruption checker over many sizes and concurrencies; [`matrix`] runs the scenario × size ×
+//! concurrency × iteration matrix into JSON and CSV; [`report`] turns result directories into
+//! one self-contained HTML page. [`run`] is the single entry point the `busbar` binary calls.
+
+pub mod check;
+pub mod client;
+pub mod error;
+pub mod load;
+pub mod matrix;
+pub mod payload;
+pub mod report;
+pub mod util;
+pub mod verify;
+
+use std::io::Write;
+use std::process::ExitCode;
+
+use clap::Parser;
+
+pub use check::Scenario;
+pub use error::BenchError;
+pub use load::LoadArgs;
+pub use matrix::RunArgs;
+pub use payload::{buy_stocks, soap_action, PayloadError, Variant};
+pub use report::ReportArgs;
+pub use verify::VerifyArgs;
+
+/// `busbar bench` subcommands.
+#[derive(clap::Subcommand, Debug)]
+pub enum BenchCommand {
+    /// Write a buyStocks request payload of an exact size to stdout.
+    Payload(PayloadArgs),
+    /// Generate load against one URL and report throughput, latency and errors.
+    Load(LoadArgs),
+    /// Check every scenario for corrupted or wrong answers over many sizes (exit 1 on failure).
+    Verify(VerifyArgs),
+    /// Run the benchmark matrix (scenarios × sizes × concurrency × iterations) into a directory.
+    Run(RunArgs),
+    /// Build one self-contained HTML report comparing result directories.
+    Report(ReportArgs),
+}
+
+/// Options of `bench payload`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct PayloadArgs {
+    /// Exact size in bytes (at least 512; k and m suffixes allowed).
+    #[arg(long, value_parser = util::parse_size, required_unless_present = "orders")]
+    pub size: Option<usize>,
+    /// Instead of a size, the number of orders (the size is then the smallest holding them).
+    #[arg(long, conflicts_with = "size")]
+    pub orders: Option<usize>,
+    /// Which payload.
+    #[arg(long, value_enum, default_value_t = Variant::Plain)]
+    pub variant: Variant,
+}
+
+#[derive(Parser, Debug)]
+#[command(name = "bench", about = "busbar benchmark kit")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: BenchCommand,
+}
+
+/// Parses `bench` arguments (the first item is the program name), as the binary would.
+pub fn parse_args<I, T>(args: I) -> Result<BenchCommand, clap::Error>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    Cli::try_parse_from(args).map(|c| c.cmd)
+}
+
+/// Runs one bench subcommand to completion (builds its own tokio runtime(s)); returns the
+/// process exit code.
+pub fn run(cmd: BenchCommand) -> ExitCode {
+    let result = match &cmd {
+        BenchCommand::Payload(a) => payload_command(a).map(|()| ExitCode::SUCCESS),
+        BenchCommand::Load(a) => load::command(a).map(|r| {
+            if r.interrupted {
+                ExitCode::from(130)
+            } else {
+                ExitCode::SUCCESS
+            }
+        }),
+        BenchCommand::Verify(a) => verify::command(a).map(|report| {
+            if report.all_passed() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            }
+        }),
+        BenchCommand::Run(a) => matrix::command(a).map(|s| {
+            if s.interrupted {
+                ExitCode::from(130)
+            } else {
+                ExitCode::SUCCESS
+            }
+        }),
+        BenchCommand::Report(a) => report::command(a).map(|()| ExitCode::SUCCESS),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("busbar bench: {e}");
+            e.exit_code()
+        }
+    }
+}
+
+fn payload_command(args: &PayloadArgs) -> Result<(), BenchError> {
+    let size = match args.orders {
+        Some(n) => size_for_orders(n).map_err(BenchError::Usage)?,
+        None => args.size.unwrap_or(1024),
+    };
+    let bytes = buy_stocks(size, args.variant).map_err(|e| BenchError::Usage(e.to_string()))?;
+    let mut out = std::io::stdout().lock();
+    out.write_all(&bytes)
+        .and_then(|()| out.flush())
+        .map_err(|e| BenchError::io("cannot write the payload to stdout", e))
+}
+
+/// The smallest size (≥ 512) whose plain payload holds `orders` orders.
+pub fn size_for_orders(orders: usize) -> Result<usize, String> {
+    let max = payload::order_count(payload::MAX_SIZE).map_err(|e| e.to_string())?;
+    if orders == 0 || orders > max {
+        return Err(format!("--orders {orders} is out of range (1 ..= {max})"));
+    }
+    // Envelope (301 bytes) plus the order lines without padding; small counts round up to
+    // the 512-byte minimum, which then holds more orders.
+    let lines: usize = [104, 102, 101, 106].iter().cycle().take(orders).sum();
+    Ok(payload::MIN_SIZE.max(301 + lines))
+}
+
+/// Writes pretty JSON with a trailing newline (stable field order, stable to diff).
+pub fn write_json<T: serde::Serialize>(
+    path: &std::path::Path,
+    value: &T,
+) -> Result<(), BenchError> {
+    let mut text = serde_json::to_string_pretty(value)
+        .map_err(|e| BenchError::Failed(format!("cannot serialize {}: {e}", path.display())))?;
+    text.push('\n');
+    std::fs::write(path, text)
+        .map_err(|e| BenchError::io(format!("cannot write {}", path.display()), e))
+}

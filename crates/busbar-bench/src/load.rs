@@ -1,0 +1,873 @@
+//! The load generator: closed loop (default), open loop at a fixed arrival rate, and the
+//! legacy JavaBench mode of contract §5.
+//!
+//! One `current_thread` tokio runtime per worker thread; each runtime runs its share of the
+//! client connections as local tasks writing into one per-thread histogram, so the hot path
+//! takes no locks. A controller on the calling thread owns the phases (warm-up, measure,
+//! stop), the clock and Ctrl-C.
+
+use std::cell::RefCell;
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use hdrhistogram::Histogram;
+use serde::{Deserialize, Serialize};
+use tokio::sync::{mpsc, watch};
+
+use crate::check::{Check, Failure, Scenario};
+use crate::client::{Conn, ExchangeError, RequestSpec, Url, Version};
+use crate::error::{runtime, BenchError};
+use crate::payload::{buy_stocks, soap_action, Variant};
+use crate::util::{parse_count, parse_duration, parse_size, round};
+
+/// Options of `bench load`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct LoadArgs {
+    /// Target URL, e.g. http://127.0.0.1:8280/service/DirectProxy.
+    pub url: String,
+    /// Request body file (sent as is).
+    #[arg(long, conflicts_with = "size")]
+    pub body: Option<std::path::PathBuf>,
+    /// Generate a buyStocks body of this exact size (bytes, or with k/m suffix); default 1024.
+    #[arg(long, value_parser = parse_size)]
+    pub size: Option<usize>,
+    /// Concurrent connections (clients).
+    #[arg(short = 'c', long, default_value = "20", value_parser = parse_count)]
+    pub concurrency: usize,
+    /// Total measured requests (in legacy mode: requests per client).
+    #[arg(short = 'n', long, conflicts_with = "duration", value_parser = parse_count)]
+    pub requests: Option<usize>,
+    /// Measured duration (default 10s when -n is not given).
+    #[arg(short = 'd', long, value_parser = parse_duration)]
+    pub duration: Option<Duration>,
+    /// Discarded warm-up before measuring.
+    #[arg(long, default_value = "0s", value_parser = parse_duration)]
+    pub warmup: Duration,
+    /// Open loop: total requests per second, latency measured from the intended send time.
+    #[arg(long)]
+    pub rate: Option<f64>,
+    /// Open a new connection for every request.
+    #[arg(long)]
+    pub no_keepalive: bool,
+    /// Speak HTTP/1.0 (keep-alive requested with `Connection: keep-alive` unless disabled).
+    #[arg(long = "http1.0")]
+    pub http10: bool,
+    /// Extra or overriding header, `name: value`; `name:` alone removes a default header.
+    #[arg(short = 'H', long = "header")]
+    pub headers: Vec<String>,
+    /// Verify every response as this scenario expects (direct, cbr, cbr-soap-header,
+    /// cbr-transport-header, xslt); without it, success is any HTTP 200.
+    #[arg(long)]
+    pub verify: Option<String>,
+    /// Legacy JavaBench semantics: -n requests per client, TPS = successes / mean client time.
+    #[arg(long)]
+    pub legacy: bool,
+    /// Write the result as JSON to this file.
+    #[arg(long)]
+    pub json: Option<std::path::PathBuf>,
+    /// Per-request timeout.
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    pub timeout: Duration,
+    /// Worker threads, each with its own single-threaded runtime.
+    #[arg(long, default_value = "1", value_parser = parse_count)]
+    pub threads: usize,
+}
+
+/// When a measurement ends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StopRule {
+    /// After this long.
+    Duration(Duration),
+    /// After this many measured requests in total.
+    Requests(u64),
+    /// After this many measured requests per client (legacy).
+    PerClient(u64),
+}
+
+/// A fully resolved load run.
+#[derive(Clone, Debug)]
+pub struct LoadPlan {
+    /// Target URL.
+    pub url: Url,
+    /// Resolved address (checked reachable).
+    pub addr: SocketAddr,
+    /// The request as sent on the wire.
+    pub request: Arc<Vec<u8>>,
+    /// Request body size in bytes.
+    pub body_len: usize,
+    /// What a successful response is.
+    pub check: Arc<Check>,
+    /// Concurrent connections.
+    pub concurrency: usize,
+    /// Worker threads.
+    pub threads: usize,
+    /// End of the measurement.
+    pub stop: StopRule,
+    /// Discarded warm-up.
+    pub warmup: Duration,
+    /// Open-loop total arrival rate (requests per second).
+    pub rate: Option<f64>,
+    /// Reuse connections.
+    pub keep_alive: bool,
+    /// HTTP version.
+    pub version: Version,
+    /// Per-request timeout.
+    pub timeout: Duration,
+}
+
+/// Error counts by class.
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct ErrorCounts {
+    /// Could not open a connection.
+    pub connect: u64,
+    /// No complete response within the timeout.
+    pub timeout: u64,
+    /// Reading the response failed, the peer closed early or the response was malformed.
+    pub read: u64,
+    /// Writing the request failed.
+    pub write: u64,
+    /// Unexpected HTTP status.
+    pub status: u64,
+    /// Expected status but wrong content (the corruption checker's finding).
+    pub verify: u64,
+}
+
+impl ErrorCounts {
+    /// All errors.
+    pub fn total(&self) -> u64 {
+        self.connect + self.timeout + self.read + self.write + self.status + self.verify
+    }
+    fn add(&mut self, o: &ErrorCounts) {
+        self.connect += o.connect;
+        self.timeout += o.timeout;
+        self.read += o.read;
+        self.write += o.write;
+        self.status += o.status;
+        self.verify += o.verify;
+    }
+}
+
+/// Latency percentiles of successful requests, in milliseconds.
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct Latency {
+    /// Mean.
+    pub mean: f64,
+    /// Median.
+    pub p50: f64,
+    /// 90th percentile.
+    pub p90: f64,
+    /// 99th percentile.
+    pub p99: f64,
+    /// 99.9th percentile.
+    pub p999: f64,
+    /// Maximum.
+    pub max: f64,
+}
+
+/// Legacy (JavaBench) figures.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq)]
+pub struct LegacyFigures {
+    /// Successes divided by the mean per-client elapsed time.
+    pub tps: f64,
+    /// Mean per-client elapsed time in seconds.
+    pub mean_client_elapsed_s: f64,
+    /// Mean time per request seen by one client: concurrency × 1000 / TPS.
+    pub time_per_request_ms: f64,
+    /// Mean time per request across all clients: 1000 / TPS.
+    pub time_per_request_all_ms: f64,
+}
+
+/// The outcome of a load run (the JSON written by `--json`).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct LoadResult {
+    /// Target URL.
+    pub url: String,
+    /// `closed`, `open` or `legacy`.
+    pub mode: String,
+    /// Concurrent connections.
+    pub concurrency: usize,
+    /// Worker threads.
+    pub threads: usize,
+    /// Open-loop rate, if any.
+    pub rate: Option<f64>,
+    /// Whether connections were reused.
+    pub keep_alive: bool,
+    /// `1.1` or `1.0`.
+    pub http_version: String,
+    /// Request body size.
+    pub request_bytes: usize,
+    /// Warm-up, seconds.
+    pub warmup_s: f64,
+    /// Measured wall-clock time, seconds.
+    pub elapsed_s: f64,
+    /// True when Ctrl-C cut the measurement short.
+    pub interrupted: bool,
+    /// Measured requests (successes + errors).
+    pub requests: u64,
+    /// Successful (and verified, when verifying) requests.
+    pub successes: u64,
+    /// Errors by class.
+    pub errors: ErrorCounts,
+    /// Wall-clock throughput: successes / elapsed.
+    pub tps: f64,
+    /// Mean response body size of successes, bytes.
+    pub response_bytes_mean: f64,
+    /// Latency of successes.
+    pub latency_ms: Latency,
+    /// Legacy figures (legacy mode only).
+    pub legacy: Option<LegacyFigures>,
+    /// The first error seen, for diagnosis.
+    pub first_error: Option<String>,
+}
+
+impl LoadResult {
+    /// The legacy 8-column CSV header.
+    pub const LEGACY_CSV_HEADER: &'static str =
+        "service,size,concurrency,completed,failed,writeErrors,TPS,timePerRequest_ms";
+
+    /// The legacy CSV line (legacy TPS when present, wall-clock TPS otherwise).
+    pub fn legacy_csv_line(&self) -> String {
+        let service = self
+            .url
+            .rsplit('/')
+            .find(|s| !s.is_empty())
+            .unwrap_or("service");
+        let (tps, tpr) = match &self.legacy {
+            Some(l) => (l.tps, l.time_per_request_ms),
+            None => (
+                self.tps,
+                if self.tps > 0.0 {
+                    self.concurrency as f64 * 1000.0 / self.tps
+                } else {
+                    0.0
+                },
+            ),
+        };
+        format!(
+            "{service},{},{},{},{},{},{:.2},{:.3}",
+            self.request_bytes,
+            self.concurrency,
+            self.successes,
+            self.requests - self.successes,
+            self.errors.write,
+            tps,
+            tpr
+        )
+    }
+
+    /// The ab-style text block of legacy mode.
+    pub fn legacy_block(&self) -> String {
+        let l = self.legacy.unwrap_or(LegacyFigures {
+            tps: self.tps,
+            mean_client_elapsed_s: self.elapsed_s,
+            time_per_request_ms: 0.0,
+            time_per_request_all_ms: 0.0,
+        });
+        format!(
+            "Server URL:             {}\n\
+             Document Length:        {:.0} bytes\n\
+             Request Length:         {} bytes\n\
+             Concurrency Level:      {}\n\
+             Time taken for tests:   {:.3} seconds (mean per client)\n\
+             Complete requests:      {}\n\
+             Failed requests:        {}\n\
+             Write errors:           {}\n\
+             Requests per second:    {:.2} [#/sec] (mean)\n\
+             Time per request:       {:.3} [ms] (mean)\n\
+             Time per request:       {:.3} [ms] (mean, across all concurrent requests)\n",
+            self.url,
+            self.response_bytes_mean,
+            self.request_bytes,
+            self.concurrency,
+            l.mean_client_elapsed_s,
+            self.successes,
+            self.requests - self.successes,
+            self.errors.write,
+            l.tps,
+            l.time_per_request_ms,
+            l.time_per_request_all_ms,
+        )
+    }
+
+    /// A short human summary.
+    pub fn summary(&self) -> String {
+        let l = &self.latency_ms;
+        let e = &self.errors;
+        format!(
+            "{} ({} loop, c={}, {} thread(s), {}, HTTP/{}, {} B request)\n  \
+             {} requests in {:.2} s: {} ok, {:.1} req/s{}\n  \
+             latency ms: mean {:.3}  p50 {:.3}  p90 {:.3}  p99 {:.3}  p99.9 {:.3}  max {:.3}\n  \
+             errors: connect {}, timeout {}, read {}, write {}, status {}, verify {}{}\n",
+            self.url,
+            self.mode,
+            self.concurrency,
+            self.threads,
+            if self.keep_alive {
+                "keep-alive"
+            } else {
+                "no keep-alive"
+            },
+            self.http_version,
+            self.request_bytes,
+            self.requests,
+            self.elapsed_s,
+            self.successes,
+            self.tps,
+            if self.interrupted {
+                " (interrupted)"
+            } else {
+                ""
+            },
+            l.mean,
+            l.p50,
+            l.p90,
+            l.p99,
+            l.p999,
+            l.max,
+            e.connect,
+            e.timeout,
+            e.read,
+            e.write,
+            e.status,
+            e.verify,
+            match &self.first_error {
+                Some(m) => format!("\n  first error: {m}"),
+                None => String::new(),
+            }
+        )
+    }
+}
+
+const WARMUP: u8 = 0;
+const MEASURE: u8 = 1;
+const STOP: u8 = 2;
+
+struct Shared {
+    phase: AtomicU8,
+    stop_tx: watch::Sender<bool>,
+    tickets: AtomicU64,
+    start: Instant,
+}
+
+struct Stats {
+    hist: Histogram<u64>,
+    successes: u64,
+    errors: ErrorCounts,
+    response_bytes: u64,
+    client_elapsed: Vec<Duration>,
+    first_error: Option<String>,
+}
+
+impl Stats {
+    fn new() -> Result<Stats, String> {
+        // 1 µs to 1 hour at 3 significant digits: about 180 KB per worker thread.
+        let hist = Histogram::new_with_bounds(1, 3_600_000_000, 3).map_err(|e| e.to_string())?;
+        Ok(Stats {
+            hist,
+            successes: 0,
+            errors: ErrorCounts::default(),
+            response_bytes: 0,
+            client_elapsed: Vec::new(),
+            first_error: None,
+        })
+    }
+
+    fn error(&mut self, kind: fn(&mut ErrorCounts) -> &mut u64, msg: impl FnOnce() -> String) {
+        *kind(&mut self.errors) += 1;
+        if self.first_error.is_none() {
+            self.first_error = Some(msg());
+        }
+    }
+
+    fn merge(&mut self, o: Stats) -> Result<(), String> {
+        self.hist.add(&o.hist).map_err(|e| e.to_string())?;
+        self.successes += o.successes;
+        self.errors.add(&o.errors);
+        self.response_bytes += o.response_bytes;
+        self.client_elapsed.extend(o.client_elapsed);
+        if self.first_error.is_none() {
+            self.first_error = o.first_error;
+        }
+        Ok(())
+    }
+}
+
+/// Resolves `bench load` options into a plan, checking the target is reachable.
+pub fn plan_from_args(args: &LoadArgs) -> Result<LoadPlan, BenchError> {
+    let url = Url::parse(&args.url).map_err(BenchError::Usage)?;
+    let body = match (&args.body, args.size) {
+        (Some(path), _) => std::fs::read(path)
+            .map_err(|e| BenchError::io(format!("cannot read body file {}", path.display()), e))?,
+        (None, size) => buy_stocks(size.unwrap_or(1024), Variant::Plain)
+            .map_err(|e| BenchError::Usage(e.to_string()))?,
+    };
+    let check = match &args.verify {
+        Some(s) => {
+            let scenario: Scenario = s.parse().map_err(BenchError::Usage)?;
+            Check::for_scenario(scenario, &body).map_err(|e| {
+                BenchError::Usage(format!("body cannot be verified as {scenario}: {e}"))
+            })?
+        }
+        None => Check::Status200,
+    };
+    if let Some(rate) = args.rate {
+        if !(rate.is_finite() && rate > 0.0) {
+            return Err(BenchError::Usage(format!(
+                "--rate {rate} must be a positive number"
+            )));
+        }
+        if args.legacy {
+            return Err(BenchError::Usage(
+                "--rate cannot be combined with --legacy".into(),
+            ));
+        }
+    }
+    let stop = match (args.legacy, args.requests, args.duration) {
+        (true, Some(n), _) => StopRule::PerClient(n as u64),
+        (true, None, _) => {
+            return Err(BenchError::Usage(
+                "--legacy needs -n (requests per client)".into(),
+            ))
+        }
+        (false, Some(n), _) => StopRule::Requests(n as u64),
+        (false, None, d) => StopRule::Duration(d.unwrap_or(Duration::from_secs(10))),
+    };
+    let mut spec = RequestSpec::soap(url.clone(), body, soap_action(args.size.unwrap_or(1024)));
+    if args.body.is_some() {
+        spec.set_header("SOAPAction", &soap_action(spec.body.len().max(1)));
+    }
+    for h in &args.headers {
+        spec.apply_header_option(h).map_err(BenchError::Usage)?;
+    }
+    spec.keep_alive = !args.no_keepalive;
+    spec.version = if args.http10 {
+        Version::Http10
+    } else {
+        Version::Http11
+    };
+    let addr = resolve(&url)?;
+    Ok(LoadPlan {
+        addr,
+        body_len: spec.body.len(),
+        request: Arc::new(spec.to_bytes()),
+        url,
+        check: Arc::new(check),
+        concurrency: args.concurrency,
+        threads: args.threads.min(args.concurrency),
+        stop,
+        warmup: args.warmup,
+        rate: args.rate,
+        keep_alive: spec.keep_alive,
+        version: spec.version,
+        timeout: args.timeout,
+    })
+}
+
+/// Resolves a URL and checks it accepts connections (the clear error before any run).
+pub fn resolve(url: &Url) -> Result<SocketAddr, BenchError> {
+    runtime()?
+        .block_on(url.resolve_reachable(Duration::from_secs(5)))
+        .map_err(BenchError::Unreachable)
+}
+
+/// Runs `bench load`.
+pub fn command(args: &LoadArgs) -> Result<LoadResult, BenchError> {
+    let plan = plan_from_args(args)?;
+    let result = execute(&plan)?;
+    if args.legacy {
+        print!("{}", result.legacy_block());
+        println!("{}", LoadResult::LEGACY_CSV_HEADER);
+        println!("{}", result.legacy_csv_line());
+    } else {
+        print!("{}", result.summary());
+    }
+    if let Some(path) = &args.json {
+        crate::write_json(path, &result)?;
+    }
+    Ok(result)
+}
+
+/// Runs a plan to completion (or Ctrl-C) and returns what was measured.
+pub fn execute(plan: &LoadPlan) -> Result<LoadResult, BenchError> {
+    let (stop_tx, _) = watch::channel(false);
+    let shared = Arc::new(Shared {
+        phase: AtomicU8::new(if plan.warmup.is_zero() {
+            MEASURE
+        } else {
+            WARMUP
+        }),
+        stop_tx,
+        tickets: AtomicU64::new(0),
+        start: Instant::now(),
+    });
+    let plan = Arc::new(plan.clone());
+    let threads = plan.threads.clamp(1, plan.concurrency);
+    let (done_tx, mut done_rx) = mpsc::unbounded_channel::<Result<Stats, String>>();
+    let mut handles = Vec::with_capacity(threads);
+    let mut first_client = 0;
+    for t in 0..threads {
+        let clients = plan.concurrency / threads + usize::from(t < plan.concurrency % threads);
+        let ids = first_client..first_client + clients;
+        first_client += clients;
+        let (plan, shared, done_tx) = (plan.clone(), shared.clone(), done_tx.clone());
+        let handle = std::thread::Builder::new()
+            .name(format!("load-{t}"))
+            .spawn(move || {
+                let result = worker(plan, shared, ids);
+                // The controller may have gone away on an error path; nothing to report then.
+                let _ = done_tx.send(result);
+            })
+            .map_err(|e| BenchError::io("cannot start a load thread", e))?;
+        handles.push(handle);
+    }
+    drop(done_tx);
+
+    let rt = runtime()?;
+    let (measure_start, measure_end, interrupted, stats) = rt.block_on(async {
+        let ctrl_c = tokio::signal::ctrl_c();
+        tokio::pin!(ctrl_c);
+        let mut interrupted = false;
+        let mut merged: Option<Stats> = None;
+        let mut pending = threads;
+        let absorb = |s: Result<Stats, String>, merged: &mut Option<Stats>| -> Result<(), String> {
+            let s = s?;
+            match merged {
+                Some(m) => m.merge(s),
+                None => {
+                    *merged = Some(s);
+                    Ok(())
+                }
+            }
+        };
+        if !plan.warmup.is_zero() {
+            tokio::select! {
+                _ = tokio::time::sleep(plan.warmup) => {}
+                _ = &mut ctrl_c => interrupted = true,
+            }
+        }
+        shared.phase.store(MEASURE, Ordering::SeqCst);
+        let start = Instant::now();
+        let mut end = None;
+        if !interrupted {
+            let deadline = match plan.stop {
+                StopRule::Duration(d) => Some(tokio::time::Instant::from_std(start + d)),
+                _ => None,
+            };
+            loop {
+                tokio::select! {
+                    _ = async { match deadline { Some(d) => tokio::time::sleep_until(d).await, None => std::future::pending().await } } => break,
+                    _ = &mut ctrl_c => { interrupted = true; break; }
+                    msg = done_rx.recv() => match msg {
+                        Some(s) => {
+                            absorb(s, &mut merged)?;
+                            pending -= 1;
+                            if pending == 0 { end = Some(Instant::now()); break; }
+                        }
+                        None => { end = Some(Instant::now()); break; }
+                    }
+                }
+            }
+        }
+        let end = end.unwrap_or_else(Instant::now);
+        shared.phase.store(STOP, Ordering::SeqCst);
+        shared.stop_tx.send_replace(true);
+        while pending > 0 {
+            match done_rx.recv().await {
+                Some(s) => {
+                    absorb(s, &mut merged)?;
+                    pending -= 1;
+                }
+                None => break,
+            }
+        }
+        Ok::<_, String>((start, end, interrupted, merged))
+    }).map_err(BenchError::Failed)?;
+    for h in handles {
+        if h.join().is_err() {
+            return Err(BenchError::Failed("a load thread panicked".into()));
+        }
+    }
+    let stats = stats.ok_or_else(|| BenchError::Failed("no load thread reported".into()))?;
+    Ok(summarize(
+        &plan,
+        &stats,
+        measure_end.duration_since(measure_start),
+        interrupted,
+    ))
+}
+
+fn summarize(plan: &LoadPlan, s: &Stats, elapsed: Duration, interrupted: bool) -> LoadResult {
+    let secs = elapsed.as_secs_f64();
+    let ms = |us: u64| round(us as f64 / 1000.0, 3);
+    let h = &s.hist;
+    let latency = if h.is_empty() {
+        Latency::default()
+    } else {
+        Latency {
+            mean: round(h.mean() / 1000.0, 3),
+            p50: ms(h.value_at_quantile(0.5)),
+            p90: ms(h.value_at_quantile(0.9)),
+            p99: ms(h.value_at_quantile(0.99)),
+            p999: ms(h.value_at_quantile(0.999)),
+            max: ms(h.max()),
+        }
+    };
+    let legacy = matches!(plan.stop, StopRule::PerClient(_)).then(|| {
+        let n = s.client_elapsed.len().max(1) as f64;
+        let mean = s
+            .client_elapsed
+            .iter()
+            .map(Duration::as_secs_f64)
+            .sum::<f64>()
+            / n;
+        let tps = if mean > 0.0 {
+            s.successes as f64 / mean
+        } else {
+            0.0
+        };
+        LegacyFigures {
+            tps: round(tps, 2),
+            mean_client_elapsed_s: round(mean, 6),
+            time_per_request_ms: round(
+                if tps > 0.0 {
+                    plan.concurrency as f64 * 1000.0 / tps
+                } else {
+                    0.0
+                },
+                3,
+            ),
+            time_per_request_all_ms: round(if tps > 0.0 { 1000.0 / tps } else { 0.0 }, 3),
+        }
+    });
+    let mode = match (plan.stop, plan.rate) {
+        (StopRule::PerClient(_), _) => "legacy",
+        (_, Some(_)) => "open",
+        _ => "closed",
+    };
+    LoadResult {
+        url: plan.url.raw.clone(),
+        mode: mode.into(),
+        concurrency: plan.concurrency,
+        threads: plan.threads,
+        rate: plan.rate,
+        keep_alive: plan.keep_alive,
+        http_version: match plan.version {
+            Version::Http11 => "1.1".into(),
+            Version::Http10 => "1.0".into(),
+        },
+        request_bytes: plan.body_len,
+        warmup_s: round(plan.warmup.as_secs_f64(), 3),
+        elapsed_s: round(secs, 3),
+        interrupted,
+        requests: s.successes + s.errors.total(),
+        successes: s.successes,
+        errors: s.errors,
+        tps: round(
+            if secs > 0.0 {
+                s.successes as f64 / secs
+            } else {
+                0.0
+            },
+            2,
+        ),
+        response_bytes_mean: round(
+            if s.successes > 0 {
+                s.response_bytes as f64 / s.successes as f64
+            } else {
+                0.0
+            },
+            1,
+        ),
+        latency_ms: latency,
+        legacy,
+        first_error: s.first_error.clone(),
+    }
+}
+
+fn worker(
+    plan: Arc<LoadPlan>,
+    shared: Arc<Shared>,
+    ids: std::ops::Range<usize>,
+) -> Result<Stats, String> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start a load runtime: {e}"))?;
+    let stats = Rc::new(RefCell::new(Stats::new()?));
+    let local = tokio::task::LocalSet::new();
+    local.block_on(&rt, async {
+        let tasks: Vec<_> = ids
+            .map(|id| {
+                tokio::task::spawn_local(client(id, plan.clone(), shared.clone(), stats.clone()))
+            })
+            .collect();
+        for t in tasks {
+            // A client task only ends by returning; a join error would mean a panic.
+            if t.await.is_err() {
+                stats
+                    .borrow_mut()
+                    .error(|e| &mut e.read, || "a client task panicked".into());
+            }
+        }
+    });
+    Rc::try_unwrap(stats)
+        .map(RefCell::into_inner)
+        .map_err(|_| "client tasks still hold the statistics".to_string())
+}
+
+async fn client(id: usize, plan: Arc<LoadPlan>, shared: Arc<Shared>, stats: Rc<RefCell<Stats>>) {
+    let mut stop_rx = shared.stop_tx.subscribe();
+    let mut conn: Option<Conn> = None;
+    let mut body: Vec<u8> = Vec::with_capacity(plan.body_len + 1024);
+    let mut measured_here = 0u64;
+    let mut first_measured: Option<Instant> = None;
+    let mut last_done: Option<Instant> = None;
+    // Open loop: each client owns 1/c of the rate, offset so arrivals interleave evenly.
+    let interval = plan
+        .rate
+        .map(|r| Duration::from_secs_f64(plan.concurrency as f64 / r));
+    let mut next_send = match interval {
+        Some(iv) => shared.start + iv.mul_f64(id as f64 / plan.concurrency as f64),
+        None => shared.start,
+    };
+    loop {
+        let phase = shared.phase.load(Ordering::Relaxed);
+        if phase == STOP {
+            break;
+        }
+        let measuring = phase == MEASURE;
+        if measuring {
+            match plan.stop {
+                StopRule::Requests(n) if shared.tickets.fetch_add(1, Ordering::Relaxed) >= n => {
+                    break
+                }
+                StopRule::PerClient(n) if measured_here >= n => break,
+                _ => {}
+            }
+        }
+        let intended = match interval {
+            Some(iv) => {
+                let t = next_send;
+                next_send += iv;
+                if t > Instant::now() {
+                    tokio::select! {
+                        _ = tokio::time::sleep_until(t.into()) => {}
+                        _ = stop_rx.wait_for(|v| *v) => break,
+                    }
+                }
+                t
+            }
+            None => Instant::now(),
+        };
+        if measuring {
+            measured_here += 1;
+            first_measured.get_or_insert(intended);
+        }
+        let c = match conn.as_mut() {
+            Some(c) => c,
+            None => {
+                let opened = tokio::select! {
+                    r = tokio::time::timeout(plan.timeout, Conn::connect(plan.addr)) => r,
+                    _ = stop_rx.wait_for(|v| *v) => break,
+                };
+                match opened {
+                    Ok(Ok(c)) => conn.insert(c),
+                    Ok(Err(e)) => {
+                        if measuring {
+                            stats.borrow_mut().error(
+                                |e| &mut e.connect,
+                                || format!("connect {}: {e}", plan.addr),
+                            );
+                            last_done = Some(Instant::now());
+                        }
+                        // Do not spin on a refusing target: pause briefly before retrying.
+                        tokio::select! {
+                            _ = tokio::time::sleep(Duration::from_millis(10)) => {}
+                            _ = stop_rx.wait_for(|v| *v) => break,
+                        }
+                        continue;
+                    }
+                    Err(_) => {
+                        if measuring {
+                            stats.borrow_mut().error(
+                                |e| &mut e.connect,
+                                || format!("connect {}: timed out", plan.addr),
+                            );
+                            last_done = Some(Instant::now());
+                        }
+                        continue;
+                    }
+                }
+            }
+        };
+        let outcome = tokio::select! {
+            r = tokio::time::timeout(plan.timeout, c.exchange(&plan.request, &mut body)) => r,
+            _ = stop_rx.wait_for(|v| *v) => break,
+        };
+        let done = Instant::now();
+        let mut keep = plan.keep_alive;
+        if measuring {
+            last_done = Some(done);
+        }
+        let mut s = stats.borrow_mut();
+        match outcome {
+            Ok(Ok(head)) => {
+                keep &= head.keep_alive;
+                if measuring {
+                    match plan.check.check(head.status, &body) {
+                        Ok(()) => {
+                            s.successes += 1;
+                            s.response_bytes += body.len() as u64;
+                            let us = done.duration_since(intended).as_micros();
+                            s.hist
+                                .saturating_record(u64::try_from(us).unwrap_or(u64::MAX).max(1));
+                        }
+                        Err(Failure::Status(code)) => s.error(
+                            |e| &mut e.status,
+                            || {
+                                format!(
+                                    "HTTP status {code}: {}",
+                                    String::from_utf8_lossy(&body[..body.len().min(200)])
+                                )
+                            },
+                        ),
+                        Err(Failure::Content(why)) => s.error(|e| &mut e.verify, || why),
+                    }
+                }
+            }
+            Ok(Err(err)) => {
+                keep = false;
+                if measuring {
+                    match err {
+                        ExchangeError::Write(_) => s.error(|e| &mut e.write, || err.to_string()),
+                        _ => s.error(|e| &mut e.read, || err.to_string()),
+                    }
+                }
+            }
+            Err(_) => {
+                keep = false;
+                if measuring {
+                    s.error(
+                        |e| &mut e.timeout,
+                        || format!("no response within {:?}", plan.timeout),
+                    );
+                }
+            }
+        }
+        drop(s);
+        if !keep {
+            conn = None;
+        }
+    }
+    if let (Some(a), Some(b)) = (first_measured, last_done) {
+        if matches!(plan.stop, StopRule::PerClient(_)) {
+            stats
+                .borrow_mut()
+                .client_elapsed
+                .push(b.saturating_duration_since(a));
+        }
+    }
+}

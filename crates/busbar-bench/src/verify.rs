@@ -1,0 +1,277 @@
+//! `bench verify`: the corruption checker of contract §6. Every scenario × many sizes
+//! (straddling 8 KiB, 16 KiB and 64 KiB, up to 1 MiB) × each concurrency, plus the negative
+//! cases each router must reject with the exact SOAP fault.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::check::{Check, Scenario, FAULT_NOT_IBM, FAULT_ROUTING};
+use crate::client::{RequestSpec, Url};
+use crate::error::BenchError;
+use crate::load::{self, LoadPlan, StopRule};
+use crate::payload::{buy_stocks, soap_action, Variant};
+use crate::util::{parse_count, parse_duration, parse_size};
+
+/// Sizes `bench verify` checks by default.
+pub const DEFAULT_SIZES: [usize; 17] = [
+    512, 1024, 5120, 8191, 8192, 8193, 10_240, 16_280, 16_383, 16_384, 16_385, 16_488, 65_535,
+    65_536, 65_537, 102_400, 1_048_576,
+];
+
+fn parse_scenario(s: &str) -> Result<Scenario, String> {
+    s.parse()
+}
+
+/// Options of `bench verify`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct VerifyArgs {
+    /// Base URL the proxy names are appended to, e.g. http://127.0.0.1:8280/service.
+    pub base_url: String,
+    /// Scenarios to check.
+    #[arg(long, value_delimiter = ',', value_parser = parse_scenario,
+          default_value = "direct,cbr,cbr-soap-header,cbr-transport-header,xslt")]
+    pub scenarios: Vec<Scenario>,
+    /// Concurrency levels.
+    #[arg(long, value_delimiter = ',', value_parser = parse_count, default_value = "1,50")]
+    pub concurrency: Vec<usize>,
+    /// Sizes to check (default: 512 B … 1 MiB around the 8/16/64 KiB boundaries).
+    #[arg(long, value_delimiter = ',', value_parser = parse_size)]
+    pub sizes: Option<Vec<usize>>,
+    /// Per-request timeout.
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    pub timeout: Duration,
+    /// Write the result table as JSON to this file.
+    #[arg(long)]
+    pub json: Option<std::path::PathBuf>,
+}
+
+/// One checked case.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct CaseResult {
+    /// Scenario name.
+    pub scenario: String,
+    /// `positive`, or the negative case's name.
+    pub case: String,
+    /// Request body size.
+    pub size: usize,
+    /// Concurrency.
+    pub concurrency: usize,
+    /// Requests sent.
+    pub requests: u64,
+    /// Requests answered as expected.
+    pub passed: u64,
+    /// Whether every request passed.
+    pub ok: bool,
+    /// The first problem seen.
+    pub detail: Option<String>,
+}
+
+/// All results of one verify run.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct VerifyReport {
+    /// Base URL checked.
+    pub base_url: String,
+    /// One row per case.
+    pub cases: Vec<CaseResult>,
+}
+
+impl VerifyReport {
+    /// True when every case passed.
+    pub fn all_passed(&self) -> bool {
+        !self.cases.is_empty() && self.cases.iter().all(|c| c.ok)
+    }
+
+    /// The pass/fail table.
+    pub fn table(&self) -> String {
+        let mut out = format!(
+            "{:<22} {:<26} {:>8} {:>4} {:>6}  result\n",
+            "scenario", "case", "size", "c", "n"
+        );
+        for c in &self.cases {
+            out.push_str(&format!(
+                "{:<22} {:<26} {:>8} {:>4} {:>6}  {}{}\n",
+                c.scenario,
+                c.case,
+                c.size,
+                c.concurrency,
+                c.requests,
+                if c.ok { "PASS" } else { "FAIL" },
+                c.detail
+                    .as_deref()
+                    .map(|d| format!(" ({d})"))
+                    .unwrap_or_default()
+            ));
+        }
+        let failed = self.cases.iter().filter(|c| !c.ok).count();
+        out.push_str(&format!(
+            "{} cases, {} passed, {} failed\n",
+            self.cases.len(),
+            self.cases.len() - failed,
+            failed
+        ));
+        out
+    }
+}
+
+/// A request and the answer it must get.
+struct Case {
+    scenario: Scenario,
+    name: &'static str,
+    size: usize,
+    spec: RequestSpec,
+    check: Check,
+}
+
+fn cases_for(scenario: Scenario, base: &str, sizes: &[usize]) -> Result<Vec<Case>, BenchError> {
+    let url = Url::parse(&scenario.url(base)).map_err(BenchError::Usage)?;
+    let usage = |e: crate::payload::PayloadError| BenchError::Usage(e.to_string());
+    let mut cases = Vec::new();
+    for &size in sizes {
+        let body = buy_stocks(size, Variant::Plain).map_err(usage)?;
+        let check = Check::for_scenario(scenario, &body).map_err(BenchError::Failed)?;
+        let spec = RequestSpec::soap(url.clone(), body, soap_action(size));
+        cases.push(Case {
+            scenario,
+            name: "positive",
+            size,
+            spec,
+            check,
+        });
+    }
+    let negative_sizes = [1024, 16_385];
+    for size in negative_sizes {
+        let mut negative =
+            |name: &'static str, variant: Variant, header: Option<String>, reason| {
+                let body = buy_stocks(size, variant).map_err(usage)?;
+                let mut spec = RequestSpec::soap(url.clone(), body, soap_action(size));
+                if let Some(h) = header {
+                    spec.apply_header_option(&h).map_err(BenchError::Usage)?;
+                }
+                let check = Check::Fault {
+                    status: 500,
+                    reason,
+                };
+                cases.push(Case {
+                    scenario,
+                    name,
+                    size,
+                    spec,
+                    check,
+                });
+                Ok::<(), BenchError>(())
+            };
+        match scenario {
+            Scenario::Cbr => negative("non-ibm-first-order", Variant::NonIbm, None, FAULT_NOT_IBM)?,
+            Scenario::CbrSoapHeader => {
+                negative(
+                    "wrong-soap-header",
+                    Variant::BadSoapHeader,
+                    None,
+                    FAULT_ROUTING,
+                )?;
+                negative(
+                    "missing-soap-header",
+                    Variant::NoSoapHeader,
+                    None,
+                    FAULT_ROUTING,
+                )?;
+            }
+            Scenario::CbrTransportHeader => {
+                let wrong = format!("routing: {}", crate::payload::BAD_ROUTING_VALUE);
+                negative(
+                    "wrong-http-header",
+                    Variant::Plain,
+                    Some(wrong),
+                    FAULT_ROUTING,
+                )?;
+                negative(
+                    "missing-http-header",
+                    Variant::Plain,
+                    Some("routing:".into()),
+                    FAULT_ROUTING,
+                )?;
+            }
+            Scenario::Direct | Scenario::Xslt => {}
+        }
+    }
+    Ok(cases)
+}
+
+/// Runs `bench verify` and prints the table.
+pub fn command(args: &VerifyArgs) -> Result<VerifyReport, BenchError> {
+    let report = execute(args, |row| {
+        eprintln!(
+            "{} {} {} B c={}: {}",
+            row.scenario,
+            row.case,
+            row.size,
+            row.concurrency,
+            if row.ok { "pass" } else { "FAIL" }
+        )
+    })?;
+    print!("{}", report.table());
+    if let Some(path) = &args.json {
+        crate::write_json(path, &report)?;
+    }
+    Ok(report)
+}
+
+/// Runs every case; `progress` sees each row as it completes.
+pub fn execute(
+    args: &VerifyArgs,
+    mut progress: impl FnMut(&CaseResult),
+) -> Result<VerifyReport, BenchError> {
+    let base = Url::parse(&args.base_url).map_err(BenchError::Usage)?;
+    let addr = load::resolve(&base)?;
+    let sizes = args.sizes.clone().unwrap_or_else(|| DEFAULT_SIZES.to_vec());
+    let mut report = VerifyReport {
+        base_url: args.base_url.clone(),
+        cases: Vec::new(),
+    };
+    for &scenario in &args.scenarios {
+        let cases = cases_for(scenario, &args.base_url, &sizes)?;
+        for &c in &args.concurrency {
+            for case in &cases {
+                let requests = if c == 1 { 3 } else { 2 * c as u64 };
+                let plan = LoadPlan {
+                    url: case.spec.url.clone(),
+                    addr,
+                    request: Arc::new(case.spec.to_bytes()),
+                    body_len: case.spec.body.len(),
+                    check: Arc::new(case.check.clone()),
+                    concurrency: c,
+                    threads: 1,
+                    stop: StopRule::Requests(requests),
+                    warmup: Duration::ZERO,
+                    rate: None,
+                    keep_alive: true,
+                    version: case.spec.version,
+                    timeout: args.timeout,
+                };
+                let r = load::execute(&plan)?;
+                let row = CaseResult {
+                    scenario: case.scenario.name().into(),
+                    case: case.name.into(),
+                    size: case.size,
+                    concurrency: c,
+                    requests,
+                    passed: r.successes,
+                    ok: r.successes == requests && r.errors.total() == 0 && !r.interrupted,
+                    detail: r
+                        .first_error
+                        .clone()
+                        .or_else(|| r.interrupted.then(|| "interrupted".to_string())),
+                };
+                progress(&row);
+                let interrupted = r.interrupted;
+                report.cases.push(row);
+                if interrupted {
+                    return Ok(report);
+                }
+            }
+        }
+    }
+    Ok(report)
+}
