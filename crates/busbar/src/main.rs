@@ -49,6 +49,11 @@ enum Command {
         #[arg(long)]
         workers: Option<usize>,
     },
+    /// The benchmark kit: payloads, load, verification, scenario matrix, reports.
+    Bench {
+        #[command(subcommand)]
+        command: busbar_bench::BenchCommand,
+    },
 }
 
 fn init_logging(level: &str, json: bool) {
@@ -77,6 +82,7 @@ fn main() -> ExitCode {
             name,
             workers,
         } => echo(listen, delay_ms, json, name, workers),
+        Command::Bench { command } => busbar_bench::run(command),
     }
 }
 
