@@ -225,6 +225,13 @@ pub fn validate(loaded: &LoadedConfig) -> Vec<ConfigError> {
             );
         }
         if let Some(tls) = &l.tls {
+            // Refused rather than served in clear text: a user who asks for TLS must get it.
+            err(
+                line_of(&tls.cert),
+                format!("{path}.tls"),
+                "TLS listeners are not supported by this build; terminate TLS in front of busbar"
+                    .into(),
+            );
             for (key, file) in [("cert", &tls.cert), ("key", &tls.key)] {
                 let resolved = loaded.resolve(&file.value);
                 if !resolved.is_file() {
