@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Same-run pass-through comparison: echo direct, busbar DirectProxy, nginx proxy_pass.
+# Server side (proxy + echo) pinned to core 0, wrk to core 1. Prints one line per cell.
+# Usage: bench/direct.sh [seconds per cell, default 10]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+secs=${1:-10}
+scripts/setup.sh --bench
+cargo build --release --bin busbar
+bin=./target/release/busbar
+tmp=$(mktemp -d)
+cleanup() { kill $(jobs -p) 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$tmp"; }
+trap cleanup EXIT
+for size in 1024 10240 102400; do $bin bench payload --size $size > "$tmp/$size.xml"; done
+
+BUSBAR_WORKERS=1 BUSBAR_LISTEN=127.0.0.1:8280 BUSBAR_ECHO=127.0.0.1:9000 BUSBAR_LOG=warn \
+  taskset -c 0 $bin run examples/esb-benchmark.yaml > "$tmp/busbar.log" 2>&1 &
+mkdir -p /tmp/busbar-bench-nginx-body /tmp/busbar-bench-nginx-proxy
+taskset -c 0 nginx -p "$tmp" -c "$PWD/bench/peers/nginx.conf" &
+for _ in $(seq 50); do curl -sf -o /dev/null -d x http://127.0.0.1:8280/service/DirectProxy && \
+  curl -sf -o /dev/null -d x http://127.0.0.1:8380/service/DirectProxy && break; sleep 0.1; done
+
+declare -A url=(
+  [echo]=http://127.0.0.1:9000/service/EchoService
+  [busbar]=http://127.0.0.1:8280/service/DirectProxy
+  [nginx]=http://127.0.0.1:8380/service/DirectProxy
+)
+printf "%-7s %7s %4s %10s %9s %9s\n" target size c req/s p50 p99
+for size in 1024 10240 102400; do
+  for c in 20 320; do
+    for t in echo busbar nginx; do
+      out=$(BODY="$tmp/$size.xml" taskset -c 1 wrk -t1 -c$c -d${secs}s --latency -s bench/post.lua "${url[$t]}")
+      rps=$(awk '/Requests\/sec/ {print $2}' <<<"$out")
+      p50=$(awk '$1=="50%" {print $2}' <<<"$out")
+      p99=$(awk '$1=="99%" {print $2}' <<<"$out")
+      errs=$(grep -E "Non-2xx|Socket errors" <<<"$out" | tr '\n' ' ' || true)
+      printf "%-7s %7s %4s %10s %9s %9s %s\n" "$t" "$size" "$c" "$rps" "$p50" "$p99" "$errs"
+    done
+  done
+done
