@@ -4,4 +4,6 @@ mod admin;
 mod cli;
 mod direct;
 mod failures;
+mod route;
 mod support;
+mod tls;

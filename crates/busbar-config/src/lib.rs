@@ -225,13 +225,6 @@ pub fn validate(loaded: &LoadedConfig) -> Vec<ConfigError> {
             );
         }
         if let Some(tls) = &l.tls {
-            // Refused rather than served in clear text: a user who asks for TLS must get it.
-            err(
-                line_of(&tls.cert),
-                format!("{path}.tls"),
-                "TLS listeners are not supported by this build; terminate TLS in front of busbar"
-                    .into(),
-            );
             for (key, file) in [("cert", &tls.cert), ("key", &tls.key)] {
                 let resolved = loaded.resolve(&file.value);
                 if !resolved.is_file() {
@@ -431,17 +424,77 @@ fn check_steps(
                 }
             }
             StepConfig::Log(_) => {}
+            StepConfig::Route(cases) => {
+                for (j, case) in cases.iter().enumerate() {
+                    let at = format!("{here}[{j}]");
+                    match (&case.when, &case.then, &case.otherwise) {
+                        (Some(when), Some(then), None) => {
+                            let sources = usize::from(when.header.is_some())
+                                + usize::from(when.xpath.is_some());
+                            if sources != 1 {
+                                err(
+                                    None,
+                                    format!("{at}.when"),
+                                    "give exactly one of 'header' or 'xpath'".into(),
+                                );
+                            }
+                            let tests = usize::from(when.equals.is_some())
+                                + usize::from(when.matches.is_some())
+                                + usize::from(when.exists.is_some());
+                            if tests > 1 {
+                                err(
+                                    None,
+                                    format!("{at}.when"),
+                                    "give at most one of 'equals', 'matches' or 'exists'".into(),
+                                );
+                            }
+                            if let Some(h) = &when.header {
+                                if http::HeaderName::from_bytes(h.value.as_bytes()).is_err() {
+                                    err(
+                                        line_of(h),
+                                        format!("{at}.when.header"),
+                                        format!("invalid header name '{}'", h.value),
+                                    );
+                                }
+                            }
+                            check_steps(cfg, then, &format!("{at}.then"), err);
+                        }
+                        (None, None, Some(otherwise)) => {
+                            if j + 1 != cases.len() {
+                                err(None, at.clone(), "'otherwise' must be the last case".into());
+                            }
+                            check_steps(cfg, otherwise, &format!("{at}.otherwise"), err);
+                        }
+                        _ => err(
+                            None,
+                            at,
+                            "a case is either { when, then } or { otherwise }".into(),
+                        ),
+                    }
+                }
+            }
         }
     }
 }
 
 /// A sequence that (indirectly) runs itself would recurse forever on the first request.
 fn check_sequence_cycles(cfg: &Config, err: &mut impl FnMut(Option<u64>, String, String)) {
-    fn refs(steps: &[StepConfig]) -> impl Iterator<Item = &Spanned<String>> {
-        steps.iter().filter_map(|s| match s {
-            StepConfig::Sequence(n) => Some(n),
-            _ => None,
-        })
+    fn refs(steps: &[StepConfig]) -> Vec<&Spanned<String>> {
+        let mut out = Vec::new();
+        for s in steps {
+            match s {
+                StepConfig::Sequence(n) => out.push(n),
+                StepConfig::Route(cases) => {
+                    for c in cases {
+                        for list in [&c.then, &c.otherwise].into_iter().flatten() {
+                            out.extend(refs(list));
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        out
     }
     for start in cfg.sequences.keys() {
         let mut stack = vec![start.as_str()];

@@ -316,6 +316,9 @@ pub enum StepConfig {
     Log(LogStepConfig),
     /// Run a named sequence.
     Sequence(Spanned<String>),
+    /// Content-based routing: the first case whose `when` holds runs its `then` steps;
+    /// `otherwise` runs when none does.
+    Route(Vec<RouteCase>),
 }
 
 impl StepConfig {
@@ -329,6 +332,7 @@ impl StepConfig {
             StepConfig::RemoveHeader(_) => "remove_header",
             StepConfig::Log(_) => "log",
             StepConfig::Sequence(_) => "sequence",
+            StepConfig::Route(_) => "route",
         }
     }
 }
@@ -413,4 +417,43 @@ pub enum LogLevel {
     Debug,
     /// Everything.
     Trace,
+}
+
+/// One case of a `route` step: `{ when, then }`, or `{ otherwise }` (last).
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RouteCase {
+    /// The condition.
+    #[serde(default)]
+    pub when: Option<Condition>,
+    /// Steps run when the condition holds.
+    #[serde(default)]
+    pub then: Option<Vec<StepConfig>>,
+    /// Steps run when no case before holds.
+    #[serde(default)]
+    pub otherwise: Option<Vec<StepConfig>>,
+}
+
+/// A routing condition: what to look at (`header` or `xpath`) and the test (`equals`,
+/// `matches` or `exists`; `exists: true` when none is given).
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Condition {
+    /// An HTTP header of the current message (never reads the body).
+    #[serde(default)]
+    pub header: Option<Spanned<String>>,
+    /// An XPath 1.0 expression over the current message's body. Forward-only paths are
+    /// evaluated while the body streams and decide as early as possible; other expressions
+    /// buffer the body (up to `max_body`) and use libxml2.
+    #[serde(default)]
+    pub xpath: Option<Spanned<String>>,
+    /// True when the value (any selected node's string-value) equals this string.
+    #[serde(default)]
+    pub equals: Option<String>,
+    /// True when the value matches this regular expression (unanchored).
+    #[serde(default)]
+    pub matches: Option<Spanned<String>>,
+    /// True when the header is present / the XPath selects something (or is true).
+    #[serde(default)]
+    pub exists: Option<bool>,
 }

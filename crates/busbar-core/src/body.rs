@@ -38,6 +38,9 @@ pub enum BodyError {
         /// The transport error.
         source: BoxError,
     },
+    /// A check of the streamed rest of the body (see [`TailCheck`]) refused it.
+    #[error("{0}")]
+    Rejected(String),
     /// A step needed the whole body, and it is larger than the configured `max_body`.
     #[error("body larger than max_body ({limit} bytes)")]
     TooLarge {
@@ -51,6 +54,16 @@ fn origin_name(origin: Origin) -> &'static str {
         Origin::Client => "request",
         Origin::Upstream => "response",
     }
+}
+
+/// Checks the part of a body that streams through after a step decided early on its prefix
+/// (for example that the rest of an XML document is well-formed). An error aborts the body
+/// wherever it is going, so the next hop never sees it complete.
+pub trait TailCheck: Send {
+    /// Checks the next chunk.
+    fn feed(&mut self, chunk: &[u8]) -> Result<(), String>;
+    /// Checks the end of the body.
+    fn finish(&mut self) -> Result<(), String>;
 }
 
 /// A message body: empty, fully buffered, or a stream with an optional already-read prefix.
@@ -78,6 +91,24 @@ struct Streamed {
     source: Source,
     origin: Origin,
     finished: bool,
+    check: Option<Box<dyn TailCheck>>,
+}
+
+impl Streamed {
+    /// Runs the tail check on data pulled from the source, and at its end.
+    fn checked(&mut self, data: Option<&[u8]>) -> Result<(), BodyError> {
+        let Some(check) = self.check.as_mut() else {
+            return Ok(());
+        };
+        let result = match data {
+            Some(d) => check.feed(d),
+            None => check.finish(),
+        };
+        result.map_err(|msg| {
+            self.check = None;
+            BodyError::Rejected(msg)
+        })
+    }
 }
 
 impl std::fmt::Debug for Body {
@@ -136,6 +167,7 @@ impl Body {
                 source: Box::pin(source.map_err(Into::into)),
                 origin,
                 finished: false,
+                check: None,
             })),
         }
     }
@@ -183,6 +215,7 @@ impl Body {
             match frame {
                 None => {
                     s.finished = true;
+                    s.checked(None)?;
                     return Ok(None);
                 }
                 Some(Err(source)) => {
@@ -199,6 +232,7 @@ impl Body {
                     if data.is_empty() {
                         continue;
                     }
+                    s.checked(Some(&data))?;
                     s.read_len += data.len() as u64;
                     if s.read_len > limit {
                         return Err(BodyError::TooLarge { limit });
@@ -208,6 +242,23 @@ impl Body {
                 }
             }
         }
+    }
+
+    /// Attaches a check of the part of the body not read yet. When the body is already
+    /// complete, the check's end runs now and its verdict is returned.
+    pub fn set_tail_check(&mut self, mut check: Box<dyn TailCheck>) -> Result<(), BodyError> {
+        match &mut self.kind {
+            Kind::Stream(s) if !s.finished => {
+                s.check = Some(check);
+                Ok(())
+            }
+            _ => check.finish().map_err(BodyError::Rejected),
+        }
+    }
+
+    /// True when a tail check is attached.
+    pub fn has_tail_check(&self) -> bool {
+        matches!(&self.kind, Kind::Stream(s) if s.check.is_some())
     }
 
     /// Reads the whole body into memory (at most `limit` bytes) and returns it.
@@ -265,6 +316,9 @@ impl http_body::Body for Body {
                         Poll::Pending => return Poll::Pending,
                         Poll::Ready(None) => {
                             s.finished = true;
+                            if let Err(e) = s.checked(None) {
+                                return Poll::Ready(Some(Err(e.into())));
+                            }
                             // A peer that announced more bytes than it sent must not produce
                             // a body the next hop could take as complete.
                             if let Some(exact) = s.exact_len {
@@ -283,6 +337,9 @@ impl http_body::Body for Body {
                         Poll::Ready(Some(Err(e))) => return Poll::Ready(Some(Err(e))),
                         Poll::Ready(Some(Ok(frame))) => match frame.into_data() {
                             Ok(data) => {
+                                if let Err(e) = s.checked(Some(&data)) {
+                                    return Poll::Ready(Some(Err(e.into())));
+                                }
                                 s.emitted += data.len() as u64;
                                 return Poll::Ready(Some(Ok(Frame::data(data))));
                             }

@@ -225,6 +225,11 @@ impl From<BodyError> for MediationError {
                 Blame::Client,
                 format!("Message body larger than {limit} bytes"),
             ),
+            BodyError::Rejected(msg) => MediationError::new(
+                ErrorKind::BadRequest,
+                Blame::Client,
+                format!("The message was rejected: {msg}"),
+            ),
             BodyError::Read {
                 origin: Origin::Client,
                 ..

@@ -13,8 +13,10 @@ pub mod echo;
 pub mod engine;
 pub mod headers;
 pub mod net;
+pub mod route;
 pub mod runtime;
 pub mod server;
 pub mod steps;
+pub mod tls;
 
 pub use engine::{Engine, RunningEngine};

@@ -36,6 +36,8 @@ pub struct Runtime {
     routes: Vec<HashMap<String, Arc<Proxy>>>,
     /// Listener names, in the order listener indexes use.
     pub listener_names: Vec<String>,
+    /// TLS config of each listener (by index), `None` for plain HTTP.
+    pub tls: Vec<Option<Arc<rustls::ServerConfig>>>,
     /// Endpoints by name.
     pub endpoints: BTreeMap<String, Arc<Endpoint>>,
     /// The config this was built from.
@@ -55,8 +57,10 @@ impl Runtime {
         workers: usize,
     ) -> Result<Runtime, Vec<ConfigError>> {
         let cfg = &loaded.config;
+        busbar_libxml::init();
         let mut b = Builder {
             loaded,
+            namespaces: cfg.namespaces.clone(),
             errors: Vec::new(),
             endpoints: BTreeMap::new(),
             sequences: HashMap::new(),
@@ -86,10 +90,28 @@ impl Runtime {
             b.sequence(name, &format!("sequences.{name}"));
         }
         let listener_names: Vec<String> = cfg.listeners.keys().cloned().collect();
+        let mut tls = Vec::with_capacity(listener_names.len());
+        for name in &listener_names {
+            let Some(t) = &cfg.listeners[name].tls else {
+                tls.push(None);
+                continue;
+            };
+            let (cert, key) = (loaded.resolve(&t.cert.value), loaded.resolve(&t.key.value));
+            match crate::tls::server_config(&cert, &key) {
+                Ok(c) => tls.push(Some(c)),
+                Err(msg) => {
+                    b.error(line_of(&t.cert), format!("listeners.{name}.tls"), msg);
+                    tls.push(None);
+                }
+            }
+        }
         let mut routes: Vec<HashMap<String, Arc<Proxy>>> =
             vec![HashMap::new(); listener_names.len()];
         for (name, p) in &cfg.proxies {
             let path = format!("proxies.{name}");
+            b.namespaces = cfg.namespaces.clone();
+            b.namespaces
+                .extend(p.namespaces.iter().map(|(k, v)| (k.clone(), v.clone())));
             let proxy = Arc::new(Proxy {
                 name: name.as_str().into(),
                 methods: p
@@ -113,6 +135,7 @@ impl Runtime {
             Ok(Runtime {
                 routes,
                 listener_names,
+                tls,
                 endpoints: b.endpoints,
                 config: loaded.clone(),
             })
@@ -124,6 +147,8 @@ impl Runtime {
 
 struct Builder<'a> {
     loaded: &'a LoadedConfig,
+    /// Namespace prefixes in scope for the steps being built.
+    namespaces: BTreeMap<String, String>,
     errors: Vec<ConfigError>,
     endpoints: BTreeMap<String, Arc<Endpoint>>,
     sequences: HashMap<String, Arc<Sequence>>,
@@ -140,7 +165,10 @@ impl Builder<'_> {
             return Some(s.clone());
         }
         let cfg = self.loaded.config.sequences.get(name)?;
+        // Named sequences see the global namespaces only, wherever they are used from.
+        let scoped = std::mem::replace(&mut self.namespaces, self.loaded.config.namespaces.clone());
         let steps = self.steps(cfg, path);
+        self.namespaces = scoped;
         let seq = Arc::new(Sequence {
             name: name.to_owned(),
             steps,
@@ -228,6 +256,28 @@ impl Builder<'_> {
                     None
                 }
             },
+            StepConfig::Route(cases) => {
+                let mut built = crate::route::RouteStep {
+                    cases: Vec::new(),
+                    otherwise: None,
+                };
+                for (j, case) in cases.iter().enumerate() {
+                    let at = format!("{here}[{j}]");
+                    if let Some(steps) = &case.otherwise {
+                        built.otherwise = Some(self.steps(steps, &format!("{at}.otherwise")));
+                        continue;
+                    }
+                    let (Some(when), Some(then)) = (&case.when, &case.then) else {
+                        continue;
+                    };
+                    let condition = self.condition(when, &format!("{at}.when"));
+                    let steps = self.steps(then, &format!("{at}.then"));
+                    if let Some(c) = condition {
+                        built.cases.push((c, steps));
+                    }
+                }
+                Some(Step::Route(built))
+            }
             StepConfig::Log(l) => Some(Step::Log(LogStep {
                 message: l.message.clone(),
                 level: match l.level {
@@ -238,6 +288,80 @@ impl Builder<'_> {
                     busbar_config::LogLevel::Trace => tracing::Level::TRACE,
                 },
             })),
+        }
+    }
+}
+
+impl Builder<'_> {
+    fn condition(
+        &mut self,
+        when: &busbar_config::Condition,
+        at: &str,
+    ) -> Option<crate::route::Condition> {
+        use crate::route::Condition;
+        use busbar_xml::Test;
+        let test = if let Some(s) = &when.equals {
+            Test::Equals(s.clone())
+        } else if let Some(re) = &when.matches {
+            match regex::Regex::new(&re.value) {
+                Ok(r) => Test::Matches(r),
+                Err(e) => {
+                    self.error(
+                        line_of(re),
+                        format!("{at}.matches"),
+                        format!("invalid regex: {e}"),
+                    );
+                    return None;
+                }
+            }
+        } else {
+            Test::Exists
+        };
+        if let Some(h) = &when.header {
+            return match HeaderName::from_bytes(h.value.as_bytes()) {
+                Ok(name) => Some(Condition::Header(name, test)),
+                Err(_) => {
+                    self.error(
+                        line_of(h),
+                        format!("{at}.header"),
+                        format!("invalid header name '{}'", h.value),
+                    );
+                    None
+                }
+            };
+        }
+        let xpath = when.xpath.as_ref()?;
+        let ns = match busbar_xml::Namespaces::from_pairs(self.namespaces.iter()) {
+            Ok(ns) => ns,
+            Err(e) => {
+                self.error(None, "namespaces".into(), e.to_string());
+                return None;
+            }
+        };
+        match busbar_xml::compile(&xpath.value, &ns) {
+            Ok(path) => Some(Condition::Streaming(path, test)),
+            Err(busbar_xml::CompileError::NotStreamable { .. }) => {
+                let pairs: Vec<(String, String)> = self
+                    .namespaces
+                    .iter()
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect();
+                match busbar_libxml::XPathExpr::compile(&xpath.value, &pairs) {
+                    Ok(expr) => Some(Condition::Full(Arc::new(expr), test)),
+                    Err(e) => {
+                        self.error(
+                            line_of(xpath),
+                            format!("{at}.xpath"),
+                            e.message.trim().to_owned(),
+                        );
+                        None
+                    }
+                }
+            }
+            Err(e) => {
+                self.error(line_of(xpath), format!("{at}.xpath"), e.to_string());
+                None
+            }
         }
     }
 }

@@ -100,6 +100,18 @@ pub enum Service {
     Echo(Arc<crate::echo::EchoOptions>),
 }
 
+impl Service {
+    /// The TLS config new connections use, from the current runtime (so a reload renews it).
+    fn tls_config(&self) -> Option<Arc<rustls::ServerConfig>> {
+        match self {
+            Service::Proxy { shared, index } => {
+                shared.runtime.load().tls.get(*index).cloned().flatten()
+            }
+            Service::Echo(_) => None,
+        }
+    }
+}
+
 /// Accepts connections on `listener` until `shutdown` turns true.
 pub async fn accept_loop(
     listener: StdListener,
@@ -132,22 +144,36 @@ pub async fn accept_loop(
         };
         let _ = stream.set_nodelay(true);
         let guard = tracker.enter();
+        let tls = service.tls_config();
         let service = service.clone();
         let settings = settings.clone();
         let shutdown = shutdown.clone();
         tokio::spawn(async move {
-            serve_connection(stream, service, settings, shutdown).await;
+            match tls {
+                None => serve_connection(stream, service, settings, shutdown).await,
+                Some(config) => {
+                    let acceptor = tokio_rustls::TlsAcceptor::from(config);
+                    let handshake = acceptor.accept(stream);
+                    match tokio::time::timeout(settings.header_read_timeout, handshake).await {
+                        Ok(Ok(tls)) => serve_connection(tls, service, settings, shutdown).await,
+                        Ok(Err(e)) => tracing::debug!(error = %e, "TLS handshake failed"),
+                        Err(_) => tracing::debug!("TLS handshake timed out"),
+                    }
+                }
+            }
             drop(guard);
         });
     }
 }
 
-async fn serve_connection(
-    stream: tokio::net::TcpStream,
+async fn serve_connection<S>(
+    stream: S,
     service: Service,
     settings: ConnSettings,
     mut shutdown: watch::Receiver<bool>,
-) {
+) where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
     let mut builder = http1::Builder::new();
     builder
         .timer(TokioTimer::new())
@@ -299,12 +325,12 @@ pub async fn handle(
 
 async fn run_proxy(proxy: &Proxy, ex: &mut Exchange) -> Result<Response<Body>, MediationError> {
     let result = async {
-        let flow = steps::run(&proxy.in_seq, ex).await?;
+        let flow = steps::run(&proxy.in_seq, ex, proxy.max_body).await?;
         if ex.response.is_none() {
             return Err(steps::no_response());
         }
         if flow == Flow::Continue {
-            steps::run(&proxy.out_seq, ex).await?;
+            steps::run(&proxy.out_seq, ex, proxy.max_body).await?;
         }
         Ok(())
     }
@@ -316,7 +342,7 @@ async fn run_proxy(proxy: &Proxy, ex: &mut Exchange) -> Result<Response<Body>, M
             // The error sequence decides the answer when it ends in `respond` or `fault`;
             // otherwise the original error is answered as usual.
             log_error(proxy, ex, &e);
-            match steps::run(&proxy.on_error, ex).await {
+            match steps::run(&proxy.on_error, ex, proxy.max_body).await {
                 Ok(Flow::Respond) => ex.response.take().ok_or(e),
                 Ok(Flow::Continue) => Err(e),
                 Err(handled) => Err(handled),

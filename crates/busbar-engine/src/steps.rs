@@ -28,6 +28,8 @@ pub enum Step {
     Log(LogStep),
     /// Run a named sequence.
     Sequence(Arc<Sequence>),
+    /// Content-based routing.
+    Route(crate::route::RouteStep),
 }
 
 impl Step {
@@ -41,6 +43,7 @@ impl Step {
             Step::RemoveHeader(_) => "remove_header",
             Step::Log(_) => "log",
             Step::Sequence(_) => "sequence",
+            Step::Route(_) => "route",
         }
     }
 }
@@ -83,10 +86,12 @@ pub struct LogStep {
     pub level: tracing::Level,
 }
 
-/// Runs `steps` in order until one answers or fails.
-pub async fn run(steps: &[Step], ex: &mut Exchange) -> Result<Flow, MediationError> {
+/// Runs `steps` in order until one answers or fails; `max_body` caps what a step may buffer.
+pub async fn run(steps: &[Step], ex: &mut Exchange, max_body: u64) -> Result<Flow, MediationError> {
     for step in steps {
-        let flow = apply(step, ex).await.map_err(|e| e.in_step(step.kind()))?;
+        let flow = apply(step, ex, max_body)
+            .await
+            .map_err(|e| e.in_step(step.kind()))?;
         if flow == Flow::Respond {
             return Ok(Flow::Respond);
         }
@@ -94,7 +99,7 @@ pub async fn run(steps: &[Step], ex: &mut Exchange) -> Result<Flow, MediationErr
     Ok(Flow::Continue)
 }
 
-async fn apply(step: &Step, ex: &mut Exchange) -> Result<Flow, MediationError> {
+async fn apply(step: &Step, ex: &mut Exchange, max_body: u64) -> Result<Flow, MediationError> {
     match step {
         Step::Call(endpoint) => {
             if ex.response.is_some() {
@@ -128,7 +133,18 @@ async fn apply(step: &Step, ex: &mut Exchange) -> Result<Flow, MediationError> {
             log(l, ex);
             Ok(Flow::Continue)
         }
-        Step::Sequence(seq) => Box::pin(run(&seq.steps, ex)).await,
+        Step::Sequence(seq) => Box::pin(run(&seq.steps, ex, max_body)).await,
+        Step::Route(route) => {
+            for (condition, steps) in &route.cases {
+                if condition.holds(ex, max_body).await? {
+                    return Box::pin(run(steps, ex, max_body)).await;
+                }
+            }
+            match &route.otherwise {
+                Some(steps) => Box::pin(run(steps, ex, max_body)).await,
+                None => Ok(Flow::Continue),
+            }
+        }
     }
 }
 

@@ -1,0 +1,204 @@
+use busbar_bench::payload::{buy_stocks, Variant};
+use busbar_engine::echo::EchoOptions;
+
+use crate::support::*;
+
+const SOAP11: (&str, &str) = ("Content-Type", "text/xml; charset=UTF-8");
+const ROUTING: (&str, &str) = ("routing", "xadmin;server1;community#1.0##");
+
+fn cbr_yaml(echo: std::net::SocketAddr) -> String {
+    let example = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../examples/esb-benchmark.yaml"
+    ))
+    .expect("example");
+    // The example's namespaces and proxies, pointed at this test's echo back end.
+    let from = example.find("namespaces:").expect("namespaces");
+    example[from..].replace("${BUSBAR_ECHO:-127.0.0.1:9000}", &echo.to_string())
+}
+
+fn sizes() -> Vec<usize> {
+    let mut v = vec![
+        512,
+        1024,
+        4095,
+        4096,
+        4097,
+        8191,
+        8192,
+        8193,
+        16383,
+        16384,
+        16385,
+        65535,
+        65536,
+        65537,
+        102_400,
+        1 << 20,
+    ];
+    v.extend([16384 - 104, 16384 + 104]);
+    v
+}
+
+#[test]
+fn cbr_proxies_forward_matching_requests_byte_for_byte_at_every_size_and_split() {
+    let echo = echo(EchoOptions::default());
+    let h = engine(&cbr_yaml(echo.addr));
+    let mut c = Client::connect(h.http());
+    for size in sizes() {
+        let body = buy_stocks(size, Variant::Plain).expect("payload");
+        for proxy in ["CBRProxy", "CBRSOAPHeaderProxy", "CBRTransportHeaderProxy"] {
+            let path = format!("/service/{proxy}");
+            let r = c.post(&path, &[SOAP11, ROUTING], &body).expect("response");
+            assert_eq!(r.status, 200, "{proxy} {size}: {}", r.text());
+            assert_eq!(sha256(&r.body), sha256(&body), "{proxy} {size}");
+            for chunk in [1usize, 7, 1000, 16384] {
+                if size > 70_000 && chunk < 1000 {
+                    continue;
+                }
+                let mut cc = Client::connect(h.http());
+                let r = cc.post_chunked(&path, &body, chunk).expect("chunked");
+                if proxy == "CBRTransportHeaderProxy" {
+                    assert_eq!(r.status, 500, "no routing header on the chunked request");
+                    continue;
+                }
+                assert_eq!(r.status, 200, "{proxy} {size} chunk {chunk}: {}", r.text());
+                assert_eq!(
+                    sha256(&r.body),
+                    sha256(&body),
+                    "{proxy} {size} chunk {chunk}"
+                );
+            }
+        }
+    }
+    echo.stop();
+}
+
+#[test]
+fn cbr_negative_cases_get_the_exact_soap_faults() {
+    let echo = echo(EchoOptions::default());
+    let h = engine(&cbr_yaml(echo.addr));
+    let non_ibm = buy_stocks(1024, Variant::NonIbm).expect("payload");
+    let r = Client::connect(h.http())
+        .post("/service/CBRProxy", &[SOAP11], &non_ibm)
+        .expect("r");
+    assert_eq!(r.status, 500);
+    assert!(
+        r.text()
+            .contains("<faultstring>First order must be for the symbol IBM</faultstring>"),
+        "{}",
+        r.text()
+    );
+
+    for variant in [Variant::NoSoapHeader, Variant::BadSoapHeader] {
+        let body = buy_stocks(1024, variant).expect("payload");
+        let r = Client::connect(h.http())
+            .post("/service/CBRSOAPHeaderProxy", &[SOAP11], &body)
+            .expect("r");
+        assert_eq!(r.status, 500);
+        assert!(r
+            .text()
+            .contains("<faultstring>Invalid routing header</faultstring>"));
+    }
+    let body = buy_stocks(1024, Variant::Plain).expect("payload");
+    for headers in [vec![SOAP11], vec![SOAP11, ("routing", "wrong")]] {
+        let r = Client::connect(h.http())
+            .post("/service/CBRTransportHeaderProxy", &headers, &body)
+            .expect("r");
+        assert_eq!(r.status, 500);
+        assert!(r
+            .text()
+            .contains("<faultstring>Invalid routing header</faultstring>"));
+    }
+    echo.stop();
+}
+
+#[test]
+fn malformed_and_doctype_xml_get_client_faults_and_never_reach_the_back_end_complete() {
+    let echo = echo(EchoOptions::default());
+    let h = engine(&cbr_yaml(echo.addr));
+    let cases: [&[u8]; 3] = [
+        b"<soapenv:Envelope xmlns:soapenv=\"http://schemas.xmlsoap.org/soap/envelope/\"><soapenv:Body><a></b>",
+        b"<!DOCTYPE x [<!ENTITY e \"boom\">]><x>&e;</x>",
+        b"not xml at all",
+    ];
+    for body in cases {
+        let r = Client::connect(h.http())
+            .post("/service/CBRProxy", &[SOAP11], body)
+            .expect("r");
+        assert_eq!(r.status, 500, "{}", r.text());
+        assert!(
+            r.text().contains("<faultcode>soapenv:Client</faultcode>"),
+            "{}",
+            r.text()
+        );
+    }
+    // Decided early (IBM first), but the tail is malformed: the forwarded request is aborted,
+    // so the client gets no 200.
+    let mut good = buy_stocks(10_240, Variant::Plain).expect("payload");
+    let n = good.len();
+    good[n - 20..].copy_from_slice(b"</wrong></wrong></x>");
+    let r = Client::connect(h.http()).post("/service/CBRProxy", &[SOAP11], &good);
+    if let Ok(r) = r {
+        assert_ne!(
+            r.status, 200,
+            "a malformed document was forwarded and answered"
+        );
+    }
+    let requests = metric(
+        h.admin(),
+        "busbar_endpoint_requests_total{endpoint=\"echo\"}",
+    )
+    .unwrap_or(0.0);
+    assert_eq!(
+        requests, 1.0,
+        "only the early-decided request may have started a call"
+    );
+    echo.stop();
+}
+
+#[test]
+fn full_xpath_conditions_use_libxml2_and_agree_with_streaming_ones() {
+    let echo = echo(EchoOptions::default());
+    let h = engine(&format!(
+        "namespaces: {{ m: \"http://services.samples/xsd\" }}\nendpoints:\n  echo: {{ url: \"http://{}/e\" }}\nproxies:\n  Full:\n    path: /full\n    in:\n      - route:\n          - when: {{ xpath: \"count(//order) > 5 and //m:buyStocks/order[1]/symbol = 'IBM'\" }}\n            then: [ {{ call: echo }} ]\n          - otherwise: [ {{ fault: {{ status: 500, reason: few }} }} ]\n",
+        echo.addr
+    ));
+    let many = buy_stocks(1024, Variant::Plain).expect("7 orders");
+    let r = Client::connect(h.http())
+        .post("/full", &[SOAP11], &many)
+        .expect("r");
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.body, many);
+    let few = buy_stocks(512, Variant::Plain).expect("2 orders");
+    let r = Client::connect(h.http())
+        .post("/full", &[SOAP11], &few)
+        .expect("r");
+    assert_eq!(r.status, 500);
+    assert!(r.text().contains("<faultstring>few</faultstring>"));
+    echo.stop();
+}
+
+#[test]
+fn bad_xpath_fails_validation_with_its_path() {
+    let dir = temp_dir("badxpath");
+    let file = dir.join("c.yaml");
+    std::fs::write(
+        &file,
+        "listeners:\n  http: { bind: \"127.0.0.1:0\" }\nproxies:\n  P:\n    path: /p\n    in:\n      - route:\n          - when: { xpath: \"//q:order\" }\n            then: [ { respond: {} } ]\n",
+    )
+    .expect("write");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_busbar"))
+        .arg("validate")
+        .arg(&file)
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(":8: proxies.P.in[0].route[0].when.xpath:"),
+        "{err}"
+    );
+    assert!(err.contains('q'), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
