@@ -2,6 +2,8 @@
 # Same-run pass-through comparison: echo direct, busbar DirectProxy, nginx proxy_pass.
 # Server side (proxy + echo) pinned to core 0, wrk to core 1. Prints one line per cell.
 # Usage: bench/direct.sh [seconds per cell, default 10]
+# Environment: SIZES (default "1024 10240 102400"), CONC ("20 320"), TARGETS ("echo busbar nginx"),
+# ROUNDS (1): each cell is measured ROUNDS times, targets alternating, for medians.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 secs=${1:-10}
@@ -11,7 +13,11 @@ bin=./target/release/busbar
 tmp=$(mktemp -d)
 cleanup() { kill $(jobs -p) 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$tmp"; }
 trap cleanup EXIT
-for size in 1024 10240 102400; do $bin bench payload --size $size > "$tmp/$size.xml"; done
+sizes=${SIZES:-1024 10240 102400}
+conc=${CONC:-20 320}
+targets=${TARGETS:-echo busbar nginx}
+rounds=${ROUNDS:-1}
+for size in $sizes; do $bin bench payload --size $size > "$tmp/$size.xml"; done
 
 BUSBAR_WORKERS=1 BUSBAR_LISTEN=127.0.0.1:8280 BUSBAR_ECHO=127.0.0.1:9000 BUSBAR_LOG=warn \
   taskset -c 0 $bin run examples/esb-benchmark.yaml > "$tmp/busbar.log" 2>&1 &
@@ -26,9 +32,10 @@ declare -A url=(
   [nginx]=http://127.0.0.1:8380/service/DirectProxy
 )
 printf "%-7s %7s %4s %10s %9s %9s\n" target size c req/s p50 p99
-for size in 1024 10240 102400; do
-  for c in 20 320; do
-    for t in echo busbar nginx; do
+for size in $sizes; do
+  for c in $conc; do
+   for _ in $(seq "$rounds"); do
+    for t in $targets; do
       out=$(BODY="$tmp/$size.xml" taskset -c 1 wrk -t1 -c$c -d${secs}s --latency -s bench/post.lua "${url[$t]}")
       rps=$(awk '/Requests\/sec/ {print $2}' <<<"$out")
       p50=$(awk '$1=="50%" {print $2}' <<<"$out")
@@ -36,5 +43,6 @@ for size in 1024 10240 102400; do
       errs=$(grep -E "Non-2xx|Socket errors" <<<"$out" | tr '\n' ' ' || true)
       printf "%-7s %7s %4s %10s %9s %9s %s\n" "$t" "$size" "$c" "$rps" "$p50" "$p99" "$errs"
     done
+   done
   done
 done
