@@ -7,3 +7,4 @@ mod failures;
 mod route;
 mod support;
 mod tls;
+mod xslt;

@@ -265,7 +265,7 @@ pub fn validate(loaded: &LoadedConfig) -> Vec<ConfigError> {
         }
     }
     for (name, steps) in &cfg.sequences {
-        check_steps(cfg, steps, &format!("sequences.{name}"), &mut err);
+        check_steps(loaded, steps, &format!("sequences.{name}"), &mut err);
     }
     check_sequence_cycles(cfg, &mut err);
     let mut paths: BTreeMap<(String, String), String> = BTreeMap::new();
@@ -320,9 +320,9 @@ pub fn validate(loaded: &LoadedConfig) -> Vec<ConfigError> {
                 "a proxy needs at least one step in 'in'".into(),
             );
         }
-        check_steps(cfg, &p.in_seq, &format!("{path}.in"), &mut err);
-        check_steps(cfg, &p.out_seq, &format!("{path}.out"), &mut err);
-        check_steps(cfg, &p.on_error, &format!("{path}.on_error"), &mut err);
+        check_steps(loaded, &p.in_seq, &format!("{path}.in"), &mut err);
+        check_steps(loaded, &p.out_seq, &format!("{path}.out"), &mut err);
+        check_steps(loaded, &p.on_error, &format!("{path}.on_error"), &mut err);
     }
     errors
 }
@@ -347,11 +347,12 @@ fn check_url(url: &str) -> Result<(), String> {
 }
 
 fn check_steps(
-    cfg: &Config,
+    loaded: &LoadedConfig,
     steps: &[StepConfig],
     path: &str,
     err: &mut impl FnMut(Option<u64>, String, String),
 ) {
+    let cfg = &loaded.config;
     for (i, step) in steps.iter().enumerate() {
         let here = format!("{path}[{i}].{}", step.kind());
         match step {
@@ -424,6 +425,16 @@ fn check_steps(
                 }
             }
             StepConfig::Log(_) => {}
+            StepConfig::Xslt(x) => {
+                let file = loaded.resolve(&x.stylesheet.value);
+                if !file.is_file() {
+                    err(
+                        line_of(&x.stylesheet),
+                        format!("{here}.stylesheet"),
+                        format!("file not found: {}", file.display()),
+                    );
+                }
+            }
             StepConfig::Route(cases) => {
                 for (j, case) in cases.iter().enumerate() {
                     let at = format!("{here}[{j}]");
@@ -457,13 +468,13 @@ fn check_steps(
                                     );
                                 }
                             }
-                            check_steps(cfg, then, &format!("{at}.then"), err);
+                            check_steps(loaded, then, &format!("{at}.then"), err);
                         }
                         (None, None, Some(otherwise)) => {
                             if j + 1 != cases.len() {
                                 err(None, at.clone(), "'otherwise' must be the last case".into());
                             }
-                            check_steps(cfg, otherwise, &format!("{at}.otherwise"), err);
+                            check_steps(loaded, otherwise, &format!("{at}.otherwise"), err);
                         }
                         _ => err(
                             None,

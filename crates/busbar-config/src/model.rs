@@ -319,6 +319,8 @@ pub enum StepConfig {
     /// Content-based routing: the first case whose `when` holds runs its `then` steps;
     /// `otherwise` runs when none does.
     Route(Vec<RouteCase>),
+    /// Transform the current message's body with an XSLT 1.0 stylesheet.
+    Xslt(XsltConfig),
 }
 
 impl StepConfig {
@@ -333,6 +335,7 @@ impl StepConfig {
             StepConfig::Log(_) => "log",
             StepConfig::Sequence(_) => "sequence",
             StepConfig::Route(_) => "route",
+            StepConfig::Xslt(_) => "xslt",
         }
     }
 }
@@ -456,4 +459,44 @@ pub struct Condition {
     /// True when the header is present / the XPath selects something (or is true).
     #[serde(default)]
     pub exists: Option<bool>,
+}
+
+/// The `xslt` step.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct XsltConfig {
+    /// The stylesheet file, relative to the config file; compiled when the config is built
+    /// and again on reload.
+    pub stylesheet: Spanned<String>,
+    /// Stylesheet parameters: a string, or `{ xpath: EXPR }` evaluated on the input document.
+    #[serde(default)]
+    pub params: BTreeMap<String, XsltParam>,
+    /// What `document()`, `xsl:include` and `xsl:import` may read: `config_dir` (files under
+    /// the config file's directory, the default) or `none`. Network access is always refused.
+    #[serde(default)]
+    pub document_access: DocumentAccessConfig,
+}
+
+/// A stylesheet parameter value.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(untagged)]
+pub enum XsltParam {
+    /// A literal string.
+    String(String),
+    /// An XPath expression evaluated by the processor on the input document.
+    XPath {
+        /// The expression.
+        xpath: String,
+    },
+}
+
+/// Files a stylesheet may read.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DocumentAccessConfig {
+    /// Files under the config file's directory.
+    #[default]
+    ConfigDir,
+    /// No file at all.
+    None,
 }

@@ -18,5 +18,6 @@ pub mod runtime;
 pub mod server;
 pub mod steps;
 pub mod tls;
+pub mod xslt;
 
 pub use engine::{Engine, RunningEngine};

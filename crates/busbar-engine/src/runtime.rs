@@ -278,6 +278,44 @@ impl Builder<'_> {
                 }
                 Some(Step::Route(built))
             }
+            StepConfig::Xslt(x) => {
+                let file = self.loaded.resolve(&x.stylesheet.value);
+                let access = match x.document_access {
+                    busbar_config::DocumentAccessConfig::ConfigDir => {
+                        busbar_libxml::DocumentAccess::UnderDir(self.loaded.base_dir.clone())
+                    }
+                    busbar_config::DocumentAccessConfig::None => busbar_libxml::DocumentAccess::Off,
+                };
+                match busbar_libxml::Stylesheet::compile_file(&file, access) {
+                    Ok(sheet) => Some(Step::Xslt(crate::xslt::XsltStep {
+                        sheet: Arc::new(sheet),
+                        name: x.stylesheet.value.as_str().into(),
+                        params: Arc::new(
+                            x.params
+                                .iter()
+                                .map(|(k, v)| {
+                                    let expr = match v {
+                                        busbar_config::XsltParam::String(s) => {
+                                            busbar_libxml::Param::string(s)
+                                        }
+                                        busbar_config::XsltParam::XPath { xpath } => xpath.clone(),
+                                    };
+                                    (k.clone(), expr)
+                                })
+                                .collect(),
+                        ),
+                    })),
+                    Err(e) => {
+                        let line = e.line.map(|l| format!(" (line {l})")).unwrap_or_default();
+                        self.error(
+                            line_of(&x.stylesheet),
+                            format!("{here}.stylesheet"),
+                            format!("{}: {}{line}", file.display(), e.message.trim()),
+                        );
+                        None
+                    }
+                }
+            }
             StepConfig::Log(l) => Some(Step::Log(LogStep {
                 message: l.message.clone(),
                 level: match l.level {

@@ -30,6 +30,8 @@ pub enum Step {
     Sequence(Arc<Sequence>),
     /// Content-based routing.
     Route(crate::route::RouteStep),
+    /// XSLT transformation.
+    Xslt(crate::xslt::XsltStep),
 }
 
 impl Step {
@@ -44,6 +46,7 @@ impl Step {
             Step::Log(_) => "log",
             Step::Sequence(_) => "sequence",
             Step::Route(_) => "route",
+            Step::Xslt(_) => "xslt",
         }
     }
 }
@@ -134,6 +137,10 @@ async fn apply(step: &Step, ex: &mut Exchange, max_body: u64) -> Result<Flow, Me
             Ok(Flow::Continue)
         }
         Step::Sequence(seq) => Box::pin(run(&seq.steps, ex, max_body)).await,
+        Step::Xslt(x) => {
+            x.apply(ex, max_body).await?;
+            Ok(Flow::Continue)
+        }
         Step::Route(route) => {
             for (condition, steps) in &route.cases {
                 if condition.holds(ex, max_body).await? {

@@ -1,0 +1,216 @@
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpListener;
+use std::process::Command;
+use std::sync::{Arc, Mutex};
+
+use busbar_bench::payload::{buy_stocks, Variant};
+use busbar_engine::echo::EchoOptions;
+
+use crate::support::*;
+
+const SOAP11: (&str, &str) = ("Content-Type", "text/xml; charset=UTF-8");
+
+fn examples_dir() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples")
+}
+
+/// The example's XSLTProxy against the given back end, with stylesheets from examples/xslt.
+fn xslt_yaml(backend: std::net::SocketAddr) -> String {
+    let x = examples_dir().join("xslt");
+    format!(
+        "endpoints:\n  echo: {{ url: \"http://{backend}/service/EchoService\" }}\nproxies:\n  XSLTProxy:\n    path: /service/XSLTProxy\n    in:\n      - xslt: {{ stylesheet: \"{req}\" }}\n      - call: echo\n    out:\n      - xslt: {{ stylesheet: \"{resp}\" }}\n  DirectProxy:\n    path: /service/DirectProxy\n    in:\n      - call: echo\n",
+        req = x.join("reverse-request.xsl").display(),
+        resp = x.join("reverse-response.xsl").display(),
+    )
+}
+
+#[test]
+fn xslt_proxy_passes_the_project_verifier_at_every_size_and_concurrency() {
+    let echo = echo(EchoOptions::default());
+    let h = engine(&xslt_yaml(echo.addr));
+    let out = Command::new(env!("CARGO_BIN_EXE_busbar"))
+        .args([
+            "bench",
+            "verify",
+            &format!("http://{}/service", h.http()),
+            "--scenarios",
+            "xslt",
+            "--concurrency",
+            "1,50",
+        ])
+        .output()
+        .expect("run verify");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains(" 0 failed"), "{text}");
+    echo.stop();
+}
+
+/// A back end that records each request body and echoes it.
+fn recording_back_end() -> (std::net::SocketAddr, Arc<Mutex<Vec<Vec<u8>>>>) {
+    let l = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = l.local_addr().expect("addr");
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let store = seen.clone();
+    std::thread::spawn(move || {
+        for stream in l.incoming() {
+            let Ok(stream) = stream else { continue };
+            let store = store.clone();
+            std::thread::spawn(move || {
+                let mut r = BufReader::new(stream);
+                loop {
+                    let mut len = 0usize;
+                    let mut line = String::new();
+                    if r.read_line(&mut line).unwrap_or(0) == 0 {
+                        return;
+                    }
+                    loop {
+                        let mut h = String::new();
+                        if r.read_line(&mut h).unwrap_or(0) == 0 {
+                            return;
+                        }
+                        let h = h.trim_end();
+                        if h.is_empty() {
+                            break;
+                        }
+                        if let Some(v) = h.to_ascii_lowercase().strip_prefix("content-length:") {
+                            len = v.trim().parse().unwrap_or(0);
+                        }
+                    }
+                    let mut body = vec![0; len];
+                    if r.read_exact(&mut body).is_err() {
+                        return;
+                    }
+                    let head = format!("HTTP/1.1 200 OK\r\nContent-Type: text/xml; charset=UTF-8\r\nContent-Length: {len}\r\n\r\n");
+                    let s = r.get_mut();
+                    let _ = s.write_all(head.as_bytes());
+                    let _ = s.write_all(&body);
+                    store.lock().expect("lock").push(body);
+                }
+            });
+        }
+    });
+    (addr, seen)
+}
+
+#[test]
+fn the_back_end_receives_reversed_names_and_the_client_gets_them_back() {
+    let (backend, seen) = recording_back_end();
+    let h = engine(&xslt_yaml(backend));
+    let body = buy_stocks(1024, Variant::Plain).expect("payload");
+    let r = Client::connect(h.http())
+        .post("/service/XSLTProxy", &[SOAP11], &body)
+        .expect("resp");
+    assert_eq!(r.status, 200, "{}", r.text());
+    let sent = String::from_utf8(seen.lock().expect("lock")[0].clone()).expect("utf8");
+    assert!(sent.contains("<m:skcotSyub xmlns:m=\"http://services.samples/xsd\"><redro><lobmys>IBM</lobmys><DIreyub>asankha</DIreyub>"), "{sent}");
+    assert!(
+        !sent.contains("soapenv:Header"),
+        "the SOAP header must be dropped: {sent}"
+    );
+    assert!(!sent.contains("<order>"), "{sent}");
+    let back = r.text();
+    assert!(back.contains("<m:buyStocks"), "{back}");
+    assert!(
+        back.contains("<order><symbol>IBM</symbol><buyerID>asankha</buyerID><price>140.34</price>"),
+        "{back}"
+    );
+    assert_eq!(back.matches("<order>").count(), 7);
+    assert_eq!(
+        r.header("content-length"),
+        Some(r.body.len().to_string().as_str())
+    );
+}
+
+#[test]
+fn a_failing_stylesheet_gives_a_soap_fault_naming_it() {
+    let dir = temp_dir("xslt-fail");
+    let sheet = dir.join("stop.xsl");
+    std::fs::write(&sheet, "<xsl:stylesheet version=\"1.0\" xmlns:xsl=\"http://www.w3.org/1999/XSL/Transform\"><xsl:template match=\"/\"><xsl:message terminate=\"yes\">no orders today</xsl:message></xsl:template></xsl:stylesheet>").expect("write");
+    let h = engine(&format!(
+        "proxies:\n  P:\n    path: /p\n    in:\n      - xslt: {{ stylesheet: \"{}\" }}\n      - respond: {{}}\n",
+        sheet.display()
+    ));
+    let r = Client::connect(h.http())
+        .post("/p", &[SOAP11], b"<a/>")
+        .expect("resp");
+    assert_eq!(r.status, 500);
+    let t = r.text();
+    assert!(t.contains("stop.xsl"), "{t}");
+    assert!(t.contains("no orders today"), "{t}");
+    let r = Client::connect(h.http())
+        .post("/p", &[SOAP11], b"<a>not xml")
+        .expect("resp");
+    assert_eq!(r.status, 500);
+    assert!(
+        r.text().contains("<faultcode>soapenv:Client</faultcode>"),
+        "{}",
+        r.text()
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_stylesheet_syntax_error_fails_validation_with_file_and_line() {
+    let dir = temp_dir("xslt-bad");
+    std::fs::write(dir.join("bad.xsl"), "<xsl:stylesheet version=\"1.0\" xmlns:xsl=\"http://www.w3.org/1999/XSL/Transform\">\n<xsl:template match=\"/\">\n<xsl:value-of select=\"((\"/>\n</xsl:template>\n</xsl:stylesheet>\n").expect("write");
+    let file = dir.join("c.yaml");
+    std::fs::write(&file, "listeners:\n  http: { bind: \"127.0.0.1:0\" }\nproxies:\n  P:\n    path: /p\n    in:\n      - xslt: { stylesheet: bad.xsl }\n      - respond: {}\n").expect("write");
+    let out = Command::new(env!("CARGO_BIN_EXE_busbar"))
+        .arg("validate")
+        .arg(&file)
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(":7: proxies.P.in[0].xslt.stylesheet:"),
+        "{err}"
+    );
+    assert!(err.contains("bad.xsl"), "{err}");
+    assert!(err.contains("line 3"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn large_transforms_do_not_block_a_parallel_direct_proxy_call() {
+    let echo = echo(EchoOptions::default());
+    let h = engine(&xslt_yaml(echo.addr));
+    let addr = h.http();
+    let big = Arc::new(buy_stocks(256 << 10, Variant::Plain).expect("payload"));
+    let done = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let transforms: Vec<_> = (0..100)
+        .map(|_| {
+            let (big, done) = (big.clone(), done.clone());
+            std::thread::spawn(move || {
+                let r = Client::connect(addr)
+                    .post("/service/XSLTProxy", &[SOAP11], &big)
+                    .expect("xslt");
+                assert_eq!(r.status, 200, "{}", r.text());
+                done.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            })
+        })
+        .collect();
+    // Wait until transforms are under way, then a small DirectProxy call must get through
+    // while most of them are still running.
+    assert!(eventually(std::time::Duration::from_secs(30), || {
+        metric(h.admin(), "busbar_proxy_in_flight{proxy=\"XSLTProxy\"}").unwrap_or(0.0) >= 10.0
+    }));
+    let r = Client::connect(addr)
+        .post("/service/DirectProxy", &[SOAP11], b"<ping/>")
+        .expect("direct");
+    assert_eq!(r.body, b"<ping/>");
+    let finished = done.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(
+        finished < 90,
+        "the DirectProxy call waited for {finished} of 100 transforms"
+    );
+    for t in transforms {
+        t.join().expect("transform thread");
+    }
+    echo.stop();
+}
