@@ -14,7 +14,10 @@ fn cbr_yaml(echo: std::net::SocketAddr) -> String {
     .expect("example");
     // The example's namespaces and proxies, pointed at this test's echo back end.
     let from = example.find("namespaces:").expect("namespaces");
-    example[from..].replace("${BUSBAR_ECHO:-127.0.0.1:9000}", &echo.to_string())
+    let xslt_dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/xslt/");
+    example[from..]
+        .replace("${BUSBAR_ECHO:-127.0.0.1:9000}", &echo.to_string())
+        .replace("xslt/reverse-", &format!("{xslt_dir}reverse-"))
 }
 
 fn sizes() -> Vec<usize> {
