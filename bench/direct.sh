@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Same-run pass-through comparison: echo direct, busbar DirectProxy, nginx proxy_pass.
+# Same-run comparison of busbar proxies against the echo back end direct and nginx.
 # Server side (proxy + echo) pinned to core 0, wrk to core 1. Prints one line per cell.
 # Usage: bench/direct.sh [seconds per cell, default 10]
-# Environment: SIZES (default "1024 10240 102400"), CONC ("20 320"), TARGETS ("echo busbar nginx"),
+# Environment: SIZES (default "1024 10240 102400"), CONC ("20 320"),
+# TARGETS ("echo DirectProxy nginx": echo direct, nginx, or any busbar proxy name),
 # ROUNDS (1): each cell is measured ROUNDS times, targets alternating, for medians.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -15,7 +16,7 @@ cleanup() { kill $(jobs -p) 2>/dev/null || true; wait 2>/dev/null || true; rm -r
 trap cleanup EXIT
 sizes=${SIZES:-1024 10240 102400}
 conc=${CONC:-20 320}
-targets=${TARGETS:-echo busbar nginx}
+targets=${TARGETS:-echo DirectProxy nginx}
 rounds=${ROUNDS:-1}
 for size in $sizes; do $bin bench payload --size $size > "$tmp/$size.xml"; done
 
@@ -26,22 +27,24 @@ taskset -c 0 nginx -p "$tmp" -c "$PWD/bench/peers/nginx.conf" &
 for _ in $(seq 50); do curl -sf -o /dev/null -d x http://127.0.0.1:8280/service/DirectProxy && \
   curl -sf -o /dev/null -d x http://127.0.0.1:8380/service/DirectProxy && break; sleep 0.1; done
 
-declare -A url=(
-  [echo]=http://127.0.0.1:9000/service/EchoService
-  [busbar]=http://127.0.0.1:8280/service/DirectProxy
-  [nginx]=http://127.0.0.1:8380/service/DirectProxy
-)
-printf "%-7s %7s %4s %10s %9s %9s\n" target size c req/s p50 p99
+url_of() {
+  case $1 in
+    echo) echo http://127.0.0.1:9000/service/EchoService ;;
+    nginx) echo http://127.0.0.1:8380/service/DirectProxy ;;
+    *) echo "http://127.0.0.1:8280/service/$1" ;;
+  esac
+}
+printf "%-24s %7s %4s %10s %9s %9s\n" target size c req/s p50 p99
 for size in $sizes; do
   for c in $conc; do
    for _ in $(seq "$rounds"); do
     for t in $targets; do
-      out=$(BODY="$tmp/$size.xml" taskset -c 1 wrk -t1 -c$c -d${secs}s --latency -s bench/post.lua "${url[$t]}")
+      out=$(BODY="$tmp/$size.xml" taskset -c 1 wrk -t1 -c$c -d${secs}s --latency -s bench/post.lua "$(url_of "$t")")
       rps=$(awk '/Requests\/sec/ {print $2}' <<<"$out")
       p50=$(awk '$1=="50%" {print $2}' <<<"$out")
       p99=$(awk '$1=="99%" {print $2}' <<<"$out")
       errs=$(grep -E "Non-2xx|Socket errors" <<<"$out" | tr '\n' ' ' || true)
-      printf "%-7s %7s %4s %10s %9s %9s %s\n" "$t" "$size" "$c" "$rps" "$p50" "$p99" "$errs"
+      printf "%-24s %7s %4s %10s %9s %9s %s\n" "$t" "$size" "$c" "$rps" "$p50" "$p99" "$errs"
     done
    done
   done

@@ -214,3 +214,33 @@ fn large_transforms_do_not_block_a_parallel_direct_proxy_call() {
     }
     echo.stop();
 }
+
+#[test]
+fn params_and_xsl_output_reach_the_client() {
+    let dir = temp_dir("xslt-params");
+    std::fs::write(
+        dir.join("p.xsl"),
+        "<xsl:stylesheet version=\"1.0\" xmlns:xsl=\"http://www.w3.org/1999/XSL/Transform\"><xsl:output method=\"text\"/><xsl:param name=\"region\"/><xsl:param name=\"first\"/><xsl:template match=\"/\"><xsl:value-of select=\"concat($region, '|', $first)\"/></xsl:template></xsl:stylesheet>",
+    )
+    .expect("write");
+    let file = dir.join("c.yaml");
+    std::fs::write(
+        &file,
+        format!(
+            "workers: 1\nadmin: {{ enabled: false }}\nlisteners:\n  http: {{ bind: \"127.0.0.1:0\" }}\nproxies:\n  P:\n    path: /p\n    in:\n      - xslt: {{ stylesheet: p.xsl, params: {{ region: \"it's eu\", first: {{ xpath: \"//order[1]/symbol\" }} }} }}\n      - respond: {{}}\n"
+        ),
+    )
+    .expect("write");
+    let engine = busbar_engine::Engine::start(&file).expect("start");
+    let addr = engine.listeners["http"];
+    let body = buy_stocks(1024, Variant::Plain).expect("payload");
+    let r = Client::connect(addr)
+        .post("/p", &[SOAP11], &body)
+        .expect("resp");
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.text(), "it's eu|IBM");
+    assert_eq!(r.header("content-type"), Some("text/plain; charset=UTF-8"));
+    assert_eq!(r.header("content-length"), Some("11"));
+    engine.shutdown();
+    let _ = std::fs::remove_dir_all(&dir);
+}
