@@ -94,6 +94,7 @@ impl Counters {
 pub struct Registry {
     proxies: Mutex<BTreeMap<String, Arc<Counters>>>,
     endpoints: Mutex<BTreeMap<String, Arc<Counters>>>,
+    steps: Mutex<BTreeMap<String, Arc<Counters>>>,
     /// Config reloads that succeeded.
     pub reloads: AtomicU64,
     /// Config reloads that failed (the old config kept serving).
@@ -111,6 +112,11 @@ impl Registry {
         Self::get(&self.endpoints, name)
     }
 
+    /// The counters of the step at config path `path` (like `proxies.P.in[0].call`).
+    pub fn step(&self, path: &str) -> Arc<Counters> {
+        Self::get(&self.steps, path)
+    }
+
     fn get(map: &Mutex<BTreeMap<String, Arc<Counters>>>, name: &str) -> Arc<Counters> {
         // A poisoned lock only means another thread panicked while inserting; the map is
         // still consistent, so keep using it.
@@ -121,7 +127,11 @@ impl Registry {
     /// Renders every metric in the Prometheus text exposition format.
     pub fn render(&self) -> String {
         let mut out = String::with_capacity(8192);
-        let groups = [("proxy", &self.proxies), ("endpoint", &self.endpoints)];
+        let groups = [
+            ("proxy", &self.proxies),
+            ("endpoint", &self.endpoints),
+            ("step", &self.steps),
+        ];
         for (what, map) in groups {
             let map = map.lock().unwrap_or_else(|p| p.into_inner());
             let counters = [

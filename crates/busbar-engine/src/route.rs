@@ -15,7 +15,7 @@ use busbar_libxml::{Document, XPathExpr, XPathValue};
 use busbar_xml::{Matcher, StreamPath, Test, WellFormed, XmlError};
 use http::HeaderName;
 
-use crate::steps::Step;
+use crate::steps::BuiltStep;
 
 /// Bodies larger than this are parsed for a full-XPath condition on the blocking pool, so a
 /// large document does not stall the other connections of the worker's event loop.
@@ -25,9 +25,9 @@ const OFF_LOOP_BYTES: usize = 64 * 1024;
 #[derive(Debug)]
 pub struct RouteStep {
     /// The `{ when, then }` cases, in order.
-    pub cases: Vec<(Condition, Vec<Step>)>,
+    pub cases: Vec<(Condition, Vec<BuiltStep>)>,
     /// The `otherwise` steps, if any.
-    pub otherwise: Option<Vec<Step>>,
+    pub otherwise: Option<Vec<BuiltStep>>,
 }
 
 /// A built condition.

@@ -8,7 +8,7 @@ use busbar_core::metrics::{Counters, Registry};
 use http::{HeaderName, HeaderValue, Method, StatusCode};
 
 use crate::client::{Endpoint, EndpointSettings};
-use crate::steps::{FaultStep, LogStep, RespondStep, Sequence, Step};
+use crate::steps::{BuiltStep, FaultStep, LogStep, RespondStep, Sequence, Step};
 
 /// A proxy service, built.
 #[derive(Debug)]
@@ -20,11 +20,11 @@ pub struct Proxy {
     /// Largest body a step may buffer.
     pub max_body: u64,
     /// Request steps.
-    pub in_seq: Vec<Step>,
+    pub in_seq: Vec<BuiltStep>,
     /// Response steps.
-    pub out_seq: Vec<Step>,
+    pub out_seq: Vec<BuiltStep>,
     /// Error steps.
-    pub on_error: Vec<Step>,
+    pub on_error: Vec<BuiltStep>,
     /// Its metrics.
     pub counters: Arc<Counters>,
 }
@@ -60,6 +60,7 @@ impl Runtime {
         busbar_libxml::init();
         let mut b = Builder {
             loaded,
+            metrics,
             namespaces: cfg.namespaces.clone(),
             errors: Vec::new(),
             endpoints: BTreeMap::new(),
@@ -147,6 +148,7 @@ impl Runtime {
 
 struct Builder<'a> {
     loaded: &'a LoadedConfig,
+    metrics: &'a Registry,
     /// Namespace prefixes in scope for the steps being built.
     namespaces: BTreeMap<String, String>,
     errors: Vec<ConfigError>,
@@ -177,12 +179,15 @@ impl Builder<'_> {
         Some(seq)
     }
 
-    fn steps(&mut self, cfgs: &[StepConfig], path: &str) -> Vec<Step> {
+    fn steps(&mut self, cfgs: &[StepConfig], path: &str) -> Vec<BuiltStep> {
         let mut out = Vec::with_capacity(cfgs.len());
         for (i, cfg) in cfgs.iter().enumerate() {
             let here = format!("{path}[{i}].{}", cfg.kind());
             if let Some(step) = self.step(cfg, &here) {
-                out.push(step);
+                out.push(BuiltStep {
+                    step,
+                    counters: self.metrics.step(&here),
+                });
             }
         }
         out

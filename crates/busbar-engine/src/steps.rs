@@ -51,13 +51,22 @@ impl Step {
     }
 }
 
+/// A step with the counters the executor keeps for it (count, errors, latency).
+#[derive(Debug)]
+pub struct BuiltStep {
+    /// The step.
+    pub step: Step,
+    /// Its metrics, labelled with its config path.
+    pub counters: Arc<busbar_core::metrics::Counters>,
+}
+
 /// A named, reusable list of steps.
 #[derive(Debug, Default)]
 pub struct Sequence {
     /// Its name (empty for a proxy's own sequences).
     pub name: String,
     /// The steps, in order.
-    pub steps: Vec<Step>,
+    pub steps: Vec<BuiltStep>,
 }
 
 /// The `fault` step.
@@ -90,11 +99,21 @@ pub struct LogStep {
 }
 
 /// Runs `steps` in order until one answers or fails; `max_body` caps what a step may buffer.
-pub async fn run(steps: &[Step], ex: &mut Exchange, max_body: u64) -> Result<Flow, MediationError> {
-    for step in steps {
-        let flow = apply(step, ex, max_body)
-            .await
-            .map_err(|e| e.in_step(step.kind()))?;
+pub async fn run(
+    steps: &[BuiltStep],
+    ex: &mut Exchange,
+    max_body: u64,
+) -> Result<Flow, MediationError> {
+    use std::sync::atomic::Ordering::Relaxed;
+    for BuiltStep { step, counters } in steps {
+        let started = std::time::Instant::now();
+        counters.requests.fetch_add(1, Relaxed);
+        let result = apply(step, ex, max_body).await;
+        counters.latency.observe(started.elapsed());
+        let flow = result.map_err(|e| {
+            counters.error(e.kind);
+            e.in_step(step.kind())
+        })?;
         if flow == Flow::Respond {
             return Ok(Flow::Respond);
         }
