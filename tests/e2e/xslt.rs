@@ -226,9 +226,7 @@ fn params_and_xsl_output_reach_the_client() {
     let file = dir.join("c.yaml");
     std::fs::write(
         &file,
-        format!(
-            "workers: 1\nadmin: {{ enabled: false }}\nlisteners:\n  http: {{ bind: \"127.0.0.1:0\" }}\nproxies:\n  P:\n    path: /p\n    in:\n      - xslt: {{ stylesheet: p.xsl, params: {{ region: \"it's eu\", first: {{ xpath: \"//order[1]/symbol\" }} }} }}\n      - respond: {{}}\n"
-        ),
+        "workers: 1\nadmin: { enabled: false }\nlisteners:\n  http: { bind: \"127.0.0.1:0\" }\nproxies:\n  P:\n    path: /p\n    in:\n      - xslt: { stylesheet: p.xsl, params: { region: \"it's eu\", first: { xpath: \"//order[1]/symbol\" } } }\n      - respond: {}\n",
     )
     .expect("write");
     let engine = busbar_engine::Engine::start(&file).expect("start");
