@@ -185,19 +185,11 @@ fn full_xpath_conditions_use_libxml2_and_agree_with_streaming_ones() {
 #[test]
 fn bad_xpath_fails_validation_with_its_path() {
     let dir = temp_dir("badxpath");
-    let file = dir.join("c.yaml");
-    std::fs::write(
-        &file,
+    let (code, err) = validate_in(
+        &dir,
         "listeners:\n  http: { bind: \"127.0.0.1:0\" }\nproxies:\n  P:\n    path: /p\n    in:\n      - route:\n          - when: { xpath: \"//q:order\" }\n            then: [ { respond: {} } ]\n",
-    )
-    .expect("write");
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_busbar"))
-        .arg("validate")
-        .arg(&file)
-        .output()
-        .expect("run");
-    assert_eq!(out.status.code(), Some(1));
-    let err = String::from_utf8_lossy(&out.stderr);
+    );
+    assert_eq!(code, Some(1));
     assert!(
         err.contains(":8: proxies.P.in[0].route[0].when.xpath:"),
         "{err}"

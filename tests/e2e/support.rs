@@ -128,18 +128,9 @@ impl Client {
             head.push_str(&format!("{k}: {v}\r\n"));
         }
         head.push_str("\r\n");
-        // Write from another thread while this one reads, as real clients do: an echo path
-        // streams the answer back while the request is still being sent.
         let mut out = head.into_bytes();
         out.extend_from_slice(body);
-        let mut writer = self.stream.get_ref().try_clone()?;
-        let sending = std::thread::spawn(move || writer.write_all(&out));
-        let resp = self.read_response();
-        let sent = sending
-            .join()
-            .map_err(|_| std::io::Error::other("writer panicked"))?;
-        let resp = resp?;
-        sent.map(|()| resp)
+        self.exchange(out)
     }
 
     /// POSTs `body` with chunked transfer encoding, in chunks of `chunk` bytes.
@@ -151,8 +142,14 @@ impl Client {
             out.extend_from_slice(b"\r\n");
         }
         out.extend_from_slice(b"0\r\n\r\n");
+        self.exchange(out)
+    }
+
+    /// Sends `request` from another thread while this one reads the response, as real
+    /// clients do: an echo path streams the answer back while the request is still going out.
+    fn exchange(&mut self, request: Vec<u8>) -> std::io::Result<Resp> {
         let mut writer = self.stream.get_ref().try_clone()?;
-        let sending = std::thread::spawn(move || writer.write_all(&out));
+        let sending = std::thread::spawn(move || writer.write_all(&request));
         let resp = self.read_response();
         let sent = sending
             .join()
@@ -278,4 +275,19 @@ pub fn metric(admin: SocketAddr, line_prefix: &str) -> Option<f64> {
         .find(|l| l.starts_with(line_prefix))
         .and_then(|l| l.rsplit(' ').next())
         .and_then(|v| v.parse().ok())
+}
+
+/// Writes `yaml` as `c.yaml` in `dir` and runs `busbar validate` on it: (exit code, stderr).
+pub fn validate_in(dir: &std::path::Path, yaml: &str) -> (Option<i32>, String) {
+    let file = dir.join("c.yaml");
+    std::fs::write(&file, yaml).expect("write config");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_busbar"))
+        .arg("validate")
+        .arg(&file)
+        .output()
+        .expect("run busbar validate");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }

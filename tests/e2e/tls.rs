@@ -81,19 +81,11 @@ fn validate_names_an_unreadable_tls_key() {
     let dir = temp_dir("badtls");
     make_cert(&dir);
     std::fs::write(dir.join("key.pem"), "not a key").expect("overwrite key");
-    let file = dir.join("c.yaml");
-    std::fs::write(
-        &file,
+    let (code, err) = validate_in(
+        &dir,
         "listeners:\n  https:\n    bind: \"127.0.0.1:0\"\n    tls: { cert: cert.pem, key: key.pem }\nproxies:\n  P: { path: /p, in: [ { respond: {} } ] }\n",
-    )
-    .expect("write");
-    let out = Command::new(env!("CARGO_BIN_EXE_busbar"))
-        .arg("validate")
-        .arg(&file)
-        .output()
-        .expect("run");
-    assert_eq!(out.status.code(), Some(1));
-    let err = String::from_utf8_lossy(&out.stderr);
+    );
+    assert_eq!(code, Some(1));
     assert!(
         err.contains(":4: listeners.https.tls: cannot read a private key from"),
         "{err}"

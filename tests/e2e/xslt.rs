@@ -158,15 +158,8 @@ fn a_failing_stylesheet_gives_a_soap_fault_naming_it() {
 fn a_stylesheet_syntax_error_fails_validation_with_file_and_line() {
     let dir = temp_dir("xslt-bad");
     std::fs::write(dir.join("bad.xsl"), "<xsl:stylesheet version=\"1.0\" xmlns:xsl=\"http://www.w3.org/1999/XSL/Transform\">\n<xsl:template match=\"/\">\n<xsl:value-of select=\"((\"/>\n</xsl:template>\n</xsl:stylesheet>\n").expect("write");
-    let file = dir.join("c.yaml");
-    std::fs::write(&file, "listeners:\n  http: { bind: \"127.0.0.1:0\" }\nproxies:\n  P:\n    path: /p\n    in:\n      - xslt: { stylesheet: bad.xsl }\n      - respond: {}\n").expect("write");
-    let out = Command::new(env!("CARGO_BIN_EXE_busbar"))
-        .arg("validate")
-        .arg(&file)
-        .output()
-        .expect("run");
-    assert_eq!(out.status.code(), Some(1));
-    let err = String::from_utf8_lossy(&out.stderr);
+    let (code, err) = validate_in(&dir, "listeners:\n  http: { bind: \"127.0.0.1:0\" }\nproxies:\n  P:\n    path: /p\n    in:\n      - xslt: { stylesheet: bad.xsl }\n      - respond: {}\n");
+    assert_eq!(code, Some(1));
     assert!(
         err.contains(":7: proxies.P.in[0].xslt.stylesheet:"),
         "{err}"
