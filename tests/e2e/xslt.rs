@@ -37,6 +37,9 @@ fn xslt_proxy_passes_the_project_verifier_at_every_size_and_concurrency() {
             "xslt",
             "--concurrency",
             "1,50",
+            // Correctness, not speed: a loaded debug build may queue 1 MiB transforms for long.
+            "--timeout",
+            "120s",
         ])
         .output()
         .expect("run verify");
