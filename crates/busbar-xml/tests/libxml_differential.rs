@@ -1136,3 +1136,19 @@ fn non_ascii_names_match_exactly() {
     assert!(agree(doc, "//é", &Test::Exists));
     assert!(!agree(doc, "/é", &Test::Exists));
 }
+
+#[test]
+fn header_rule_departs_from_xpath_only_when_header_is_not_first() {
+    // The one deliberate difference, and the reason the random envelopes always put their
+    // Header first: a Header that SOAP would reject (after Body) is not a header to route on.
+    let doc = format!(
+        "<e:Envelope xmlns:e='{SOAP11_ENV_NS}'><e:Body/><e:Header><routing xmlns='{ROUTING_NS}'>{ROUTING}</routing></e:Header></e:Envelope>"
+    );
+    let doc = doc.as_bytes();
+    let ns = Namespaces::from_pairs(PATH_NS).expect("path bindings");
+    let header = compile(HEADER_ROUTING, &ns).expect("streamable");
+    assert_eq!(evaluate(&header, &equals(ROUTING), doc), Ok(false));
+    assert_eq!(libxml_values(doc, HEADER_ROUTING), vec![ROUTING.to_owned()]);
+    // Without an Envelope step in front, `Header` is an ordinary name test.
+    assert!(agree(doc, "//soapenv:Header/r:routing", &equals(ROUTING)));
+}
