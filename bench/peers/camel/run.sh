@@ -4,7 +4,7 @@
 # local repository already has everything, online otherwise).
 # Environment: PORT (8290), ECHO (http://127.0.0.1:9000/service/EchoService), CPU (0: the core
 # taskset pins the JVM to), POOL (512 back-end connections), JAVA_OPTS (replaces the heap/GC
-# flags below). SIGTERM/SIGINT stop Camel gracefully; the exit status is the JVM's.
+# flags below), BUILD_ONLY (build, then exit). SIGTERM/SIGINT stop Camel gracefully; the exit status is the JVM's.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../../.." && pwd)
@@ -17,6 +17,7 @@ if [[ ! -f "$stamp" || -n $(find "$here/pom.xml" "$here/src" -newer "$stamp" -pr
   fi
   touch "$stamp"
 fi
+[[ -z "${BUILD_ONLY:-}" ]] || exit 0
 
 # Same heap and collector as the figures in docs/benchmarks.md: a fixed 1 GiB heap so no run
 # pays for heap growth, ParallelGC for throughput.

@@ -6,6 +6,7 @@ import java.nio.file.Path;
 import java.nio.charset.StandardCharsets;
 
 import org.apache.camel.Exchange;
+import org.apache.camel.LoggingLevel;
 import org.apache.camel.Message;
 import org.apache.camel.Processor;
 import org.apache.camel.builder.RouteBuilder;
@@ -23,6 +24,7 @@ import org.apache.camel.support.builder.Namespaces;
  *   camel.xslt.request / CAMEL_XSLT_REQUEST    request stylesheet (XSLTProxy)
  *   camel.xslt.response / CAMEL_XSLT_RESPONSE  response stylesheet (XSLTProxy)
  *   camel.pool / CAMEL_POOL          back-end connection pool size (512)
+ *   camel.max.body / CAMEL_MAX_BODY  largest request/response body in bytes (64 MiB)
  */
 public final class CamelPeer {
     static final String ROUTING_VALUE = "xadmin;server1;community#1.0##";
@@ -57,6 +59,9 @@ public final class CamelPeer {
         String xslRequest = setting("camel.xslt.request", "CAMEL_XSLT_REQUEST", "examples/xslt/reverse-request.xsl");
         String xslResponse = setting("camel.xslt.response", "CAMEL_XSLT_RESPONSE", "examples/xslt/reverse-response.xsl");
         int pool = Integer.parseInt(setting("camel.pool", "CAMEL_POOL", "512"));
+        // Netty's aggregator refuses bodies above 1 MiB by default (413); the contract's stress
+        // sizes go beyond that.
+        int maxBody = Integer.parseInt(setting("camel.max.body", "CAMEL_MAX_BODY", "67108864"));
         for (String xsl : new String[] {xslRequest, xslResponse}) {
             if (!Files.isReadable(Path.of(xsl))) {
                 throw new IllegalArgumentException("stylesheet not readable: " + xsl);
@@ -69,7 +74,7 @@ public final class CamelPeer {
         main.configure().withStreamCachingEnabled(true);
         main.configure().addRoutesBuilder(new Routes(host, port, echo,
                 Path.of(xslRequest).toAbsolutePath().toString(),
-                Path.of(xslResponse).toAbsolutePath().toString(), pool));
+                Path.of(xslResponse).toAbsolutePath().toString(), pool, maxBody));
         System.out.println("camel-peer: pid " + ProcessHandle.current().pid() + " listening on http://"
                 + host + ":" + port + "/service/ -> " + echo);
         main.run(args);
@@ -82,14 +87,17 @@ public final class CamelPeer {
         private final String xslRequest;
         private final String xslResponse;
         private final int pool;
+        private final int maxBody;
 
-        Routes(String host, int port, String echo, String xslRequest, String xslResponse, int pool) {
+        Routes(String host, int port, String echo, String xslRequest, String xslResponse, int pool,
+                int maxBody) {
             this.host = host;
             this.port = port;
             this.echo = echo;
             this.xslRequest = xslRequest;
             this.xslResponse = xslResponse;
             this.pool = pool;
+            this.maxBody = maxBody;
         }
 
         /** Answers HTTP 500 with the contract's SOAP fault; no request header is echoed back. */
@@ -105,21 +113,24 @@ public final class CamelPeer {
         }
 
         private String listen(String name) {
-            return "netty-http:http://" + host + ":" + port + "/service/" + name;
+            return "netty-http:http://" + host + ":" + port + "/service/" + name
+                    + "?chunkedMaxContentLength=" + maxBody;
         }
 
         @Override
         public void configure() {
-            // One pooled keep-alive client for every route. bridgeEndpoint: call the echo URL as
+            // The same keep-alive client settings for every route (each route's producer keeps
+            // its own pool of up to `pool` connections). bridgeEndpoint: call the echo URL as
             // given, not the incoming path; throwExceptionOnFailure=false: pass the back end's
             // status through instead of turning it into an exception. maxIdle = maxTotal, or
             // connections above the default idle cap of 100 are closed after every call.
             String backEnd = "netty-http:" + echo + "?bridgeEndpoint=true&throwExceptionOnFailure=false"
                     + "&keepAlive=true&producerPoolEnabled=true&producerPoolMaxTotal=" + pool
-                    + "&producerPoolMaxIdle=" + pool;
+                    + "&producerPoolMaxIdle=" + pool + "&chunkedMaxContentLength=" + maxBody;
 
             // A back-end failure is an HTTP 500 with a SOAP fault, never a retry (contract §3).
             onException(Exception.class).handled(true)
+                    .log(LoggingLevel.WARN, "busbar.bench.camel", "${routeId}: ${exception}")
                     .process(faultReply("Back end call failed"));
 
             Namespaces ns = new Namespaces("soapenv", SOAPENV).add("r", "http://someuri");
