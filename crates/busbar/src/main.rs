@@ -11,6 +11,10 @@ use std::sync::Arc;
 use busbar_engine::echo::EchoOptions;
 use clap::{Parser, Subcommand};
 
+#[cfg(target_os = "linux")]
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 /// busbar: a fast, exact integration engine (ESB) and its benchmark kit.
 #[derive(Parser, Debug)]
 #[command(name = "busbar", version, about)]
