@@ -666,10 +666,26 @@ impl Reader {
                 Err(XmlError::malformed(at, "invalid markup after '<!'"))
             }
             _ => {
+                // `<name>` and `<name/>`, the most common tags, are delimited and their name
+                // checked in one pass. Exactly what the general path would find: the name holds
+                // no quote or `>`, its bytes are plain, and the tag is within the token limit.
+                let limit = rest.len().min(MAX_TOKEN);
+                if let Some((name_end, colon)) = ascii_qname(rest, 1, limit) {
+                    let len = match rest.get(name_end) {
+                        Some(b'>') => name_end + 1,
+                        Some(b'/') if rest.get(name_end + 1) == Some(&b'>') => name_end + 2,
+                        _ => usize::MAX,
+                    };
+                    if len <= limit {
+                        let name = Some((name_end, colon));
+                        let stop = self.start_tag(&rest[..len], at, true, name, uris, sink)?;
+                        return Ok(Some((len, stop)));
+                    }
+                }
                 let Some((len, plain)) = start_tag_len(rest, at)? else {
                     return Ok(None);
                 };
-                let stop = self.start_tag(&rest[..len], at, plain, uris, sink)?;
+                let stop = self.start_tag(&rest[..len], at, plain, None, uris, sink)?;
                 Ok(Some((len, stop)))
             }
         }
@@ -699,12 +715,14 @@ impl Reader {
         sink.end()
     }
 
-    /// `plain`: every byte of `tag` is plain ASCII, so its characters need no check.
+    /// `plain`: every byte of `tag` is plain ASCII, so its characters need no check. `name`:
+    /// the element name's end and colon, when the caller has already read and checked it.
     fn start_tag<S: Sink>(
         &mut self,
         tag: &[u8],
         at: usize,
         plain: bool,
+        name: Option<(usize, Option<usize>)>,
         uris: &[String],
         sink: &mut S,
     ) -> Result<bool, XmlError> {
@@ -726,7 +744,10 @@ impl Reader {
         }
         let empty = tag.ends_with(b"/>");
         let inner_end = if empty { tag.len() - 2 } else { tag.len() - 1 };
-        let (name_end, colon) = qname(tag, 1, inner_end, at)?;
+        let (name_end, colon) = match name {
+            Some(n) => n,
+            None => qname(tag, 1, inner_end, at)?,
+        };
         let mut attrs = std::mem::take(&mut self.attrs);
         attrs.clear();
         let mut i = name_end;
@@ -948,7 +969,9 @@ impl Reader {
     /// The namespace id and URI range bound to `prefix` (empty = default namespace).
     fn resolve(&self, prefix: &[u8], uris: &[String]) -> Option<(u32, Range<usize>)> {
         for b in self.bindings.iter().rev() {
-            if &self.bind_bytes[b.prefix.clone()] == prefix {
+            // Lengths first: most lookups are for the default namespace against prefixed
+            // bindings, which this settles without touching the bytes.
+            if b.prefix.len() == prefix.len() && &self.bind_bytes[b.prefix.clone()] == prefix {
                 return Some((b.id, b.uri.clone()));
             }
         }
@@ -1025,6 +1048,36 @@ fn start_tag_len(rest: &[u8], at: usize) -> Result<Option<(usize, bool)>, XmlErr
     too_long(rest, at, "start tag")
 }
 
+/// An ASCII QName at `tag[start..end]`, the usual case, checked with the byte table: a name
+/// start, name characters, at most one colon followed by a name start, then a delimiter (or
+/// `end`). Returns its end and the colon's index; `None` when the rule does not apply, and the
+/// general path of [`qname`] applies the full rules and reports any error.
+#[inline]
+fn ascii_qname(tag: &[u8], start: usize, end: usize) -> Option<(usize, Option<usize>)> {
+    if start >= end || class(tag[start]) & NAME_START == 0 {
+        return None;
+    }
+    let mut i = start + 1;
+    let mut colon = None;
+    while i < end {
+        let b = tag[i];
+        if class(b) & NAME_CHAR != 0 {
+            i += 1;
+        } else if b == b':' && colon.is_none() && i + 1 < end && class(tag[i + 1]) & NAME_START != 0
+        {
+            colon = Some(i);
+            i += 2;
+        } else {
+            break;
+        }
+    }
+    if i == end || matches!(tag[i], b' ' | b'\t' | b'\r' | b'\n' | b'=' | b'/' | b'>') {
+        Some((i, colon))
+    } else {
+        None
+    }
+}
+
 /// Parse a QName at `tag[start..]`; returns its end and the colon's index.
 fn qname(
     tag: &[u8],
@@ -1032,30 +1085,8 @@ fn qname(
     end: usize,
     at: usize,
 ) -> Result<(usize, Option<usize>), XmlError> {
-    // ASCII names, the usual case, are checked with the byte table: a name start, name
-    // characters, at most one colon followed by a name start, then a delimiter. Anything else
-    // takes the general path, which applies the full rules and reports the error.
-    if start < end && class(tag[start]) & NAME_START != 0 {
-        let mut i = start + 1;
-        let mut colon = None;
-        while i < end {
-            let b = tag[i];
-            if class(b) & NAME_CHAR != 0 {
-                i += 1;
-            } else if b == b':'
-                && colon.is_none()
-                && i + 1 < end
-                && class(tag[i + 1]) & NAME_START != 0
-            {
-                colon = Some(i);
-                i += 2;
-            } else {
-                break;
-            }
-        }
-        if i == end || matches!(tag[i], b' ' | b'\t' | b'\r' | b'\n' | b'=' | b'/' | b'>') {
-            return Ok((i, colon));
-        }
+    if let Some(r) = ascii_qname(tag, start, end) {
+        return Ok(r);
     }
     let mut i = start;
     while i < end && !is_ws(tag[i]) && tag[i] != b'=' && tag[i] != b'/' && tag[i] != b'>' {
