@@ -30,6 +30,11 @@ pub const MAX_REFERENCE: usize = 64;
 /// Namespace id of a URI that the path does not mention.
 pub(crate) const OTHER_NS: u32 = u32::MAX;
 
+/// Start tags up to this long are delimited byte by byte (see [`start_tag_len`]).
+const SHORT_TAG: usize = 256;
+/// Text runs up to this long are scanned byte by byte; longer ones with `memchr` and bulk checks.
+const SHORT_RUN: usize = 64;
+
 const XMLNS_NS: &[u8] = b"http://www.w3.org/2000/xmlns/";
 const BOM: &[u8] = b"\xEF\xBB\xBF";
 
@@ -130,6 +135,49 @@ impl Default for Reader {
 #[inline]
 fn is_ws(b: u8) -> bool {
     matches!(b, b' ' | b'\t' | b'\r' | b'\n')
+}
+
+/// A byte that is a whole XML `Char` by itself: printable ASCII (DEL included), TAB, LF, CR.
+/// A run of such bytes needs no UTF-8 or character check.
+const PLAIN: u8 = 1;
+/// Plain and ordinary in text: not `<`, `&` or `]`, which end a run of character data.
+const TEXT: u8 = 2;
+/// ASCII `NameStartChar` of an NCName (no colon).
+const NAME_START: u8 = 4;
+/// ASCII `NameChar` of an NCName (no colon).
+const NAME_CHAR: u8 = 8;
+
+/// Per-byte classes for the scanning loops, so the common ASCII case costs one table load per
+/// byte; anything outside ASCII takes the general path with the full Unicode rules.
+static CLASS: [u8; 256] = classes();
+
+const fn classes() -> [u8; 256] {
+    let mut t = [0u8; 256];
+    let mut b = 0usize;
+    while b < 256 {
+        let c = b as u8;
+        let mut k = 0;
+        if (c >= 0x20 && c <= 0x7F) || c == b'\t' || c == b'\n' || c == b'\r' {
+            k |= PLAIN;
+            if c != b'<' && c != b'&' && c != b']' {
+                k |= TEXT;
+            }
+        }
+        if c.is_ascii_alphabetic() || c == b'_' {
+            k |= NAME_START | NAME_CHAR;
+        }
+        if c.is_ascii_digit() || c == b'-' || c == b'.' {
+            k |= NAME_CHAR;
+        }
+        t[b] = k;
+        b += 1;
+    }
+    t
+}
+
+#[inline]
+fn class(b: u8) -> u8 {
+    CLASS[b as usize]
 }
 
 impl Reader {
@@ -266,7 +314,29 @@ impl Reader {
             let at = base + pos;
             match self.mode {
                 Mode::Content => {
-                    let i = memchr3(b'<', b'&', b']', rest).unwrap_or(rest.len());
+                    // Most text runs are short and plain ASCII: find their end with the byte
+                    // table. Such a run needs no character check, so it goes straight to
+                    // `char_data`; anything else (a long run, a non-ASCII or control byte, the
+                    // end of the chunk) is left to the general path below.
+                    let lim = rest.len().min(SHORT_RUN);
+                    let mut i = 0;
+                    while i < lim && class(rest[i]) & TEXT != 0 {
+                        i += 1;
+                    }
+                    let delimited = i < lim && matches!(rest[i], b'<' | b'&' | b']');
+                    if i > 0 && delimited {
+                        let stop = self.char_data(&rest[..i], at, true, sink)?;
+                        pos += i;
+                        if stop {
+                            return Ok((pos, true));
+                        }
+                        continue;
+                    }
+                    let i = if delimited {
+                        0
+                    } else {
+                        memchr3(b'<', b'&', b']', rest).unwrap_or(rest.len())
+                    };
                     if i > 0 {
                         let span = &rest[..i];
                         // Text before a bad character is handled first, so that an earlier
@@ -519,6 +589,21 @@ impl Reader {
         };
         match second {
             b'/' => {
+                // The usual end tag is `</` + the open element's name + `>`: compare in place.
+                // (A validated name holds no `>`, so this is the tag the general path would
+                // cut at its first `>`, and within the token limit it would accept it too.)
+                if let Some(open) = self.open.last() {
+                    let name = &self.names[open.name.clone()];
+                    let n = name.len();
+                    if n + 3 <= MAX_TOKEN
+                        && rest.get(2 + n) == Some(&b'>')
+                        && &rest[2..2 + n] == name
+                    {
+                        self.pop_element();
+                        let stop = sink.end()?;
+                        return Ok(Some((n + 3, stop)));
+                    }
+                }
                 let limit = rest.len().min(MAX_TOKEN);
                 let Some(gt) = memchr(b'>', &rest[..limit]) else {
                     return too_long(rest, at, "end tag");
@@ -581,10 +666,26 @@ impl Reader {
                 Err(XmlError::malformed(at, "invalid markup after '<!'"))
             }
             _ => {
-                let Some(len) = start_tag_len(rest, at)? else {
+                // `<name>` and `<name/>`, the most common tags, are delimited and their name
+                // checked in one pass. Exactly what the general path would find: the name holds
+                // no quote or `>`, its bytes are plain, and the tag is within the token limit.
+                let limit = rest.len().min(MAX_TOKEN);
+                if let Some((name_end, colon)) = ascii_qname(rest, 1, limit) {
+                    let len = match rest.get(name_end) {
+                        Some(b'>') => name_end + 1,
+                        Some(b'/') if rest.get(name_end + 1) == Some(&b'>') => name_end + 2,
+                        _ => usize::MAX,
+                    };
+                    if len <= limit {
+                        let name = Some((name_end, colon));
+                        let stop = self.start_tag(&rest[..len], at, true, name, uris, sink)?;
+                        return Ok(Some((len, stop)));
+                    }
+                }
+                let Some((len, plain)) = start_tag_len(rest, at)? else {
                     return Ok(None);
                 };
-                let stop = self.start_tag(&rest[..len], at, uris, sink)?;
+                let stop = self.start_tag(&rest[..len], at, plain, None, uris, sink)?;
                 Ok(Some((len, stop)))
             }
         }
@@ -614,10 +715,14 @@ impl Reader {
         sink.end()
     }
 
+    /// `plain`: every byte of `tag` is plain ASCII, so its characters need no check. `name`:
+    /// the element name's end and colon, when the caller has already read and checked it.
     fn start_tag<S: Sink>(
         &mut self,
         tag: &[u8],
         at: usize,
+        plain: bool,
+        name: Option<(usize, Option<usize>)>,
         uris: &[String],
         sink: &mut S,
     ) -> Result<bool, XmlError> {
@@ -634,10 +739,15 @@ impl Reader {
             }
             _ => {}
         }
-        check_chars(tag, at, false)?;
+        if !plain {
+            check_chars(tag, at, false)?;
+        }
         let empty = tag.ends_with(b"/>");
         let inner_end = if empty { tag.len() - 2 } else { tag.len() - 1 };
-        let (name_end, colon) = qname(tag, 1, inner_end, at)?;
+        let (name_end, colon) = match name {
+            Some(n) => n,
+            None => qname(tag, 1, inner_end, at)?,
+        };
         let mut attrs = std::mem::take(&mut self.attrs);
         attrs.clear();
         let mut i = name_end;
@@ -859,7 +969,9 @@ impl Reader {
     /// The namespace id and URI range bound to `prefix` (empty = default namespace).
     fn resolve(&self, prefix: &[u8], uris: &[String]) -> Option<(u32, Range<usize>)> {
         for b in self.bindings.iter().rev() {
-            if &self.bind_bytes[b.prefix.clone()] == prefix {
+            // Lengths first: most lookups are for the default namespace against prefixed
+            // bindings, which this settles without touching the bytes.
+            if b.prefix.len() == prefix.len() && &self.bind_bytes[b.prefix.clone()] == prefix {
                 return Some((b.id, b.uri.clone()));
             }
         }
@@ -896,9 +1008,27 @@ fn ns_id(uri: &[u8], uris: &[String]) -> u32 {
     }
 }
 
-/// Length of the start tag at the start of `rest` (through `>`), `None` if incomplete.
-fn start_tag_len(rest: &[u8], at: usize) -> Result<Option<usize>, XmlError> {
+/// Length of the start tag at the start of `rest` (through the first `>` outside quotes),
+/// `None` if incomplete, and whether all its bytes are plain ASCII (then its characters need
+/// no separate check). Tags are usually short: their first bytes are scanned in one pass with
+/// the byte table; a longer tag is delimited with `memchr` and reported as not plain.
+fn start_tag_len(rest: &[u8], at: usize) -> Result<Option<(usize, bool)>, XmlError> {
     let limit = rest.len().min(MAX_TOKEN);
+    let mut plain = true;
+    let mut quote = 0u8;
+    for (i, &b) in rest[..limit.min(SHORT_TAG)].iter().enumerate().skip(1) {
+        plain &= class(b) & PLAIN != 0;
+        if quote == 0 {
+            if b == b'>' {
+                return Ok(Some((i + 1, plain)));
+            }
+            if b == b'"' || b == b'\'' {
+                quote = b;
+            }
+        } else if b == quote {
+            quote = 0;
+        }
+    }
     let mut i = 1;
     while i < limit {
         match memchr3(b'>', b'"', b'\'', &rest[i..limit]) {
@@ -906,7 +1036,7 @@ fn start_tag_len(rest: &[u8], at: usize) -> Result<Option<usize>, XmlError> {
             Some(k) => {
                 let c = rest[i + k];
                 if c == b'>' {
-                    return Ok(Some(i + k + 1));
+                    return Ok(Some((i + k + 1, false)));
                 }
                 match memchr(c, &rest[i + k + 1..limit]) {
                     None => break,
@@ -918,6 +1048,36 @@ fn start_tag_len(rest: &[u8], at: usize) -> Result<Option<usize>, XmlError> {
     too_long(rest, at, "start tag")
 }
 
+/// An ASCII QName at `tag[start..end]`, the usual case, checked with the byte table: a name
+/// start, name characters, at most one colon followed by a name start, then a delimiter (or
+/// `end`). Returns its end and the colon's index; `None` when the rule does not apply, and the
+/// general path of [`qname`] applies the full rules and reports any error.
+#[inline]
+fn ascii_qname(tag: &[u8], start: usize, end: usize) -> Option<(usize, Option<usize>)> {
+    if start >= end || class(tag[start]) & NAME_START == 0 {
+        return None;
+    }
+    let mut i = start + 1;
+    let mut colon = None;
+    while i < end {
+        let b = tag[i];
+        if class(b) & NAME_CHAR != 0 {
+            i += 1;
+        } else if b == b':' && colon.is_none() && i + 1 < end && class(tag[i + 1]) & NAME_START != 0
+        {
+            colon = Some(i);
+            i += 2;
+        } else {
+            break;
+        }
+    }
+    if i == end || matches!(tag[i], b' ' | b'\t' | b'\r' | b'\n' | b'=' | b'/' | b'>') {
+        Some((i, colon))
+    } else {
+        None
+    }
+}
+
 /// Parse a QName at `tag[start..]`; returns its end and the colon's index.
 fn qname(
     tag: &[u8],
@@ -925,6 +1085,9 @@ fn qname(
     end: usize,
     at: usize,
 ) -> Result<(usize, Option<usize>), XmlError> {
+    if let Some(r) = ascii_qname(tag, start, end) {
+        return Ok(r);
+    }
     let mut i = start;
     while i < end && !is_ws(tag[i]) && tag[i] != b'=' && tag[i] != b'/' && tag[i] != b'>' {
         i += 1;
