@@ -119,7 +119,12 @@ fn cbr_negative_cases_get_the_exact_soap_faults() {
 #[test]
 fn malformed_and_doctype_xml_get_client_faults_and_never_reach_the_back_end_complete() {
     let echo = echo(EchoOptions::default());
-    let h = engine(&cbr_yaml(echo.addr));
+    let whole = cbr_yaml(echo.addr).replace(
+        "    path: /service/CBRProxy\n",
+        "    path: /service/CBRProxy\n    xml_check: whole\n",
+    );
+    assert!(whole.contains("xml_check: whole"));
+    let h = engine(&whole);
     let cases: [&[u8]; 3] = [
         b"<soapenv:Envelope xmlns:soapenv=\"http://schemas.xmlsoap.org/soap/envelope/\"><soapenv:Body><a></b>",
         b"<!DOCTYPE x [<!ENTITY e \"boom\">]><x>&e;</x>",
@@ -136,8 +141,8 @@ fn malformed_and_doctype_xml_get_client_faults_and_never_reach_the_back_end_comp
             r.text()
         );
     }
-    // Decided early (IBM first), but the tail is malformed: the forwarded request is aborted,
-    // so the client gets no 200.
+    // With `xml_check: whole`: decided early (IBM first), but the tail is malformed: the
+    // forwarded request is aborted, so the client gets no 200.
     let mut good = buy_stocks(10_240, Variant::Plain).expect("payload");
     let n = good.len();
     good[n - 20..].copy_from_slice(b"</wrong></wrong></x>");
@@ -196,4 +201,21 @@ fn bad_xpath_fails_validation_with_its_path() {
     );
     assert!(err.contains('q'), "{err}");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn by_default_the_unread_rest_of_a_routed_document_streams_on_untouched() {
+    let echo = echo(EchoOptions::default());
+    let h = engine(&cbr_yaml(echo.addr));
+    // The decision needs only the first order; the malformed tail is not parsed, and the
+    // back end gets the bytes exactly as sent.
+    let mut body = buy_stocks(10_240, Variant::Plain).expect("payload");
+    let n = body.len();
+    body[n - 20..].copy_from_slice(b"</wrong></wrong></x>");
+    let r = Client::connect(h.http())
+        .post("/service/CBRProxy", &[SOAP11], &body)
+        .expect("r");
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.body, body);
+    echo.stop();
 }

@@ -155,7 +155,19 @@ impl Client {
             .join()
             .map_err(|_| std::io::Error::other("writer panicked"))?;
         let resp = resp?;
-        sent.map(|()| resp)
+        match sent {
+            // A server may answer (a fault, say) before reading the whole upload and close:
+            // the answer is what counts.
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::BrokenPipe | std::io::ErrorKind::ConnectionReset
+                ) =>
+            {
+                Ok(resp)
+            }
+            other => other.map(|()| resp),
+        }
     }
 
     pub fn get(&mut self, path: &str) -> std::io::Result<Resp> {

@@ -280,6 +280,12 @@ pub struct ProxyConfig {
     /// Largest body a step may buffer (pass-through bodies are never buffered); larger is 413.
     #[serde(default = "default_max_body")]
     pub max_body: ByteSize,
+    /// How much of an XML body a streaming `route` checks: `read` (what the decision read;
+    /// the rest streams on untouched and unparsed, the fastest) or `whole` (the rest is also
+    /// checked for well-formedness as it streams, and a malformed tail aborts the forwarded
+    /// request so the back end never receives it complete).
+    #[serde(default)]
+    pub xml_check: XmlCheck,
     /// Namespace prefixes for this proxy's XPath expressions, added to the global ones.
     #[serde(default)]
     pub namespaces: BTreeMap<String, String>,
@@ -499,4 +505,15 @@ pub enum DocumentAccessConfig {
     ConfigDir,
     /// No file at all.
     None,
+}
+
+/// How much of an XML body a streaming route checks.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum XmlCheck {
+    /// What the routing decision read.
+    #[default]
+    Read,
+    /// The whole body, as it streams.
+    Whole,
 }

@@ -2,8 +2,9 @@
 //!
 //! A forward-only XPath (the subset `busbar-xml` compiles) is evaluated while the body
 //! streams: the step reads only as many chunks as the decision needs, keeps them, and the
-//! body then forwards "what was read + the rest" untouched, with the rest checked for
-//! well-formedness on its way (a malformed tail aborts the forwarded message). Any other XPath
+//! body then forwards "what was read + the rest" untouched. What was read is checked; with
+//! `xml_check: whole` the rest is checked for well-formedness on its way too (a malformed
+//! tail aborts the forwarded message), at the cost of tokenizing every byte. Any other XPath
 //! 1.0 expression buffers the body and runs on libxml2. Which one is used is decided when the
 //! config is built, never per request.
 
@@ -15,7 +16,7 @@ use busbar_libxml::{Document, XPathExpr, XPathValue};
 use busbar_xml::{Matcher, StreamPath, Test, WellFormed, XmlError};
 use http::HeaderName;
 
-use crate::steps::BuiltStep;
+use crate::steps::{BuiltStep, StepCx};
 
 /// Bodies larger than this are parsed for a full-XPath condition on the blocking pool, so a
 /// large document does not stall the other connections of the worker's event loop.
@@ -43,11 +44,11 @@ pub enum Condition {
 
 impl Condition {
     /// Evaluates the condition on the current message.
-    pub async fn holds(&self, ex: &mut Exchange, max_body: u64) -> Result<bool, MediationError> {
+    pub async fn holds(&self, ex: &mut Exchange, cx: &StepCx) -> Result<bool, MediationError> {
         match self {
             Condition::Header(name, test) => Ok(header_holds(ex, name, test)),
-            Condition::Streaming(path, test) => streaming_holds(ex, path, test, max_body).await,
-            Condition::Full(expr, test) => full_holds(ex, expr.clone(), test, max_body).await,
+            Condition::Streaming(path, test) => streaming_holds(ex, path, test, cx).await,
+            Condition::Full(expr, test) => full_holds(ex, expr.clone(), test, cx.max_body).await,
         }
     }
 }
@@ -88,8 +89,9 @@ async fn streaming_holds(
     ex: &mut Exchange,
     path: &StreamPath,
     test: &Test,
-    max_body: u64,
+    cx: &StepCx,
 ) -> Result<bool, MediationError> {
+    let max_body = cx.max_body;
     let mut matcher = Matcher::new(path, test);
     // Chunks an earlier step already read are fed first (cheap `Bytes` clones).
     let known: Vec<bytes::Bytes> = ex.body_mut().read_chunks().cloned().collect();
@@ -119,7 +121,7 @@ async fn streaming_holds(
             }
         },
     };
-    if body.has_tail_check() {
+    if !cx.check_xml_tail || body.has_tail_check() {
         return Ok(answer);
     }
     // Decided before the end: what follows the deciding token must still be well-formed.

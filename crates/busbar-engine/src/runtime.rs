@@ -17,8 +17,8 @@ pub struct Proxy {
     pub name: Arc<str>,
     /// Accepted methods; empty means any.
     pub methods: Vec<Method>,
-    /// Largest body a step may buffer.
-    pub max_body: u64,
+    /// Body limits and checks for its steps.
+    pub cx: crate::steps::StepCx,
     /// Request steps.
     pub in_seq: Vec<BuiltStep>,
     /// Response steps.
@@ -120,7 +120,10 @@ impl Runtime {
                     .iter()
                     .filter_map(|m| Method::from_bytes(m.as_bytes()).ok())
                     .collect(),
-                max_body: p.max_body.0,
+                cx: crate::steps::StepCx {
+                    max_body: p.max_body.0,
+                    check_xml_tail: p.xml_check == busbar_config::XmlCheck::Whole,
+                },
                 in_seq: b.steps(&p.in_seq, &format!("{path}.in")),
                 out_seq: b.steps(&p.out_seq, &format!("{path}.out")),
                 on_error: b.steps(&p.on_error, &format!("{path}.on_error")),

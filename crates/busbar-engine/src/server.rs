@@ -318,19 +318,34 @@ pub async fn handle(
         Err(e) => {
             counters.error(e.kind);
             log_error(&proxy, &ex, &e);
+            drain_small_body(&mut ex.request_body).await;
             error_response(&e, ex.format, Some(meter))
         }
     }
 }
 
+/// Largest unread request body read and discarded before an error answer, so the client's
+/// keep-alive connection survives a fault (larger ones close the connection instead).
+const DRAIN_MAX: u64 = 64 * 1024;
+
+/// Reads and discards the rest of a small request body that no step consumed.
+async fn drain_small_body(body: &mut Body) {
+    if body.is_buffered() || body.exact_len().is_some_and(|n| n > DRAIN_MAX) {
+        return;
+    }
+    let drain = async { while let Ok(Some(_)) = body.read_chunk(DRAIN_MAX).await {} };
+    // A client that stops sending mid-body must not hold the answer back for long.
+    let _ = tokio::time::timeout(Duration::from_secs(1), drain).await;
+}
+
 async fn run_proxy(proxy: &Proxy, ex: &mut Exchange) -> Result<Response<Body>, MediationError> {
     let result = async {
-        let flow = steps::run(&proxy.in_seq, ex, proxy.max_body).await?;
+        let flow = steps::run(&proxy.in_seq, ex, &proxy.cx).await?;
         if ex.response.is_none() {
             return Err(steps::no_response());
         }
         if flow == Flow::Continue {
-            steps::run(&proxy.out_seq, ex, proxy.max_body).await?;
+            steps::run(&proxy.out_seq, ex, &proxy.cx).await?;
         }
         Ok(())
     }
@@ -342,7 +357,7 @@ async fn run_proxy(proxy: &Proxy, ex: &mut Exchange) -> Result<Response<Body>, M
             // The error sequence decides the answer when it ends in `respond` or `fault`;
             // otherwise the original error is answered as usual.
             log_error(proxy, ex, &e);
-            match steps::run(&proxy.on_error, ex, proxy.max_body).await {
+            match steps::run(&proxy.on_error, ex, &proxy.cx).await {
                 Ok(Flow::Respond) => ex.response.take().ok_or(e),
                 Ok(Flow::Continue) => Err(e),
                 Err(handled) => Err(handled),

@@ -98,17 +98,26 @@ pub struct LogStep {
     pub level: tracing::Level,
 }
 
-/// Runs `steps` in order until one answers or fails; `max_body` caps what a step may buffer.
+/// What steps of one proxy may do with a body, from the proxy's config.
+#[derive(Debug, Clone, Copy)]
+pub struct StepCx {
+    /// Largest body a step may buffer.
+    pub max_body: u64,
+    /// Check the rest of an XML body a streaming route decided on early (`xml_check: whole`).
+    pub check_xml_tail: bool,
+}
+
+/// Runs `steps` in order until one answers or fails.
 pub async fn run(
     steps: &[BuiltStep],
     ex: &mut Exchange,
-    max_body: u64,
+    cx: &StepCx,
 ) -> Result<Flow, MediationError> {
     use std::sync::atomic::Ordering::Relaxed;
     for BuiltStep { step, counters } in steps {
         let started = std::time::Instant::now();
         counters.requests.fetch_add(1, Relaxed);
-        let result = apply(step, ex, max_body).await;
+        let result = apply(step, ex, cx).await;
         counters.latency.observe(started.elapsed());
         let flow = result.map_err(|e| {
             counters.error(e.kind);
@@ -121,7 +130,7 @@ pub async fn run(
     Ok(Flow::Continue)
 }
 
-async fn apply(step: &Step, ex: &mut Exchange, max_body: u64) -> Result<Flow, MediationError> {
+async fn apply(step: &Step, ex: &mut Exchange, cx: &StepCx) -> Result<Flow, MediationError> {
     match step {
         Step::Call(endpoint) => {
             if ex.response.is_some() {
@@ -155,19 +164,19 @@ async fn apply(step: &Step, ex: &mut Exchange, max_body: u64) -> Result<Flow, Me
             log(l, ex);
             Ok(Flow::Continue)
         }
-        Step::Sequence(seq) => Box::pin(run(&seq.steps, ex, max_body)).await,
+        Step::Sequence(seq) => Box::pin(run(&seq.steps, ex, cx)).await,
         Step::Xslt(x) => {
-            x.apply(ex, max_body).await?;
+            x.apply(ex, cx.max_body).await?;
             Ok(Flow::Continue)
         }
         Step::Route(route) => {
             for (condition, steps) in &route.cases {
-                if condition.holds(ex, max_body).await? {
-                    return Box::pin(run(steps, ex, max_body)).await;
+                if condition.holds(ex, cx).await? {
+                    return Box::pin(run(steps, ex, cx)).await;
                 }
             }
             match &route.otherwise {
-                Some(steps) => Box::pin(run(steps, ex, max_body)).await,
+                Some(steps) => Box::pin(run(steps, ex, cx)).await,
                 None => Ok(Flow::Continue),
             }
         }
