@@ -448,15 +448,6 @@ impl Sink for NoSink {
     fn end(&mut self) -> Result<bool, XmlError> {
         Ok(false)
     }
-    fn text(&mut self, _: &[u8], _: usize) -> Result<bool, XmlError> {
-        Ok(false)
-    }
-    fn boundary(&mut self) -> Result<bool, XmlError> {
-        Ok(false)
-    }
-    fn wants_text(&self) -> bool {
-        false
-    }
 }
 
 impl WellFormed {

@@ -44,12 +44,18 @@ pub(crate) trait Sink {
     fn start(&mut self, el: &StartTag<'_>) -> Result<bool, XmlError>;
     fn end(&mut self) -> Result<bool, XmlError>;
     /// Character data inside the root element: decoded, end-of-line normalised, never empty,
-    /// always whole characters.
-    fn text(&mut self, piece: &[u8], at: usize) -> Result<bool, XmlError>;
+    /// always whole characters. Sinks that only look at structure keep the default.
+    fn text(&mut self, _piece: &[u8], _at: usize) -> Result<bool, XmlError> {
+        Ok(false)
+    }
     /// A comment or processing instruction inside the root element (it splits text nodes).
-    fn boundary(&mut self) -> Result<bool, XmlError>;
+    fn boundary(&mut self) -> Result<bool, XmlError> {
+        Ok(false)
+    }
     /// Whether [`Sink::text`] needs calling at all; lets the reader skip normalisation work.
-    fn wants_text(&self) -> bool;
+    fn wants_text(&self) -> bool {
+        false
+    }
 }
 
 /// One attribute of a start tag; ranges index into [`StartTag::tag`].
@@ -338,20 +344,10 @@ impl Reader {
                         memchr3(b'<', b'&', b']', rest).unwrap_or(rest.len())
                     };
                     if i > 0 {
-                        let span = &rest[..i];
-                        // Text before a bad character is handled first, so that an earlier
-                        // error in it wins whatever the split.
-                        let (whole, bad) = split_check(span, at, i == rest.len());
-                        let stop = self.char_data(&span[..whole], at, true, sink)?;
-                        if let Some(e) = bad {
-                            return Err(e);
-                        }
-                        pos += whole;
-                        if stop {
-                            return Ok((pos, true));
-                        }
-                        if whole < span.len() {
-                            return Ok((pos, false));
+                        if let Some(done) =
+                            self.text_run(&rest[..i], at, i == rest.len(), &mut pos, sink)?
+                        {
+                            return Ok(done);
                         }
                         continue;
                     }
@@ -445,20 +441,10 @@ impl Reader {
                 Mode::CData => {
                     let i = memchr(b']', rest).unwrap_or(rest.len());
                     if i > 0 {
-                        let span = &rest[..i];
-                        // Text before a bad character is handled first, so that an earlier
-                        // error in it wins whatever the split.
-                        let (whole, bad) = split_check(span, at, i == rest.len());
-                        let stop = self.char_data(&span[..whole], at, true, sink)?;
-                        if let Some(e) = bad {
-                            return Err(e);
-                        }
-                        pos += whole;
-                        if stop {
-                            return Ok((pos, true));
-                        }
-                        if whole < span.len() {
-                            return Ok((pos, false));
+                        if let Some(done) =
+                            self.text_run(&rest[..i], at, i == rest.len(), &mut pos, sink)?
+                        {
+                            return Ok(done);
                         }
                         continue;
                     }
@@ -521,6 +507,33 @@ impl Reader {
     }
 
     /// Character data (literal when `literal`): outside the root only whitespace is allowed.
+    /// Hands a run of character data (text or CDATA content) to the sink and advances `pos`
+    /// past what it took; `Some(outcome)` when the scan must return with it.
+    fn text_run<S: Sink>(
+        &mut self,
+        span: &[u8],
+        at: usize,
+        at_end: bool,
+        pos: &mut usize,
+        sink: &mut S,
+    ) -> Result<Option<(usize, bool)>, XmlError> {
+        // Text before a bad character is handled first, so that an earlier error in it wins
+        // whatever the split.
+        let (whole, bad) = split_check(span, at, at_end);
+        let stop = self.char_data(&span[..whole], at, true, sink)?;
+        if let Some(e) = bad {
+            return Err(e);
+        }
+        *pos += whole;
+        if stop {
+            return Ok(Some((*pos, true)));
+        }
+        if whole < span.len() {
+            return Ok(Some((*pos, false)));
+        }
+        Ok(None)
+    }
+
     fn char_data<S: Sink>(
         &mut self,
         bytes: &[u8],

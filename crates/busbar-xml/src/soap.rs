@@ -64,15 +64,6 @@ pub fn sniff_envelope(prefix: &[u8]) -> Sniff {
         fn end(&mut self) -> Result<bool, XmlError> {
             Ok(true)
         }
-        fn text(&mut self, _: &[u8], _: usize) -> Result<bool, XmlError> {
-            Ok(false)
-        }
-        fn boundary(&mut self) -> Result<bool, XmlError> {
-            Ok(false)
-        }
-        fn wants_text(&self) -> bool {
-            false
-        }
     }
     let uris = [SOAP11_ENV_NS.to_owned(), SOAP12_ENV_NS.to_owned()];
     let mut sink = FirstTag(None);
