@@ -11,15 +11,20 @@ fn admin_serves_health_readiness_metrics_and_redacted_config() {
     Client::connect(h.http())
         .post("/p", &[], b"x")
         .expect("request");
+    Client::connect(h.http())
+        .post_chunked("/p", b"chunked!", 3)
+        .expect("chunked request");
     let m = c.get("/metrics").expect("metrics").text();
-    assert!(
-        m.contains("busbar_proxy_requests_total{proxy=\"P\"} 1"),
-        "{m}"
-    );
-    assert!(
-        m.contains("busbar_proxy_latency_seconds_count{proxy=\"P\"} 1"),
-        "{m}"
-    );
+    for line in [
+        "busbar_proxy_requests_total{proxy=\"P\"} 2",
+        "busbar_proxy_latency_seconds_count{proxy=\"P\"} 2",
+        "busbar_proxy_received_bytes_total{proxy=\"P\"} 9",
+        "busbar_proxy_sent_bytes_total{proxy=\"P\"} 9",
+        "busbar_step_requests_total{step=\"proxies.P.in[0].respond\"} 2",
+        "busbar_step_latency_seconds_count{step=\"proxies.P.in[0].respond\"} 2",
+    ] {
+        assert!(m.contains(line), "missing {line}:\n{m}");
+    }
     let cfg = c.get("/config").expect("config").text();
     assert!(cfg.contains("<redacted>@127.0.0.1:9"), "{cfg}");
     assert!(!cfg.contains("hunter2"), "{cfg}");

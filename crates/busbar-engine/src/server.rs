@@ -266,6 +266,39 @@ impl http_body::Body for ResponseBody {
     }
 }
 
+/// A request body that counts its bytes into the proxy's metrics as they arrive (chunked
+/// bodies included).
+struct CountedBody {
+    inner: Incoming,
+    counters: Arc<Counters>,
+}
+
+impl http_body::Body for CountedBody {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        let polled = Pin::new(&mut self.inner).poll_frame(cx);
+        if let Poll::Ready(Some(Ok(frame))) = &polled {
+            if let Some(d) = frame.data_ref() {
+                self.counters.bytes_in.fetch_add(d.len() as u64, Relaxed);
+            }
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
 /// Handles one request on listener `index`.
 pub async fn handle(
     shared: &Shared,
@@ -302,10 +335,11 @@ pub async fn handle(
     }
     let (parts, incoming) = req.into_parts();
     let exact = http_body::Body::size_hint(&incoming).exact();
-    if let Some(len) = exact {
-        counters.bytes_in.fetch_add(len, Relaxed);
-    }
-    let body = Body::stream(incoming, exact, Origin::Client);
+    let counted = CountedBody {
+        inner: incoming,
+        counters: counters.clone(),
+    };
+    let body = Body::stream(counted, exact, Origin::Client);
     let mut ex = Exchange::new(parts, body, proxy.name.clone());
     match run_proxy(&proxy, &mut ex).await {
         Ok(mut resp) => {
