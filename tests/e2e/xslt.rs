@@ -89,10 +89,11 @@ fn recording_back_end() -> (std::net::SocketAddr, Arc<Mutex<Vec<Vec<u8>>>>) {
                         return;
                     }
                     let head = format!("HTTP/1.1 200 OK\r\nContent-Type: text/xml; charset=UTF-8\r\nContent-Length: {len}\r\n\r\n");
+                    // Recorded before answering, so the test sees it once it has the answer.
+                    store.lock().expect("lock").push(body.clone());
                     let s = r.get_mut();
                     let _ = s.write_all(head.as_bytes());
                     let _ = s.write_all(&body);
-                    store.lock().expect("lock").push(body);
                 }
             });
         }
