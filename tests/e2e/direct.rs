@@ -202,7 +202,10 @@ fn graceful_shutdown_lets_an_in_flight_request_finish() {
             .post("/service/DirectProxy", &[], b"in flight")
             .expect("answered")
     });
-    std::thread::sleep(Duration::from_millis(150));
+    let admin = h.admin();
+    assert!(eventually(Duration::from_secs(10), || {
+        metric(admin, "busbar_proxy_in_flight{proxy=\"DirectProxy\"}") == Some(1.0)
+    }));
     let engine = h.engine.take().expect("engine");
     engine.shutdown();
     let r = client.join().expect("client");
