@@ -75,9 +75,14 @@ fn bind() -> (std::net::TcpListener, SocketAddr) {
     (l, addr)
 }
 
-/// Starts a hyper server with `behaviour`. The listener is bound before this returns, so the
-/// server accepts connections at once (no readiness wait needed).
-pub fn start(behaviour: Behaviour) -> TestServer {
+/// Runs an accept loop on its own thread and event loop, handing each connection to
+/// `on_conn`. The listener is bound before this returns, so the server accepts connections at
+/// once (no readiness wait needed).
+fn serve<F, Fut>(on_conn: F) -> TestServer
+where
+    F: Fn(tokio::net::TcpStream) -> Fut + Send + Copy + 'static,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
     let (listener, addr) = bind();
     let (tx, mut rx) = oneshot::channel::<()>();
     let thread = std::thread::spawn(move || {
@@ -92,13 +97,7 @@ pub fn start(behaviour: Behaviour) -> TestServer {
                     _ = &mut rx => break,
                     accepted = listener.accept() => {
                         let Ok((stream, _)) = accepted else { continue };
-                        let _ = stream.set_nodelay(true);
-                        tokio::spawn(async move {
-                            let svc = hyper::service::service_fn(move |req| handle(req, behaviour));
-                            let _ = hyper::server::conn::http1::Builder::new()
-                                .serve_connection(TokioIo::new(stream), svc)
-                                .await;
-                        });
+                        tokio::spawn(on_conn(stream));
                     }
                 }
             }
@@ -111,58 +110,55 @@ pub fn start(behaviour: Behaviour) -> TestServer {
     }
 }
 
+/// Starts a hyper server with `behaviour`.
+pub fn start(behaviour: Behaviour) -> TestServer {
+    serve(move |stream| async move {
+        let _ = stream.set_nodelay(true);
+        let svc = hyper::service::service_fn(move |req| handle(req, behaviour));
+        let _ = hyper::server::conn::http1::Builder::new()
+            .serve_connection(TokioIo::new(stream), svc)
+            .await;
+    })
+}
+
 /// Starts a raw HTTP/1.0 echo server: one request per connection, close-delimited response
 /// (no Content-Length), like the oldest servers.
 pub fn start_http10() -> TestServer {
-    let (listener, addr) = bind();
-    let (tx, mut rx) = oneshot::channel::<()>();
-    let thread = std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("rt");
-        rt.block_on(async move {
-            let listener = tokio::net::TcpListener::from_std(listener).expect("listener");
-            loop {
-                tokio::select! {
-                    _ = &mut rx => break,
-                    accepted = listener.accept() => {
-                        let Ok((mut stream, _)) = accepted else { continue };
-                        tokio::spawn(async move {
-                            let mut buf = Vec::new();
-                            let mut chunk = [0u8; 4096];
-                            let head_end = loop {
-                                let Ok(n) = stream.read(&mut chunk).await else { return };
-                                if n == 0 { return; }
-                                buf.extend_from_slice(&chunk[..n]);
-                                if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") { break i + 4; }
-                            };
-                            let head = String::from_utf8_lossy(&buf[..head_end]).to_ascii_lowercase();
-                            let len: usize = head
-                                .lines()
-                                .find_map(|l| l.strip_prefix("content-length:"))
-                                .and_then(|v| v.trim().parse().ok())
-                                .unwrap_or(0);
-                            while buf.len() < head_end + len {
-                                let Ok(n) = stream.read(&mut chunk).await else { return };
-                                if n == 0 { return; }
-                                buf.extend_from_slice(&chunk[..n]);
-                            }
-                            let mut out = b"HTTP/1.0 200 OK\r\nContent-Type: text/xml\r\n\r\n".to_vec();
-                            out.extend_from_slice(&buf[head_end..head_end + len]);
-                            let _ = stream.write_all(&out).await;
-                            let _ = stream.shutdown().await;
-                        });
-                    }
-                }
+    serve(|mut stream| async move {
+        let mut buf = Vec::new();
+        let mut chunk = [0u8; 4096];
+        let head_end = loop {
+            let Ok(n) = stream.read(&mut chunk).await else {
+                return;
+            };
+            if n == 0 {
+                return;
             }
-        });
-    });
-    TestServer {
-        addr,
-        stop: Some(tx),
-        thread: Some(thread),
-    }
+            buf.extend_from_slice(&chunk[..n]);
+            if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                break i + 4;
+            }
+        };
+        let head = String::from_utf8_lossy(&buf[..head_end]).to_ascii_lowercase();
+        let len: usize = head
+            .lines()
+            .find_map(|l| l.strip_prefix("content-length:"))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0);
+        while buf.len() < head_end + len {
+            let Ok(n) = stream.read(&mut chunk).await else {
+                return;
+            };
+            if n == 0 {
+                return;
+            }
+            buf.extend_from_slice(&chunk[..n]);
+        }
+        let mut out = b"HTTP/1.0 200 OK\r\nContent-Type: text/xml\r\n\r\n".to_vec();
+        out.extend_from_slice(&buf[head_end..head_end + len]);
+        let _ = stream.write_all(&out).await;
+        let _ = stream.shutdown().await;
+    })
 }
 
 type Body = BoxBody<Bytes, Infallible>;
