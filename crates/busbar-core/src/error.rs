@@ -108,6 +108,8 @@ pub struct MediationError {
     pub status: Option<StatusCode>,
     /// The underlying cause, logged but not shown to clients.
     pub source: Option<BoxError>,
+    /// A SOAP fault code chosen by the step, instead of the one the blame implies.
+    pub fault_code: Option<FaultCode>,
 }
 
 impl std::fmt::Display for MediationError {
@@ -142,6 +144,7 @@ impl MediationError {
             reason: reason.into(),
             status: None,
             source: None,
+            fault_code: None,
         }
     }
 
@@ -161,6 +164,12 @@ impl MediationError {
     /// Attaches the underlying cause.
     pub fn with_source(mut self, source: impl Into<BoxError>) -> Self {
         self.source = Some(source.into());
+        self
+    }
+
+    /// Sets the SOAP fault code clients see.
+    pub fn with_fault_code(mut self, code: FaultCode) -> Self {
+        self.fault_code = Some(code);
         self
     }
 
@@ -206,10 +215,10 @@ impl MediationError {
     /// The body a client gets for this error in `format`.
     pub fn render(&self, format: MessageFormat) -> (StatusCode, RenderedFault) {
         let status = self.status(format);
-        let code = match self.blame {
+        let code = self.fault_code.unwrap_or(match self.blame {
             Blame::Client => FaultCode::Client,
             _ => FaultCode::Server,
-        };
+        });
         (
             status,
             fault::render(format, code, &self.reason, None, status.as_u16()),

@@ -67,13 +67,32 @@ impl MessageFormat {
     }
 }
 
-/// Who a SOAP fault blames: the sender (client) or the receiver (this service or its back end).
+/// A qualified name with its namespace, for fault codes defined outside SOAP (WS-Security's
+/// `wsse:FailedCheck`, say).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QName {
+    /// The prefix the fault declares for `ns`.
+    pub prefix: &'static str,
+    /// The namespace URI.
+    pub ns: &'static str,
+    /// The local name.
+    pub local: &'static str,
+}
+
+/// The code of a SOAP fault.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FaultCode {
     /// SOAP 1.1 `Client`, SOAP 1.2 `Sender`.
     Client,
     /// SOAP 1.1 `Server`, SOAP 1.2 `Receiver`.
     Server,
+    /// The envelope is not of a SOAP version this service speaks.
+    VersionMismatch,
+    /// A header block marked `mustUnderstand` was not understood.
+    MustUnderstand,
+    /// A sender fault with a code of its own: the SOAP 1.1 `faultcode` itself, or in SOAP 1.2
+    /// the `Subcode` under `env:Sender`.
+    Sender(QName),
 }
 
 /// A rendered fault: the Content-Type and the body bytes.
@@ -95,15 +114,31 @@ pub fn render(
 ) -> RenderedFault {
     match format {
         MessageFormat::Soap(SoapVersion::V11) => {
-            let code = match code {
-                FaultCode::Client => "soapenv:Client",
-                FaultCode::Server => "soapenv:Server",
-            };
             let mut s = String::with_capacity(256 + reason.len());
             s.push_str("<soapenv:Envelope xmlns:soapenv=\"");
             s.push_str(SOAP11_NS);
-            s.push_str("\"><soapenv:Body><soapenv:Fault><faultcode>");
-            s.push_str(code);
+            s.push_str("\"><soapenv:Body><soapenv:Fault>");
+            match code {
+                FaultCode::Sender(q) => {
+                    s.push_str("<faultcode xmlns:");
+                    s.push_str(q.prefix);
+                    s.push_str("=\"");
+                    s.push_str(q.ns);
+                    s.push_str("\">");
+                    s.push_str(q.prefix);
+                    s.push(':');
+                    s.push_str(q.local);
+                }
+                other => {
+                    s.push_str("<faultcode>");
+                    s.push_str(match other {
+                        FaultCode::Server => "soapenv:Server",
+                        FaultCode::VersionMismatch => "soapenv:VersionMismatch",
+                        FaultCode::MustUnderstand => "soapenv:MustUnderstand",
+                        _ => "soapenv:Client",
+                    });
+                }
+            }
             s.push_str("</faultcode><faultstring>");
             escape_into(&mut s, reason);
             s.push_str("</faultstring>");
@@ -119,16 +154,30 @@ pub fn render(
             }
         }
         MessageFormat::Soap(SoapVersion::V12) => {
-            let code = match code {
-                FaultCode::Client => "env:Sender",
+            let value = match code {
+                FaultCode::Client | FaultCode::Sender(_) => "env:Sender",
                 FaultCode::Server => "env:Receiver",
+                FaultCode::VersionMismatch => "env:VersionMismatch",
+                FaultCode::MustUnderstand => "env:MustUnderstand",
             };
             let mut s = String::with_capacity(320 + reason.len());
             s.push_str("<env:Envelope xmlns:env=\"");
             s.push_str(SOAP12_NS);
             s.push_str("\"><env:Body><env:Fault><env:Code><env:Value>");
-            s.push_str(code);
-            s.push_str("</env:Value></env:Code><env:Reason><env:Text xml:lang=\"en\">");
+            s.push_str(value);
+            s.push_str("</env:Value>");
+            if let FaultCode::Sender(q) = code {
+                s.push_str("<env:Subcode><env:Value xmlns:");
+                s.push_str(q.prefix);
+                s.push_str("=\"");
+                s.push_str(q.ns);
+                s.push_str("\">");
+                s.push_str(q.prefix);
+                s.push(':');
+                s.push_str(q.local);
+                s.push_str("</env:Value></env:Subcode>");
+            }
+            s.push_str("</env:Code><env:Reason><env:Text xml:lang=\"en\">");
             escape_into(&mut s, reason);
             s.push_str("</env:Text></env:Reason>");
             if let Some(detail) = detail {
@@ -222,6 +271,68 @@ mod tests {
         let body = std::str::from_utf8(&f.body).expect("utf8");
         assert!(body.contains("<env:Value>env:Sender</env:Value>"));
         assert!(body.contains("<env:Detail>why</env:Detail>"));
+    }
+
+    const FAILED_CHECK: QName = QName {
+        prefix: "wsse",
+        ns: "http://docs.oasis-open.org/wss/2004/01/oasis-200401-wss-wssecurity-secext-1.0.xsd",
+        local: "FailedCheck",
+    };
+
+    #[test]
+    fn soap11_fault_with_a_qualified_code_declares_its_prefix() {
+        let f = render(
+            MessageFormat::Soap(SoapVersion::V11),
+            FaultCode::Sender(FAILED_CHECK),
+            "no",
+            None,
+            500,
+        );
+        let body = std::str::from_utf8(&f.body).expect("utf8");
+        assert!(body.contains(&format!(
+            "<faultcode xmlns:wsse=\"{}\">wsse:FailedCheck</faultcode>",
+            FAILED_CHECK.ns
+        )));
+    }
+
+    #[test]
+    fn soap12_fault_puts_a_qualified_code_in_a_subcode() {
+        let f = render(
+            MessageFormat::Soap(SoapVersion::V12),
+            FaultCode::Sender(FAILED_CHECK),
+            "no",
+            None,
+            400,
+        );
+        let body = std::str::from_utf8(&f.body).expect("utf8");
+        assert!(body.contains(&format!(
+            "<env:Code><env:Value>env:Sender</env:Value><env:Subcode><env:Value xmlns:wsse=\"{}\">wsse:FailedCheck</env:Value></env:Subcode></env:Code>",
+            FAILED_CHECK.ns
+        )));
+    }
+
+    #[test]
+    fn version_mismatch_and_must_understand_use_soap_codes() {
+        for (v, code, want) in [
+            (
+                SoapVersion::V11,
+                FaultCode::VersionMismatch,
+                "<faultcode>soapenv:VersionMismatch</faultcode>",
+            ),
+            (
+                SoapVersion::V11,
+                FaultCode::MustUnderstand,
+                "<faultcode>soapenv:MustUnderstand</faultcode>",
+            ),
+            (
+                SoapVersion::V12,
+                FaultCode::MustUnderstand,
+                "<env:Value>env:MustUnderstand</env:Value>",
+            ),
+        ] {
+            let f = render(MessageFormat::Soap(v), code, "x", None, 500);
+            assert!(std::str::from_utf8(&f.body).expect("utf8").contains(want));
+        }
     }
 
     #[test]
