@@ -425,6 +425,8 @@ fn check_steps(
                 }
             }
             StepConfig::Log(_) => {}
+            StepConfig::WsseVerify(v) => check_wsse_verify(loaded, v, &here, err),
+            StepConfig::WsseSecure(w) => check_wsse_secure(loaded, w, &here, err),
             StepConfig::Xslt(x) => {
                 let file = loaded.resolve(&x.stylesheet.value);
                 if !file.is_file() {
@@ -485,6 +487,125 @@ fn check_steps(
                 }
             }
         }
+    }
+}
+
+fn check_file(
+    loaded: &LoadedConfig,
+    file: &Spanned<String>,
+    at: String,
+    err: &mut impl FnMut(Option<u64>, String, String),
+) {
+    let path = loaded.resolve(&file.value);
+    if !path.is_file() {
+        err(
+            line_of(file),
+            at,
+            format!("file not found: {}", path.display()),
+        );
+    }
+}
+
+fn check_key_source(
+    loaded: &LoadedConfig,
+    k: &KeySourceConfig,
+    at: &str,
+    err: &mut impl FnMut(Option<u64>, String, String),
+) {
+    match (&k.pkcs12, &k.key, &k.cert) {
+        (Some(p12), None, None) => check_file(loaded, p12, format!("{at}.pkcs12"), err),
+        (None, Some(key), Some(cert)) => {
+            check_file(loaded, key, format!("{at}.key"), err);
+            check_file(loaded, cert, format!("{at}.cert"), err);
+        }
+        _ => err(
+            None,
+            at.to_owned(),
+            "give either 'pkcs12' (with 'password') or both 'key' and 'cert'".into(),
+        ),
+    }
+}
+
+fn check_wsse_verify(
+    loaded: &LoadedConfig,
+    v: &WsseVerifyConfig,
+    here: &str,
+    err: &mut impl FnMut(Option<u64>, String, String),
+) {
+    if v.require.is_empty() {
+        err(
+            None,
+            format!("{here}.require"),
+            "require at least one of timestamp, signature, encryption, username_token".into(),
+        );
+    }
+    match &v.trust {
+        Some(t) => {
+            check_file(loaded, &t.ca, format!("{here}.trust.ca"), err);
+            if let Some(certs) = &t.certs {
+                check_file(loaded, certs, format!("{here}.trust.certs"), err);
+            }
+        }
+        None if v.require.contains(&WsseAction::Signature) => err(
+            None,
+            format!("{here}.trust"),
+            "a required signature needs 'trust' (the CA its signers chain to)".into(),
+        ),
+        None => {}
+    }
+    match &v.decrypt_key {
+        Some(k) => check_key_source(loaded, k, &format!("{here}.decrypt_key"), err),
+        None if v.require.contains(&WsseAction::Encryption) => err(
+            None,
+            format!("{here}.decrypt_key"),
+            "a required encryption needs 'decrypt_key' (the service's own key)".into(),
+        ),
+        None => {}
+    }
+    if v.require.contains(&WsseAction::UsernameToken) && v.users.is_empty() {
+        err(
+            None,
+            format!("{here}.users"),
+            "a required username_token needs at least one user".into(),
+        );
+    }
+    if v.replay_cache.enabled && v.replay_cache.size == 0 {
+        err(
+            None,
+            format!("{here}.replay_cache.size"),
+            "size must be at least 1".into(),
+        );
+    }
+    if !(4..=1024).contains(&v.max_depth) {
+        err(
+            None,
+            format!("{here}.max_depth"),
+            "max_depth must be between 4 and 1024".into(),
+        );
+    }
+}
+
+fn check_wsse_secure(
+    loaded: &LoadedConfig,
+    w: &WsseSecureConfig,
+    here: &str,
+    err: &mut impl FnMut(Option<u64>, String, String),
+) {
+    if w.timestamp.is_none() && w.sign.is_none() && w.encrypt.is_none() {
+        err(
+            None,
+            here.to_owned(),
+            "give at least one of 'timestamp', 'sign', 'encrypt'".into(),
+        );
+    }
+    if let Some(sign) = &w.sign {
+        check_file(loaded, &sign.key, format!("{here}.sign.key"), err);
+        if let Some(cert) = &sign.cert {
+            check_file(loaded, cert, format!("{here}.sign.cert"), err);
+        }
+    }
+    if let Some(WsseRecipient::Cert { cert }) = w.encrypt.as_ref().map(|e| &e.recipient) {
+        check_file(loaded, cert, format!("{here}.encrypt.for.cert"), err);
     }
 }
 

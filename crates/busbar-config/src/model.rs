@@ -327,6 +327,11 @@ pub enum StepConfig {
     Route(Vec<RouteCase>),
     /// Transform the current message's body with an XSLT 1.0 stylesheet.
     Xslt(XsltConfig),
+    /// Check a WS-Security request (decrypt, verify the signature and its coverage, check
+    /// trust and freshness) and forward it without its `wsse:Security` header.
+    WsseVerify(WsseVerifyConfig),
+    /// Secure the current message (usually the response): timestamp, sign, encrypt the body.
+    WsseSecure(WsseSecureConfig),
 }
 
 impl StepConfig {
@@ -342,6 +347,8 @@ impl StepConfig {
             StepConfig::Sequence(_) => "sequence",
             StepConfig::Route(_) => "route",
             StepConfig::Xslt(_) => "xslt",
+            StepConfig::WsseVerify(_) => "wsse_verify",
+            StepConfig::WsseSecure(_) => "wsse_secure",
         }
     }
 }
@@ -516,4 +523,318 @@ pub enum XmlCheck {
     Read,
     /// The whole body, as it streams.
     Whole,
+}
+
+/// The `wsse_verify` step.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct WsseVerifyConfig {
+    /// What the request must carry: any of `timestamp`, `signature`, `encryption`,
+    /// `username_token`. What is present is always checked, required or not.
+    pub require: Vec<WsseAction>,
+    /// Who may sign: certificates must chain to `ca`.
+    #[serde(default)]
+    pub trust: Option<WsseTrustConfig>,
+    /// The key that decrypts requests (the service's own); needed for `encryption`.
+    #[serde(default)]
+    pub decrypt_key: Option<KeySourceConfig>,
+    /// Freshness of `wsu:Timestamp` (and of UsernameToken `Created`).
+    #[serde(default)]
+    pub timestamp: WsseTimestampConfig,
+    /// Rejects a message seen before (same `Created` and signature, or same UsernameToken
+    /// nonce) within its lifetime.
+    #[serde(default)]
+    pub replay_cache: CacheConfig,
+    /// Remembers unwrapped session keys by their encrypted form, so a repeated EncryptedKey
+    /// costs no RSA operation. Off by default.
+    #[serde(default = "CacheConfig::off")]
+    pub session_key_cache: CacheConfig,
+    /// `modern` (RSA-OAEP, RSA-SHA256, SHA-256 digests) or `legacy` (also RSA-1.5 key
+    /// transport, RSA-SHA1 and SHA-1 digests).
+    #[serde(default)]
+    pub algorithms: WsseAlgorithms,
+    /// Remove the `wsse:Security` header before forwarding (other headers stay).
+    #[serde(default = "default_true")]
+    pub remove_header: bool,
+    /// UsernameToken users: name → password.
+    #[serde(default)]
+    pub users: BTreeMap<String, String>,
+    /// Deepest element nesting accepted.
+    #[serde(default = "default_max_depth")]
+    pub max_depth: usize,
+}
+
+fn default_true() -> bool {
+    true
+}
+
+fn default_max_depth() -> usize {
+    64
+}
+
+/// A WS-Security action a request must carry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WsseAction {
+    /// A `wsu:Timestamp`, signed when a signature is present.
+    Timestamp,
+    /// An XML signature covering the SOAP Body (and the timestamp when there is one).
+    Signature,
+    /// The Body's content encrypted for `decrypt_key`.
+    Encryption,
+    /// A `wsse:UsernameToken` of a configured user.
+    #[serde(alias = "usernametoken")]
+    UsernameToken,
+}
+
+/// Trusted signers.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct WsseTrustConfig {
+    /// PEM file of trust anchors (CA certificates).
+    pub ca: Spanned<String>,
+    /// Regular expression the signer's subject DN (as `CN=client, O=Example`) must match.
+    #[serde(default)]
+    pub subject: Option<Spanned<String>>,
+    /// PEM file of signer certificates that requests may refer to by key identifier or
+    /// issuer and serial instead of carrying them; each must itself chain to `ca`.
+    #[serde(default)]
+    pub certs: Option<Spanned<String>>,
+}
+
+/// A private key with its certificate: a PKCS#12 file (`pkcs12` + `password`) or PEM files
+/// (`key` + `cert`).
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct KeySourceConfig {
+    /// PKCS#12 file.
+    #[serde(default)]
+    pub pkcs12: Option<Spanned<String>>,
+    /// Its password.
+    #[serde(default)]
+    pub password: Option<String>,
+    /// PEM private key (PKCS#8 or PKCS#1).
+    #[serde(default)]
+    pub key: Option<Spanned<String>>,
+    /// PEM certificate of `key`.
+    #[serde(default)]
+    pub cert: Option<Spanned<String>>,
+}
+
+/// Timestamp freshness rules.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct WsseTimestampConfig {
+    /// Clock difference tolerated between sender and us.
+    #[serde(default = "five_minutes")]
+    pub max_skew: Duration,
+    /// Oldest `Created` accepted.
+    #[serde(default = "five_minutes")]
+    pub max_age: Duration,
+    /// Refuse timestamps without `Expires`.
+    #[serde(default = "default_true")]
+    pub require_expires: bool,
+}
+
+impl Default for WsseTimestampConfig {
+    fn default() -> Self {
+        Self {
+            max_skew: five_minutes(),
+            max_age: five_minutes(),
+            require_expires: true,
+        }
+    }
+}
+
+fn five_minutes() -> Duration {
+    Duration(std::time::Duration::from_secs(300))
+}
+
+/// A bounded cache that can be switched off.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct CacheConfig {
+    /// On or off.
+    #[serde(default = "default_true")]
+    pub enabled: bool,
+    /// Entries kept at most.
+    #[serde(default = "default_cache_size")]
+    pub size: usize,
+}
+
+impl Default for CacheConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            size: default_cache_size(),
+        }
+    }
+}
+
+impl CacheConfig {
+    fn off() -> Self {
+        Self {
+            enabled: false,
+            size: default_cache_size(),
+        }
+    }
+}
+
+fn default_cache_size() -> usize {
+    100_000
+}
+
+/// Algorithm profile accepted by `wsse_verify`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WsseAlgorithms {
+    /// RSA-OAEP, RSA-SHA256, SHA-256 digests, AES-CBC/GCM.
+    #[default]
+    Modern,
+    /// Also RSA-1.5 key transport, RSA-SHA1 and SHA-1 digests.
+    Legacy,
+}
+
+/// The `wsse_secure` step.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct WsseSecureConfig {
+    /// Add a `wsu:Timestamp` (signed when `sign` is set).
+    #[serde(default)]
+    pub timestamp: Option<WsseTtlConfig>,
+    /// Sign the Body (and the timestamp) with the service's key.
+    #[serde(default)]
+    pub sign: Option<WsseSignConfig>,
+    /// Encrypt the Body's content for a recipient.
+    #[serde(default)]
+    pub encrypt: Option<WsseEncryptConfig>,
+}
+
+/// Timestamp lifetime.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct WsseTtlConfig {
+    /// `Expires` is `Created` plus this.
+    #[serde(default = "five_minutes")]
+    pub ttl: Duration,
+}
+
+/// Signing settings.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct WsseSignConfig {
+    /// The signing key: a PKCS#12 file (with `password`), or a PEM key (with `cert`).
+    pub key: Spanned<String>,
+    /// Password of a PKCS#12 `key`.
+    #[serde(default)]
+    pub password: Option<String>,
+    /// PEM certificate of a PEM `key`.
+    #[serde(default)]
+    pub cert: Option<Spanned<String>>,
+    /// `sha256` (RSA-SHA256, SHA-256 digests) or `sha1` (RSA-SHA1, SHA-1 digests; legacy).
+    #[serde(default)]
+    pub digest: WsseDigest,
+    /// How the signature names its certificate.
+    #[serde(default)]
+    pub key_reference: WsseKeyReference,
+}
+
+/// Digest family of a signature.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WsseDigest {
+    /// SHA-1 (legacy).
+    Sha1,
+    /// SHA-256.
+    #[default]
+    Sha256,
+}
+
+/// A reference to a certificate from a signature or an encrypted key.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WsseKeyReference {
+    /// The certificate travels in a `wsse:BinarySecurityToken`.
+    #[default]
+    Bst,
+    /// Its X.509 SubjectKeyIdentifier.
+    Ski,
+    /// Its issuer and serial number.
+    IssuerSerial,
+    /// Its SHA-1 thumbprint.
+    Thumbprint,
+}
+
+/// Encryption settings.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct WsseEncryptConfig {
+    /// The recipient: `request_signer` (the certificate that signed the request) or
+    /// `{ cert: FILE }`.
+    #[serde(rename = "for")]
+    pub recipient: WsseRecipient,
+    /// Data cipher: `aes128-cbc`, `aes256-cbc`, `aes128-gcm` or `aes256-gcm`.
+    #[serde(default)]
+    pub data: WsseCipher,
+    /// Key transport: `rsa-oaep` or `rsa-1_5` (legacy).
+    #[serde(default)]
+    pub key_transport: WsseKeyTransport,
+    /// How the encrypted key names the recipient's certificate.
+    #[serde(default = "default_ski")]
+    pub key_reference: WsseKeyReference,
+}
+
+fn default_ski() -> WsseKeyReference {
+    WsseKeyReference::Ski
+}
+
+/// Who a response is encrypted for.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(untagged)]
+pub enum WsseRecipient {
+    /// `request_signer`.
+    Named(WsseNamedRecipient),
+    /// A certificate file.
+    Cert {
+        /// PEM certificate file.
+        cert: Spanned<String>,
+    },
+}
+
+/// Recipients named by role.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WsseNamedRecipient {
+    /// The certificate that signed the request, as `wsse_verify` checked it.
+    RequestSigner,
+}
+
+/// Data ciphers.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+pub enum WsseCipher {
+    /// AES-128-CBC.
+    #[serde(rename = "aes128-cbc")]
+    Aes128Cbc,
+    /// AES-256-CBC.
+    #[serde(rename = "aes256-cbc")]
+    Aes256Cbc,
+    /// AES-128-GCM.
+    #[serde(rename = "aes128-gcm")]
+    Aes128Gcm,
+    /// AES-256-GCM.
+    #[default]
+    #[serde(rename = "aes256-gcm")]
+    Aes256Gcm,
+}
+
+/// Key transports.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+pub enum WsseKeyTransport {
+    /// RSA-OAEP (MGF1 with SHA-1).
+    #[default]
+    #[serde(rename = "rsa-oaep")]
+    RsaOaep,
+    /// RSA PKCS#1 v1.5 (legacy).
+    #[serde(rename = "rsa-1_5")]
+    Rsa15,
 }

@@ -1,11 +1,25 @@
-//! WS-Security for busbar: the `wsse_verify` and `wsse_secure` steps' machinery.
+//! WS-Security for busbar: the machinery of the `wsse_verify` and `wsse_secure` steps.
 //!
 //! Layout: `dom` is a small read-only XML tree over quick-xml that keeps original prefixes
 //! and byte offsets; `c14n` is Exclusive XML Canonicalization 1.0 over that tree; `crypto`
 //! holds the fixed algorithm profile (RSA via aws-lc-rs, digests and AES from RustCrypto);
-//! `keys` loads keys and certificates and checks trust.
+//! `keys` loads keys and certificates and checks trust. `verify` checks a secured message
+//! and returns it plain; `secure` timestamps, signs and encrypts one. `soap`, `time`,
+//! `cache`, `ns` and `error` are what those two share.
 
 pub mod c14n;
+pub mod cache;
 pub mod crypto;
 pub mod dom;
+pub mod error;
 pub mod keys;
+pub mod ns;
+pub mod secure;
+pub mod soap;
+pub mod time;
+pub mod verify;
+
+pub use error::{FaultKind, WsseError};
+pub use secure::{EncryptSettings, KeyReference, Securer, SignSettings};
+pub use soap::Soap;
+pub use verify::{Verified, Verifier, VerifyPolicy};

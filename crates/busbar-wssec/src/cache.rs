@@ -1,0 +1,144 @@
+//! Small bounded caches shared by every worker: replay detection and unwrapped session keys.
+//!
+//! Both are a map plus an insertion-order queue behind one mutex; entries are a few dozen
+//! bytes and the lock is held for a lookup or an insert, never across I/O.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Mutex;
+
+/// Remembers message fingerprints until they expire; a second sighting is a replay.
+#[derive(Debug)]
+pub struct ReplayCache {
+    capacity: usize,
+    inner: Mutex<Seen>,
+}
+
+#[derive(Debug, Default)]
+struct Seen {
+    expiry: HashMap<[u8; 32], i64>,
+    order: VecDeque<([u8; 32], i64)>,
+}
+
+impl ReplayCache {
+    /// A cache of at most `capacity` live entries.
+    pub fn new(capacity: usize) -> Self {
+        Self {
+            capacity: capacity.max(1),
+            inner: Mutex::new(Seen::default()),
+        }
+    }
+
+    /// Records `key` as seen until `expires_ms`; false when it was already seen and is still
+    /// live (a replay).
+    pub fn insert(&self, key: [u8; 32], now_ms: i64, expires_ms: i64) -> bool {
+        let mut seen = match self.inner.lock() {
+            Ok(g) => g,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        while seen.order.front().is_some_and(|&(_, exp)| exp <= now_ms) {
+            seen.drop_oldest();
+        }
+        if seen.expiry.get(&key).is_some_and(|&exp| exp > now_ms) {
+            return false;
+        }
+        while seen.order.len() >= self.capacity {
+            seen.drop_oldest();
+        }
+        seen.expiry.insert(key, expires_ms);
+        seen.order.push_back((key, expires_ms));
+        true
+    }
+}
+
+impl Seen {
+    fn drop_oldest(&mut self) {
+        if let Some((k, exp)) = self.order.pop_front() {
+            // A key re-recorded later has a newer entry; only its own entry removes it.
+            if self.expiry.get(&k) == Some(&exp) {
+                self.expiry.remove(&k);
+            }
+        }
+    }
+}
+
+/// Unwrapped session keys by the SHA-256 of their wrapped form.
+#[derive(Debug)]
+pub struct KeyCache {
+    capacity: usize,
+    inner: Mutex<Keys>,
+}
+
+#[derive(Debug, Default)]
+struct Keys {
+    map: HashMap<[u8; 32], Vec<u8>>,
+    order: VecDeque<[u8; 32]>,
+}
+
+impl KeyCache {
+    /// A cache of at most `capacity` keys.
+    pub fn new(capacity: usize) -> Self {
+        Self {
+            capacity: capacity.max(1),
+            inner: Mutex::new(Keys::default()),
+        }
+    }
+
+    /// The key unwrapped earlier from a wrapped key with this fingerprint.
+    pub fn get(&self, fingerprint: &[u8; 32]) -> Option<Vec<u8>> {
+        let keys = match self.inner.lock() {
+            Ok(g) => g,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        keys.map.get(fingerprint).cloned()
+    }
+
+    /// Remembers a key.
+    pub fn put(&self, fingerprint: [u8; 32], key: Vec<u8>) {
+        let mut keys = match self.inner.lock() {
+            Ok(g) => g,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        if keys.map.insert(fingerprint, key).is_none() {
+            keys.order.push_back(fingerprint);
+        }
+        while keys.order.len() > self.capacity {
+            if let Some(old) = keys.order.pop_front() {
+                keys.map.remove(&old);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_second_sighting_is_a_replay_until_it_expires() {
+        let c = ReplayCache::new(10);
+        assert!(c.insert([1; 32], 0, 100));
+        assert!(!c.insert([1; 32], 50, 150));
+        assert!(c.insert([1; 32], 101, 200));
+    }
+
+    #[test]
+    fn a_full_replay_cache_drops_its_oldest_entries() {
+        let c = ReplayCache::new(2);
+        assert!(c.insert([1; 32], 0, 1000));
+        assert!(c.insert([2; 32], 0, 1000));
+        assert!(c.insert([3; 32], 0, 1000));
+        assert!(!c.insert([3; 32], 0, 1000));
+        assert!(!c.insert([2; 32], 0, 1000));
+        assert!(c.insert([1; 32], 0, 1000));
+    }
+
+    #[test]
+    fn key_cache_is_bounded() {
+        let c = KeyCache::new(2);
+        c.put([1; 32], vec![1]);
+        c.put([2; 32], vec![2]);
+        c.put([3; 32], vec![3]);
+        assert_eq!(c.get(&[1; 32]), None);
+        assert_eq!(c.get(&[3; 32]), Some(vec![3]));
+    }
+}

@@ -1,0 +1,892 @@
+//! Receiving: checks a secured SOAP message and returns it plain.
+//!
+//! The order is fixed (see `ws-security.md`): limits and envelope, the one Security header
+//! for us, decryption (spliced back as bytes, then the message is parsed again), signature
+//! references and value, trust, the coverage policy, freshness and replay, and last the
+//! header's removal. Every failure is a [`WsseError`] whose fault code is all a client
+//! learns.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use sha2::Digest as _;
+
+use crate::c14n;
+use crate::cache::{KeyCache, ReplayCache};
+use crate::crypto::{self, BlockCipher, DigestAlg, KeyTransport, SignatureAlg};
+use crate::dom::{Document, Limits, NodeId};
+use crate::error::{fail, FaultKind, WsseError};
+use crate::keys::{Certificate, Identity, TrustStore};
+use crate::ns;
+use crate::soap::{child, ct_eq, decode_base64, normalize_dn, only_child, Envelope, Soap};
+use crate::time::{now_millis, parse_datetime};
+
+/// What a request must carry, and what is accepted.
+#[derive(Debug)]
+pub struct VerifyPolicy {
+    /// A timestamp is required.
+    pub require_timestamp: bool,
+    /// A signature covering the Body is required.
+    pub require_signature: bool,
+    /// The Body's content must have been encrypted.
+    pub require_encryption: bool,
+    /// A UsernameToken is required.
+    pub require_username_token: bool,
+    /// Signers must chain to these anchors.
+    pub trust: Option<TrustStore>,
+    /// Signer certificates requests may refer to without carrying them.
+    pub known_certs: Vec<Certificate>,
+    /// The service's own key, for decryption.
+    pub decrypt: Option<Arc<Identity>>,
+    /// Clock skew tolerated, in milliseconds.
+    pub max_skew_ms: i64,
+    /// Oldest `Created` accepted, in milliseconds.
+    pub max_age_ms: i64,
+    /// Refuse timestamps without `Expires`.
+    pub require_expires: bool,
+    /// Accept RSA-1.5, RSA-SHA1 and SHA-1 digests.
+    pub legacy: bool,
+    /// Remove our Security header from the forwarded message.
+    pub remove_header: bool,
+    /// UsernameToken users: name → password.
+    pub users: HashMap<String, String>,
+    /// Parser limits.
+    pub limits: Limits,
+}
+
+/// A verified message.
+#[derive(Debug)]
+pub struct Verified {
+    /// The message to forward: decrypted, and without our Security header when so configured.
+    pub message: Vec<u8>,
+    /// Its SOAP version.
+    pub soap: Soap,
+    /// The certificate whose signature was verified.
+    pub signer: Option<Arc<Certificate>>,
+    /// The authenticated UsernameToken user.
+    pub username: Option<String>,
+}
+
+/// A built `wsse_verify`: the policy plus its caches.
+#[derive(Debug)]
+pub struct Verifier {
+    policy: VerifyPolicy,
+    replay: Option<ReplayCache>,
+    session_keys: Option<KeyCache>,
+}
+
+struct Found {
+    security: Option<NodeId>,
+    timestamps: Vec<NodeId>,
+    tokens: Vec<NodeId>,
+    encrypted_keys: Vec<NodeId>,
+    signatures: Vec<NodeId>,
+    username_tokens: Vec<NodeId>,
+}
+
+impl Verifier {
+    /// A verifier; a cache size of `None` switches that cache off.
+    pub fn new(
+        policy: VerifyPolicy,
+        replay_cache: Option<usize>,
+        session_key_cache: Option<usize>,
+    ) -> Self {
+        Self {
+            policy,
+            replay: replay_cache.map(ReplayCache::new),
+            session_keys: session_key_cache.map(KeyCache::new),
+        }
+    }
+
+    /// The policy this verifier enforces.
+    pub fn policy(&self) -> &VerifyPolicy {
+        &self.policy
+    }
+
+    /// Checks `input` at time `now`. `expected` is the SOAP version the transport announced
+    /// (its Content-Type), when it announced one.
+    pub fn verify(
+        &self,
+        input: &[u8],
+        expected: Option<Soap>,
+        now: SystemTime,
+    ) -> Result<Verified, WsseError> {
+        let now_ms = now_millis(now);
+        let p = &self.policy;
+        let doc = parse(input, &p.limits)?;
+        let env = Envelope::find(&doc)?;
+        if expected.is_some_and(|v| v != env.soap) {
+            return fail(
+                FaultKind::VersionMismatch,
+                "the envelope's version differs from the Content-Type's",
+            );
+        }
+        let found = self.scan_header(&doc, &env)?;
+
+        // Decryption changes the bytes; everything after it works on the plain document.
+        let (doc, body_encrypted) = if found.encrypted_keys.is_empty() {
+            if has_encrypted_data(&doc, env.body) {
+                return fail(
+                    FaultKind::FailedCheck,
+                    "EncryptedData in the Body without an EncryptedKey for it",
+                );
+            }
+            (doc, false)
+        } else {
+            let plain = self.decrypt(&doc, &env, &found)?;
+            (parse(&plain, &p.limits)?, true)
+        };
+        let env = Envelope::find(&doc)?;
+        let found = self.scan_header(&doc, &env)?;
+        let Some(security) = found.security else {
+            return fail(FaultKind::InvalidSecurity, "no Security header for this service");
+        };
+        let ids = id_map(&doc)?;
+
+        let mut signer = None;
+        let mut signed: Vec<NodeId> = Vec::new();
+        let mut signature_value = Vec::new();
+        match found.signatures.as_slice() {
+            [] => {}
+            [sig] => {
+                let (cert, covered, value) =
+                    self.verify_signature(&doc, security, *sig, &ids, now_ms)?;
+                signer = Some(cert);
+                signed = covered;
+                signature_value = value;
+            }
+            _ => return fail(FaultKind::InvalidSecurity, "more than one Signature"),
+        }
+
+        // Coverage: what raw signature engines leave to the application.
+        if signer.is_some() && !signed.contains(&env.body) {
+            return fail(
+                FaultKind::InvalidSecurity,
+                "the signature does not cover the SOAP Body",
+            );
+        }
+        if p.require_signature && signer.is_none() {
+            return fail(FaultKind::InvalidSecurity, "no signature");
+        }
+        if p.require_encryption && !body_encrypted {
+            return fail(FaultKind::InvalidSecurity, "the Body was not encrypted");
+        }
+        let timestamp = match found.timestamps.as_slice() {
+            [] if p.require_timestamp => {
+                return fail(FaultKind::InvalidSecurity, "no Timestamp");
+            }
+            [] => None,
+            [ts] => Some(*ts),
+            _ => return fail(FaultKind::InvalidSecurity, "more than one Timestamp"),
+        };
+        if let Some(ts) = timestamp {
+            if signer.is_some() && !signed.contains(&ts) {
+                return fail(
+                    FaultKind::InvalidSecurity,
+                    "the signature does not cover the Timestamp",
+                );
+            }
+        }
+
+        let username = match found.username_tokens.as_slice() {
+            [] if p.require_username_token => {
+                return fail(FaultKind::InvalidSecurity, "no UsernameToken");
+            }
+            [] => None,
+            [ut] => Some(self.check_username_token(&doc, *ut, now_ms)?),
+            _ => return fail(FaultKind::InvalidSecurity, "more than one UsernameToken"),
+        };
+
+        if let Some(ts) = timestamp {
+            let (created, created_text, expires) = self.check_timestamp(&doc, ts, now_ms)?;
+            if let (Some(cache), false) = (&self.replay, signature_value.is_empty()) {
+                let mut h = sha2::Sha256::new();
+                h.update(b"ts\0");
+                h.update(created_text.as_bytes());
+                h.update(b"\0");
+                h.update(&signature_value);
+                let until = expires.unwrap_or(created + p.max_age_ms) + p.max_skew_ms;
+                if !cache.insert(h.finalize().into(), now_ms, until) {
+                    return fail(FaultKind::InvalidSecurity, "replayed message");
+                }
+            }
+        }
+
+        let message = if p.remove_header {
+            let span = doc.span(security);
+            let src = doc.source();
+            let mut out = Vec::with_capacity(src.len() - span.len());
+            out.extend_from_slice(&src[..span.start]);
+            out.extend_from_slice(&src[span.end..]);
+            out
+        } else {
+            doc.source().to_vec()
+        };
+        Ok(Verified {
+            message,
+            soap: env.soap,
+            signer,
+            username,
+        })
+    }
+
+    /// Finds our Security header and sorts its children; checks `mustUnderstand` blocks.
+    fn scan_header(&self, doc: &Document, env: &Envelope) -> Result<Found, WsseError> {
+        let mut found = Found {
+            security: None,
+            timestamps: Vec::new(),
+            tokens: Vec::new(),
+            encrypted_keys: Vec::new(),
+            signatures: Vec::new(),
+            username_tokens: Vec::new(),
+        };
+        let Some(header) = env.header else {
+            return Ok(found);
+        };
+        let env_ns = env.soap.namespace();
+        for block in doc.element_children(header) {
+            let role = match env.soap {
+                Soap::V11 => doc.attr(block, env_ns, "actor"),
+                Soap::V12 => doc.attr(block, env_ns, "role"),
+            };
+            let for_us = match role {
+                None => true,
+                Some(r) => r == ns::ACTOR_NEXT_11 || r == ns::ROLE_NEXT_12 || r == ns::ROLE_ULTIMATE_12,
+            };
+            if doc.is(block, ns::WSSE, "Security") {
+                if for_us {
+                    if found.security.is_some() {
+                        return fail(
+                            FaultKind::InvalidSecurity,
+                            "more than one Security header for this service",
+                        );
+                    }
+                    found.security = Some(block);
+                }
+                continue;
+            }
+            let must = doc
+                .attr(block, env_ns, "mustUnderstand")
+                .is_some_and(|v| v.trim() == "1" || v.trim() == "true");
+            // Blocks without a role are for the ultimate receiver (the back end) and travel
+            // on; blocks for the next node are ours to understand.
+            let next = role.is_some_and(|r| r == ns::ACTOR_NEXT_11 || r == ns::ROLE_NEXT_12);
+            if must && next {
+                return fail(
+                    FaultKind::MustUnderstand,
+                    format!("header block {{{}}}{} not understood", doc.namespace(block), doc.local_name(block)),
+                );
+            }
+        }
+        let Some(sec) = found.security else {
+            return Ok(found);
+        };
+        for c in doc.element_children(sec) {
+            match (doc.namespace(c), doc.local_name(c)) {
+                (ns::WSU, "Timestamp") => found.timestamps.push(c),
+                (ns::WSSE, "BinarySecurityToken") => found.tokens.push(c),
+                (ns::XENC, "EncryptedKey") => found.encrypted_keys.push(c),
+                (ns::DS, "Signature") => found.signatures.push(c),
+                (ns::WSSE, "UsernameToken") => found.username_tokens.push(c),
+                // Lists of what an EncryptedKey decrypts, and signature confirmations, need no
+                // processing of their own here.
+                (ns::XENC, "ReferenceList") | (ns::WSSE11, "SignatureConfirmation") => {}
+                (n, l) => {
+                    return fail(
+                        FaultKind::InvalidSecurity,
+                        format!("unsupported element {{{n}}}{l} in the Security header"),
+                    )
+                }
+            }
+        }
+        Ok(found)
+    }
+
+    /// Decrypts every EncryptedData an EncryptedKey of our header names; returns the
+    /// message with each spliced back.
+    fn decrypt(&self, doc: &Document, env: &Envelope, found: &Found) -> Result<Vec<u8>, WsseError> {
+        let Some(identity) = &self.policy.decrypt else {
+            return fail(
+                FaultKind::FailedCheck,
+                "the message is encrypted but no decrypt_key is configured",
+            );
+        };
+        let Some(security) = found.security else {
+            return fail(FaultKind::InvalidSecurity, "EncryptedKey outside our Security header");
+        };
+        let ids = id_map(doc)?;
+        let mut splices: Vec<(std::ops::Range<usize>, Vec<u8>)> = Vec::new();
+        for &ek in &found.encrypted_keys {
+            let method = only_child(doc, ek, ns::XENC, "EncryptionMethod")?;
+            let transport = self.key_transport(doc, method)?;
+            self.check_recipient(doc, security, ek, identity)?;
+            let cipher_value = cipher_value(doc, ek)?;
+
+            // What this key decrypts: its ReferenceList, or EncryptedData naming it.
+            let mut targets = Vec::new();
+            if let Some(list) = child(doc, ek, ns::XENC, "ReferenceList") {
+                for r in doc.element_children(list) {
+                    if !doc.is(r, ns::XENC, "DataReference") {
+                        return fail(FaultKind::UnsupportedAlgorithm, "only DataReference is supported");
+                    }
+                    let uri = doc.attr(r, "", "URI").unwrap_or("");
+                    targets.push(resolve(&ids, uri)?);
+                }
+            } else if let Some(id) = doc.attr(ek, "", "Id") {
+                for ed in doc.descendants(env.body) {
+                    if doc.is(ed, ns::XENC, "EncryptedData") && key_info_refers_to(doc, ed, id) {
+                        targets.push(ed);
+                    }
+                }
+            }
+            if targets.is_empty() {
+                return fail(FaultKind::InvalidSecurity, "an EncryptedKey that decrypts nothing");
+            }
+            let mut cipher = None;
+            for &t in &targets {
+                if !doc.is(t, ns::XENC, "EncryptedData") {
+                    return fail(FaultKind::InvalidSecurity, "a DataReference to something other than EncryptedData");
+                }
+                if !is_inside(doc, t, env.body) {
+                    return fail(FaultKind::InvalidSecurity, "EncryptedData outside the Body");
+                }
+                let m = only_child(doc, t, ns::XENC, "EncryptionMethod")?;
+                let alg = doc.attr(m, "", "Algorithm").unwrap_or("");
+                let Some(c) = BlockCipher::from_uri(alg) else {
+                    return fail(FaultKind::UnsupportedAlgorithm, format!("data encryption '{alg}'"));
+                };
+                if cipher.is_some_and(|prev| prev != c) {
+                    return fail(FaultKind::InvalidSecurity, "one key used with two ciphers");
+                }
+                cipher = Some(c);
+            }
+            let Some(cipher) = cipher else {
+                return fail(FaultKind::InvalidSecurity, "an EncryptedKey that decrypts nothing");
+            };
+            let key = self.unwrap(identity, transport, &cipher_value, cipher.key_len())?;
+            for t in targets {
+                let data = cipher_value_of(doc, t)?;
+                let plain = crypto::decrypt(cipher, &key, &data)
+                    .map_err(|_| WsseError::new(FaultKind::FailedCheck, "data decryption failed"))?;
+                let kind = doc.attr(t, "", "Type").unwrap_or(ns::ENC_ELEMENT);
+                if kind != ns::ENC_CONTENT && kind != ns::ENC_ELEMENT {
+                    return fail(FaultKind::UnsupportedAlgorithm, format!("EncryptedData Type '{kind}'"));
+                }
+                check_fragment(doc, t, &plain, kind == ns::ENC_ELEMENT, &self.policy.limits)?;
+                splices.push((doc.span(t), plain));
+            }
+            self.remember(&cipher_value, &key);
+        }
+        // Anything still encrypted in the Body was addressed to no key we hold.
+        let spliced: Vec<usize> = splices.iter().map(|(r, _)| r.start).collect();
+        for ed in doc.descendants(env.body) {
+            if doc.is(ed, ns::XENC, "EncryptedData") && !spliced.contains(&doc.span(ed).start) {
+                return fail(FaultKind::FailedCheck, "EncryptedData no EncryptedKey decrypts");
+            }
+        }
+        splices.sort_by_key(|(r, _)| r.start);
+        let src = doc.source();
+        let mut out = Vec::with_capacity(src.len());
+        let mut at = 0;
+        for (range, plain) in splices {
+            if range.start < at {
+                return fail(FaultKind::InvalidSecurity, "nested or repeated EncryptedData references");
+            }
+            out.extend_from_slice(&src[at..range.start]);
+            out.extend_from_slice(&plain);
+            at = range.end;
+        }
+        out.extend_from_slice(&src[at..]);
+        Ok(out)
+    }
+
+    fn key_transport(&self, doc: &Document, method: NodeId) -> Result<KeyTransport, WsseError> {
+        let alg = doc.attr(method, "", "Algorithm").unwrap_or("");
+        let Some(kt) = KeyTransport::from_uri(alg) else {
+            return fail(FaultKind::UnsupportedAlgorithm, format!("key transport '{alg}'"));
+        };
+        if kt.is_legacy() && !self.policy.legacy {
+            return fail(FaultKind::UnsupportedAlgorithm, format!("legacy key transport '{alg}'"));
+        }
+        for c in doc.element_children(method) {
+            let a = doc.attr(c, "", "Algorithm").unwrap_or("");
+            let ok = match (doc.namespace(c), doc.local_name(c)) {
+                (ns::DS, "DigestMethod") => a == DigestAlg::Sha1.uri(),
+                (ns::XENC11, "MGF") => a == ns::MGF1_SHA1,
+                (ns::XENC, "OAEPparams") => false,
+                _ => false,
+            };
+            if !ok {
+                return fail(FaultKind::UnsupportedAlgorithm, format!("key transport parameter '{a}'"));
+            }
+        }
+        Ok(kt)
+    }
+
+    /// The EncryptedKey must name our certificate; anything else is for another recipient.
+    fn check_recipient(
+        &self,
+        doc: &Document,
+        security: NodeId,
+        ek: NodeId,
+        identity: &Identity,
+    ) -> Result<(), WsseError> {
+        let ours = &identity.cert;
+        let Some(info) = child(doc, ek, ns::DS, "KeyInfo") else {
+            return fail(FaultKind::FailedCheck, "EncryptedKey without KeyInfo");
+        };
+        let matches = match token_reference(doc, security, info)? {
+            TokenRef::Cert(c) => c.der() == ours.der(),
+            TokenRef::Ski(ski) => ct_eq(&ski, &ours.subject_key_identifier()),
+            TokenRef::Thumbprint(t) => ct_eq(&t, &ours.thumbprint_sha1()),
+            TokenRef::IssuerSerial(issuer, serial) => {
+                normalize_dn(&issuer) == normalize_dn(ours.issuer()) && serial == ours.serial_decimal()
+            }
+        };
+        if matches {
+            Ok(())
+        } else {
+            fail(FaultKind::FailedCheck, "EncryptedKey for another recipient")
+        }
+    }
+
+    fn unwrap(
+        &self,
+        identity: &Identity,
+        transport: KeyTransport,
+        wrapped: &[u8],
+        len: usize,
+    ) -> Result<Vec<u8>, WsseError> {
+        let fingerprint: [u8; 32] = sha2::Sha256::digest(wrapped).into();
+        if let Some(key) = self.session_keys.as_ref().and_then(|c| c.get(&fingerprint)) {
+            if key.len() == len {
+                return Ok(key);
+            }
+        }
+        identity
+            .key
+            .unwrap_key(transport, wrapped, len)
+            .map_err(|_| WsseError::new(FaultKind::FailedCheck, "key unwrap failed"))
+    }
+
+    /// Remembers a session key once its data decrypted: an RSA-1.5 failure yields a random
+    /// key, which must never be served again for the same bytes.
+    fn remember(&self, wrapped: &[u8], key: &[u8]) {
+        if let Some(cache) = &self.session_keys {
+            cache.put(sha2::Sha256::digest(wrapped).into(), key.to_vec());
+        }
+    }
+
+    /// Verifies the signature's references and value and the signer's trust; returns the
+    /// signer, the nodes the references cover, and the signature value.
+    fn verify_signature(
+        &self,
+        doc: &Document,
+        security: NodeId,
+        sig: NodeId,
+        ids: &HashMap<&str, NodeId>,
+        now_ms: i64,
+    ) -> Result<(Arc<Certificate>, Vec<NodeId>, Vec<u8>), WsseError> {
+        let p = &self.policy;
+        let signed_info = only_child(doc, sig, ns::DS, "SignedInfo")?;
+        let c14n_method = only_child(doc, signed_info, ns::DS, "CanonicalizationMethod")?;
+        let si_prefixes = c14n_prefixes(doc, c14n_method)?;
+        let sm = only_child(doc, signed_info, ns::DS, "SignatureMethod")?;
+        let sm_alg = doc.attr(sm, "", "Algorithm").unwrap_or("");
+        let Some(alg) = SignatureAlg::from_uri(sm_alg) else {
+            return fail(FaultKind::UnsupportedAlgorithm, format!("signature method '{sm_alg}'"));
+        };
+        if alg.is_legacy() && !p.legacy {
+            return fail(FaultKind::UnsupportedAlgorithm, format!("legacy signature method '{sm_alg}'"));
+        }
+        let mut covered = Vec::new();
+        let mut buf = Vec::new();
+        for r in doc.element_children(signed_info) {
+            if !doc.is(r, ns::DS, "Reference") {
+                continue;
+            }
+            let uri = doc.attr(r, "", "URI").unwrap_or("");
+            let target = resolve(ids, uri)?;
+            let transforms = only_child(doc, r, ns::DS, "Transforms")?;
+            let mut list = doc.element_children(transforms);
+            let (Some(t), None) = (list.next(), list.next()) else {
+                return fail(FaultKind::UnsupportedAlgorithm, "a reference needs exactly one transform");
+            };
+            if !doc.is(t, ns::DS, "Transform") {
+                return fail(FaultKind::InvalidSecurity, "malformed Transforms");
+            }
+            let prefixes = c14n_prefixes(doc, t)?;
+            let dm = only_child(doc, r, ns::DS, "DigestMethod")?;
+            let dm_alg = doc.attr(dm, "", "Algorithm").unwrap_or("");
+            let Some(digest_alg) = DigestAlg::from_uri(dm_alg) else {
+                return fail(FaultKind::UnsupportedAlgorithm, format!("digest method '{dm_alg}'"));
+            };
+            if digest_alg.is_legacy() && !p.legacy {
+                return fail(FaultKind::UnsupportedAlgorithm, format!("legacy digest '{dm_alg}'"));
+            }
+            let expected = decode_base64(&doc.text_content(only_child(doc, r, ns::DS, "DigestValue")?))?;
+            buf.clear();
+            let refs: Vec<&str> = prefixes.iter().map(String::as_str).collect();
+            c14n::exclusive(doc, target, &refs, false, &mut buf);
+            if !ct_eq(&crypto::digest(digest_alg, &buf), &expected) {
+                return fail(FaultKind::FailedCheck, format!("digest mismatch for '{uri}'"));
+            }
+            covered.push(target);
+        }
+        if covered.is_empty() {
+            return fail(FaultKind::InvalidSecurity, "a signature without references");
+        }
+        let value = decode_base64(&doc.text_content(only_child(doc, sig, ns::DS, "SignatureValue")?))?;
+        let Some(info) = child(doc, sig, ns::DS, "KeyInfo") else {
+            return fail(FaultKind::SecurityTokenUnavailable, "a signature without KeyInfo");
+        };
+        let cert = match token_reference(doc, security, info)? {
+            TokenRef::Cert(c) => c,
+            other => self.known_cert(&other)?,
+        };
+        buf.clear();
+        let refs: Vec<&str> = si_prefixes.iter().map(String::as_str).collect();
+        c14n::exclusive(doc, signed_info, &refs, false, &mut buf);
+        if !cert.public_key().verify(alg, &buf, &value) {
+            return fail(FaultKind::FailedCheck, "signature value does not verify");
+        }
+        let Some(trust) = &p.trust else {
+            return fail(FaultKind::FailedAuthentication, "no trust anchors configured for signatures");
+        };
+        trust
+            .check(&cert, &[], now_ms / 1000)
+            .map_err(|e| WsseError::new(FaultKind::FailedAuthentication, format!("signer not trusted: {e}")))?;
+        Ok((cert, covered, value))
+    }
+
+    fn known_cert(&self, r: &TokenRef) -> Result<Arc<Certificate>, WsseError> {
+        let found = self.policy.known_certs.iter().find(|c| match r {
+            TokenRef::Ski(ski) => ct_eq(ski, &c.subject_key_identifier()),
+            TokenRef::Thumbprint(t) => ct_eq(t, &c.thumbprint_sha1()),
+            TokenRef::IssuerSerial(issuer, serial) => {
+                normalize_dn(issuer) == normalize_dn(c.issuer()) && *serial == c.serial_decimal()
+            }
+            TokenRef::Cert(_) => false,
+        });
+        match found {
+            Some(c) => Ok(Arc::new(c.clone())),
+            None => fail(
+                FaultKind::SecurityTokenUnavailable,
+                "the signer's certificate is neither in the message nor among trust.certs",
+            ),
+        }
+    }
+
+    /// Returns `Created` (ms), its text, and `Expires` (ms).
+    fn check_timestamp(
+        &self,
+        doc: &Document,
+        ts: NodeId,
+        now_ms: i64,
+    ) -> Result<(i64, String, Option<i64>), WsseError> {
+        let p = &self.policy;
+        let created_text = doc.text_content(only_child(doc, ts, ns::WSU, "Created")?);
+        let Some(created) = parse_datetime(&created_text) else {
+            return fail(FaultKind::InvalidSecurity, "unreadable Timestamp/Created");
+        };
+        let expires = match doc
+            .element_children(ts)
+            .filter(|&c| doc.is(c, ns::WSU, "Expires"))
+            .collect::<Vec<_>>()
+            .as_slice()
+        {
+            [] if p.require_expires => {
+                return fail(FaultKind::InvalidSecurity, "Timestamp without Expires");
+            }
+            [] => None,
+            [e] => match parse_datetime(&doc.text_content(*e)) {
+                Some(v) => Some(v),
+                None => return fail(FaultKind::InvalidSecurity, "unreadable Timestamp/Expires"),
+            },
+            _ => return fail(FaultKind::InvalidSecurity, "more than one Expires"),
+        };
+        if expires.is_some_and(|e| e < created) {
+            return fail(FaultKind::InvalidSecurity, "Timestamp expires before it is created");
+        }
+        if created > now_ms + p.max_skew_ms {
+            return fail(FaultKind::MessageExpired, "Timestamp created in the future");
+        }
+        if now_ms - created > p.max_age_ms + p.max_skew_ms {
+            return fail(FaultKind::MessageExpired, "Timestamp too old");
+        }
+        if expires.is_some_and(|e| now_ms > e + p.max_skew_ms) {
+            return fail(FaultKind::MessageExpired, "Timestamp expired");
+        }
+        Ok((created, created_text.trim().to_owned(), expires))
+    }
+
+    fn check_username_token(&self, doc: &Document, ut: NodeId, now_ms: i64) -> Result<String, WsseError> {
+        let p = &self.policy;
+        let name = doc.text_content(only_child(doc, ut, ns::WSSE, "Username")?);
+        let name = name.trim();
+        let password = only_child(doc, ut, ns::WSSE, "Password")?;
+        let kind = doc.attr(password, "", "Type").unwrap_or(ns::PASSWORD_TEXT);
+        let given = doc.text_content(password);
+        let nonce = child(doc, ut, ns::WSSE, "Nonce").map(|n| doc.text_content(n));
+        let created = child(doc, ut, ns::WSU, "Created").map(|c| doc.text_content(c));
+        let Some(expected) = p.users.get(name) else {
+            return fail(FaultKind::FailedAuthentication, format!("unknown user '{name}'"));
+        };
+        let ok = match kind {
+            ns::PASSWORD_TEXT => ct_eq(given.as_bytes(), expected.as_bytes()),
+            ns::PASSWORD_DIGEST => {
+                let (Some(nonce), Some(created)) = (&nonce, &created) else {
+                    return fail(FaultKind::FailedAuthentication, "a password digest needs Nonce and Created");
+                };
+                let mut h = sha1::Sha1::new();
+                h.update(decode_base64(nonce)?);
+                h.update(created.trim().as_bytes());
+                h.update(expected.as_bytes());
+                let want = crate::soap::encode_base64(&h.finalize());
+                ct_eq(given.trim().as_bytes(), want.as_bytes())
+            }
+            other => return fail(FaultKind::UnsupportedSecurityToken, format!("password type '{other}'")),
+        };
+        if !ok {
+            return fail(FaultKind::FailedAuthentication, format!("wrong password for '{name}'"));
+        }
+        let created_ms = match &created {
+            Some(c) => match parse_datetime(c) {
+                Some(v) => Some(v),
+                None => return fail(FaultKind::InvalidSecurity, "unreadable UsernameToken/Created"),
+            },
+            None => None,
+        };
+        if let Some(c) = created_ms {
+            if c > now_ms + p.max_skew_ms {
+                return fail(FaultKind::MessageExpired, "UsernameToken created in the future");
+            }
+            if now_ms - c > p.max_age_ms + p.max_skew_ms {
+                return fail(FaultKind::MessageExpired, "stale UsernameToken");
+            }
+        }
+        if let (Some(cache), Some(nonce)) = (&self.replay, &nonce) {
+            let mut h = sha2::Sha256::new();
+            h.update(b"nonce\0");
+            h.update(name.as_bytes());
+            h.update(b"\0");
+            h.update(nonce.trim().as_bytes());
+            let until = created_ms.unwrap_or(now_ms) + p.max_age_ms + 2 * p.max_skew_ms;
+            if !cache.insert(h.finalize().into(), now_ms, until) {
+                return fail(FaultKind::FailedAuthentication, "reused UsernameToken nonce");
+            }
+        }
+        Ok(name.to_owned())
+    }
+}
+
+fn parse(input: &[u8], limits: &Limits) -> Result<Document, WsseError> {
+    Document::parse(input, limits)
+        .map_err(|e| WsseError::new(FaultKind::InvalidSecurity, format!("unacceptable XML: {e}")))
+}
+
+fn has_encrypted_data(doc: &Document, body: NodeId) -> bool {
+    doc.descendants(body).any(|e| doc.is(e, ns::XENC, "EncryptedData"))
+}
+
+fn is_inside(doc: &Document, mut node: NodeId, ancestor: NodeId) -> bool {
+    while let Some(p) = doc.parent(node) {
+        if p == ancestor {
+            return true;
+        }
+        node = p;
+    }
+    false
+}
+
+/// Every `wsu:Id` and unqualified `Id` of the document; a repeated one is an attack (the
+/// wrapping attacks rely on a second element with the signed element's id).
+fn id_map(doc: &Document) -> Result<HashMap<&str, NodeId>, WsseError> {
+    let mut ids = HashMap::new();
+    for e in doc.elements() {
+        for id in [doc.attr(e, ns::WSU, "Id"), doc.attr(e, "", "Id")].into_iter().flatten() {
+            if ids.insert(id, e).is_some_and(|prev| prev != e) {
+                return fail(FaultKind::InvalidSecurity, format!("duplicate Id '{id}'"));
+            }
+        }
+    }
+    Ok(ids)
+}
+
+/// A same-document `#id` reference; anything else (external URIs, XPointer, the whole
+/// document) is outside the profile.
+fn resolve(ids: &HashMap<&str, NodeId>, uri: &str) -> Result<NodeId, WsseError> {
+    let Some(id) = uri.strip_prefix('#') else {
+        return fail(FaultKind::UnsupportedAlgorithm, format!("reference URI '{uri}' is not '#id'"));
+    };
+    if id.is_empty() || id.starts_with("xpointer(") {
+        return fail(FaultKind::UnsupportedAlgorithm, format!("reference URI '{uri}'"));
+    }
+    match ids.get(id) {
+        Some(&n) => Ok(n),
+        None => fail(FaultKind::InvalidSecurity, format!("reference to a missing element '{uri}'")),
+    }
+}
+
+/// The InclusiveNamespaces PrefixList of an exclusive-C14N method or transform.
+fn c14n_prefixes(doc: &Document, method: NodeId) -> Result<Vec<String>, WsseError> {
+    let alg = doc.attr(method, "", "Algorithm").unwrap_or("");
+    if alg != ns::EXC_C14N {
+        return fail(FaultKind::UnsupportedAlgorithm, format!("transform or canonicalization '{alg}'"));
+    }
+    let mut out = Vec::new();
+    for c in doc.element_children(method) {
+        if !doc.is(c, ns::EXC_C14N, "InclusiveNamespaces") {
+            return fail(FaultKind::UnsupportedAlgorithm, "unexpected canonicalization parameter");
+        }
+        out.extend(
+            doc.attr(c, "", "PrefixList")
+                .unwrap_or("")
+                .split_ascii_whitespace()
+                .map(str::to_owned),
+        );
+    }
+    Ok(out)
+}
+
+enum TokenRef {
+    Cert(Arc<Certificate>),
+    Ski(Vec<u8>),
+    Thumbprint(Vec<u8>),
+    IssuerSerial(String, String),
+}
+
+/// Reads the SecurityTokenReference (or X509Data) inside a KeyInfo. Direct references must
+/// point to a BinarySecurityToken of this Security header: a token elsewhere in the message
+/// is under the attacker's control and outside what the header vouches for.
+fn token_reference(doc: &Document, security: NodeId, info: NodeId) -> Result<TokenRef, WsseError> {
+    if let Some(data) = child(doc, info, ns::DS, "X509Data") {
+        return x509_data(doc, data);
+    }
+    let Some(str_) = child(doc, info, ns::WSSE, "SecurityTokenReference") else {
+        return fail(FaultKind::SecurityTokenUnavailable, "KeyInfo without a token reference");
+    };
+    if let Some(r) = child(doc, str_, ns::WSSE, "Reference") {
+        let uri = doc.attr(r, "", "URI").unwrap_or("");
+        let Some(id) = uri.strip_prefix('#') else {
+            return fail(FaultKind::SecurityTokenUnavailable, format!("token reference '{uri}'"));
+        };
+        let token = doc
+            .element_children(security)
+            .find(|&t| doc.is(t, ns::WSSE, "BinarySecurityToken") && doc.attr(t, ns::WSU, "Id") == Some(id));
+        let Some(token) = token else {
+            return fail(
+                FaultKind::SecurityTokenUnavailable,
+                format!("token '{uri}' is not a BinarySecurityToken of this Security header"),
+            );
+        };
+        if let Some(vt) = doc.attr(token, "", "ValueType") {
+            if vt != ns::X509V3 {
+                return fail(FaultKind::UnsupportedSecurityToken, format!("token type '{vt}'"));
+            }
+        }
+        if let Some(et) = doc.attr(token, "", "EncodingType") {
+            if et != ns::BASE64_BINARY {
+                return fail(FaultKind::UnsupportedSecurityToken, format!("token encoding '{et}'"));
+            }
+        }
+        return certificate(&decode_base64(&doc.text_content(token))?).map(TokenRef::Cert);
+    }
+    if let Some(k) = child(doc, str_, ns::WSSE, "KeyIdentifier") {
+        let value = decode_base64(&doc.text_content(k))?;
+        return match doc.attr(k, "", "ValueType").unwrap_or("") {
+            ns::X509_SKI => Ok(TokenRef::Ski(value)),
+            ns::THUMBPRINT_SHA1 => Ok(TokenRef::Thumbprint(value)),
+            ns::X509V3 => certificate(&value).map(TokenRef::Cert),
+            other => fail(FaultKind::UnsupportedSecurityToken, format!("key identifier type '{other}'")),
+        };
+    }
+    if let Some(data) = child(doc, str_, ns::DS, "X509Data") {
+        return x509_data(doc, data);
+    }
+    fail(FaultKind::UnsupportedSecurityToken, "unsupported token reference")
+}
+
+fn x509_data(doc: &Document, data: NodeId) -> Result<TokenRef, WsseError> {
+    if let Some(is) = child(doc, data, ns::DS, "X509IssuerSerial") {
+        let issuer = doc.text_content(only_child(doc, is, ns::DS, "X509IssuerName")?);
+        let serial = doc.text_content(only_child(doc, is, ns::DS, "X509SerialNumber")?);
+        return Ok(TokenRef::IssuerSerial(issuer.trim().to_owned(), serial.trim().to_owned()));
+    }
+    if let Some(c) = child(doc, data, ns::DS, "X509Certificate") {
+        return certificate(&decode_base64(&doc.text_content(c))?).map(TokenRef::Cert);
+    }
+    fail(FaultKind::UnsupportedSecurityToken, "unsupported X509Data")
+}
+
+fn certificate(der: &[u8]) -> Result<Arc<Certificate>, WsseError> {
+    Certificate::from_der(der)
+        .map(Arc::new)
+        .map_err(|e| WsseError::new(FaultKind::InvalidSecurityToken, format!("bad certificate: {e}")))
+}
+
+fn key_info_refers_to(doc: &Document, ed: NodeId, id: &str) -> bool {
+    let Some(info) = child(doc, ed, ns::DS, "KeyInfo") else {
+        return false;
+    };
+    let Some(str_) = child(doc, info, ns::WSSE, "SecurityTokenReference") else {
+        return false;
+    };
+    child(doc, str_, ns::WSSE, "Reference")
+        .and_then(|r| doc.attr(r, "", "URI"))
+        .is_some_and(|u| u.strip_prefix('#') == Some(id))
+}
+
+fn cipher_value(doc: &Document, parent: NodeId) -> Result<Vec<u8>, WsseError> {
+    let data = only_child(doc, parent, ns::XENC, "CipherData")?;
+    decode_base64(&doc.text_content(only_child(doc, data, ns::XENC, "CipherValue")?))
+}
+
+fn cipher_value_of(doc: &Document, ed: NodeId) -> Result<Vec<u8>, WsseError> {
+    cipher_value(doc, ed).map_err(|_| WsseError::new(FaultKind::FailedCheck, "unreadable CipherValue"))
+}
+
+/// Decrypted bytes must stand on their own as a balanced fragment in the EncryptedData's
+/// namespace context before they are spliced in: a plaintext that closes the Body and opens
+/// another would otherwise rewrite the envelope.
+fn check_fragment(
+    doc: &Document,
+    ed: NodeId,
+    plain: &[u8],
+    single_element: bool,
+    limits: &Limits,
+) -> Result<(), WsseError> {
+    let mut wrapper = Vec::with_capacity(plain.len() + 256);
+    wrapper.extend_from_slice(b"<busbar-fragment");
+    let mut seen: Vec<&str> = Vec::new();
+    let mut node = doc.parent(ed);
+    while let Some(n) = node {
+        for (prefix, uri) in doc.ns_decls(n) {
+            if seen.contains(&prefix.as_str()) {
+                continue;
+            }
+            seen.push(prefix);
+            wrapper.extend_from_slice(b" xmlns");
+            if !prefix.is_empty() {
+                wrapper.push(b':');
+                wrapper.extend_from_slice(prefix.as_bytes());
+            }
+            wrapper.extend_from_slice(b"=\"");
+            let mut esc = String::new();
+            crate::soap::escape(&mut esc, uri);
+            wrapper.extend_from_slice(esc.as_bytes());
+            wrapper.push(b'"');
+        }
+        node = doc.parent(n);
+    }
+    wrapper.push(b'>');
+    wrapper.extend_from_slice(plain);
+    wrapper.extend_from_slice(b"</busbar-fragment>");
+    let frag = Document::parse(&wrapper, limits)
+        .map_err(|_| WsseError::new(FaultKind::FailedCheck, "decrypted data is not a balanced XML fragment"))?;
+    if single_element && frag.element_children(frag.root()).count() != 1 {
+        return fail(FaultKind::FailedCheck, "decrypted Element data is not one element");
+    }
+    Ok(())
+}
