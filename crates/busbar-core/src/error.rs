@@ -46,13 +46,15 @@ pub enum ErrorKind {
     MethodNotAllowed,
     /// A `fault` step or a routing rule answered with a fault.
     Fault,
+    /// A WS-Security check failed (signature, decryption, trust, freshness).
+    Security,
     /// Any other failure inside busbar.
     Internal,
 }
 
 impl ErrorKind {
     /// Every kind, in the order metrics list them.
-    pub const ALL: [ErrorKind; 12] = [
+    pub const ALL: [ErrorKind; 13] = [
         ErrorKind::ConnectRefused,
         ErrorKind::ConnectTimeout,
         ErrorKind::Connect,
@@ -64,6 +66,7 @@ impl ErrorKind {
         ErrorKind::NotFound,
         ErrorKind::MethodNotAllowed,
         ErrorKind::Fault,
+        ErrorKind::Security,
         ErrorKind::Internal,
     ];
 
@@ -81,6 +84,7 @@ impl ErrorKind {
             ErrorKind::NotFound => "not_found",
             ErrorKind::MethodNotAllowed => "method_not_allowed",
             ErrorKind::Fault => "fault",
+            ErrorKind::Security => "security",
             ErrorKind::Internal => "internal",
         }
     }

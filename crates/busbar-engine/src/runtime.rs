@@ -324,6 +324,20 @@ impl Builder<'_> {
                     }
                 }
             }
+            StepConfig::WsseVerify(c) => match crate::wsse::VerifyStep::build(self.loaded, c, here) {
+                Ok(step) => Some(Step::WsseVerify(step)),
+                Err((line, at, msg)) => {
+                    self.error(line, at, msg);
+                    None
+                }
+            },
+            StepConfig::WsseSecure(c) => match crate::wsse::SecureStep::build(self.loaded, c, here) {
+                Ok(step) => Some(Step::WsseSecure(step)),
+                Err((line, at, msg)) => {
+                    self.error(line, at, msg);
+                    None
+                }
+            },
             StepConfig::Log(l) => Some(Step::Log(LogStep {
                 message: l.message.clone(),
                 level: match l.level {
@@ -411,3 +425,4 @@ impl Builder<'_> {
         }
     }
 }
+

@@ -32,6 +32,10 @@ pub enum Step {
     Route(crate::route::RouteStep),
     /// XSLT transformation.
     Xslt(crate::xslt::XsltStep),
+    /// WS-Security verification.
+    WsseVerify(crate::wsse::VerifyStep),
+    /// WS-Security timestamp, signature, encryption.
+    WsseSecure(crate::wsse::SecureStep),
 }
 
 impl Step {
@@ -47,6 +51,8 @@ impl Step {
             Step::Sequence(_) => "sequence",
             Step::Route(_) => "route",
             Step::Xslt(_) => "xslt",
+            Step::WsseVerify(_) => "wsse_verify",
+            Step::WsseSecure(_) => "wsse_secure",
         }
     }
 }
@@ -167,6 +173,14 @@ async fn apply(step: &Step, ex: &mut Exchange, cx: &StepCx) -> Result<Flow, Medi
         Step::Sequence(seq) => Box::pin(run(&seq.steps, ex, cx)).await,
         Step::Xslt(x) => {
             x.apply(ex, cx.max_body).await?;
+            Ok(Flow::Continue)
+        }
+        Step::WsseVerify(w) => {
+            w.apply(ex, cx.max_body).await?;
+            Ok(Flow::Continue)
+        }
+        Step::WsseSecure(w) => {
+            w.apply(ex, cx.max_body).await?;
             Ok(Flow::Continue)
         }
         Step::Route(route) => {

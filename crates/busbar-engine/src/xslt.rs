@@ -25,6 +25,24 @@ fn pool() -> &'static Semaphore {
     POOL.get_or_init(|| Semaphore::new(std::thread::available_parallelism().map_or(2, |n| n.get())))
 }
 
+/// Runs `work` (a CPU-bound step on the current message's buffered body) inline when the body
+/// is small, else on the blocking pool behind the semaphore.
+pub(crate) async fn run_cpu_bound<T: Send + 'static>(
+    ex: &mut Exchange,
+    work: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, MediationError> {
+    if ex.body_mut().exact_len().unwrap_or(0) as usize <= INLINE_MAX_BYTES {
+        return Ok(work());
+    }
+    let _permit = pool()
+        .acquire()
+        .await
+        .map_err(|e| MediationError::internal("CPU pool closed").with_source(e))?;
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(|e| MediationError::internal(format!("{} step failed", ex.proxy)).with_source(e))
+}
+
 /// A built `xslt` step.
 #[derive(Debug)]
 pub struct XsltStep {
@@ -43,18 +61,7 @@ impl XsltStep {
         let sheet = self.sheet.clone();
         let params = self.params.clone();
         let run = move || sheet.transform_bytes(&input, &params);
-        let result = if ex.body_mut().exact_len().unwrap_or(0) as usize <= INLINE_MAX_BYTES {
-            run()
-        } else {
-            let _permit = pool()
-                .acquire()
-                .await
-                .map_err(|e| MediationError::internal("transform pool closed").with_source(e))?;
-            tokio::task::spawn_blocking(run).await.map_err(|e| {
-                MediationError::internal(format!("XSLT transformation with {} failed", self.name))
-                    .with_source(e)
-            })?
-        };
+        let result = run_cpu_bound(ex, run).await?;
         let out = result.map_err(|e| {
             let blame = match e.kind {
                 busbar_libxml::ErrorKind::Parse
