@@ -7,4 +7,5 @@ mod failures;
 mod route;
 mod support;
 mod tls;
+mod wsse;
 mod xslt;

@@ -303,3 +303,71 @@ pub fn validate_in(dir: &std::path::Path, yaml: &str) -> (Option<i32>, String) {
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
 }
+
+/// A back end that records each request body and echoes it.
+pub fn recording_back_end() -> (std::net::SocketAddr, std::sync::Arc<std::sync::Mutex<Vec<Vec<u8>>>>) {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = l.local_addr().expect("addr");
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let store = seen.clone();
+    std::thread::spawn(move || {
+        for stream in l.incoming() {
+            let Ok(stream) = stream else { continue };
+            let store = store.clone();
+            std::thread::spawn(move || {
+                let mut r = BufReader::new(stream);
+                loop {
+                    let mut len = 0usize;
+                    let mut line = String::new();
+                    if r.read_line(&mut line).unwrap_or(0) == 0 {
+                        return;
+                    }
+                    loop {
+                        let mut h = String::new();
+                        if r.read_line(&mut h).unwrap_or(0) == 0 {
+                            return;
+                        }
+                        let h = h.trim_end();
+                        if h.is_empty() {
+                            break;
+                        }
+                        if let Some(v) = h.to_ascii_lowercase().strip_prefix("content-length:") {
+                            len = v.trim().parse().unwrap_or(0);
+                        }
+                    }
+                    let mut body = vec![0; len];
+                    if r.read_exact(&mut body).is_err() {
+                        return;
+                    }
+                    let head = format!("HTTP/1.1 200 OK\r\nContent-Type: text/xml; charset=UTF-8\r\nContent-Length: {len}\r\n\r\n");
+                    // Recorded before answering, so the test sees it once it has the answer.
+                    store.lock().expect("lock").push(body.clone());
+                    let s = r.get_mut();
+                    let _ = s.write_all(head.as_bytes());
+                    let _ = s.write_all(&body);
+                }
+            });
+        }
+    });
+    (addr, seen)
+}
+
+
+/// WS-Security test keys (CA, client, server, rogue, expired, untrusted), generated once per
+/// test run with openssl by tests/interop/keys.sh.
+pub fn test_keys() -> PathBuf {
+    static KEYS: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    KEYS.get_or_init(|| {
+        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("wsse-keys");
+        let script =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/interop/keys.sh");
+        let status = std::process::Command::new("bash")
+            .arg(&script)
+            .arg(&dir)
+            .status()
+            .expect("run tests/interop/keys.sh (needs bash and openssl: scripts/setup.sh)");
+        assert!(status.success(), "tests/interop/keys.sh failed");
+        dir
+    })
+    .clone()
+}

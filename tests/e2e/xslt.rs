@@ -53,54 +53,6 @@ fn xslt_proxy_passes_the_project_verifier_at_every_size_and_concurrency() {
     echo.stop();
 }
 
-/// A back end that records each request body and echoes it.
-fn recording_back_end() -> (std::net::SocketAddr, Arc<Mutex<Vec<Vec<u8>>>>) {
-    let l = TcpListener::bind("127.0.0.1:0").expect("bind");
-    let addr = l.local_addr().expect("addr");
-    let seen = Arc::new(Mutex::new(Vec::new()));
-    let store = seen.clone();
-    std::thread::spawn(move || {
-        for stream in l.incoming() {
-            let Ok(stream) = stream else { continue };
-            let store = store.clone();
-            std::thread::spawn(move || {
-                let mut r = BufReader::new(stream);
-                loop {
-                    let mut len = 0usize;
-                    let mut line = String::new();
-                    if r.read_line(&mut line).unwrap_or(0) == 0 {
-                        return;
-                    }
-                    loop {
-                        let mut h = String::new();
-                        if r.read_line(&mut h).unwrap_or(0) == 0 {
-                            return;
-                        }
-                        let h = h.trim_end();
-                        if h.is_empty() {
-                            break;
-                        }
-                        if let Some(v) = h.to_ascii_lowercase().strip_prefix("content-length:") {
-                            len = v.trim().parse().unwrap_or(0);
-                        }
-                    }
-                    let mut body = vec![0; len];
-                    if r.read_exact(&mut body).is_err() {
-                        return;
-                    }
-                    let head = format!("HTTP/1.1 200 OK\r\nContent-Type: text/xml; charset=UTF-8\r\nContent-Length: {len}\r\n\r\n");
-                    // Recorded before answering, so the test sees it once it has the answer.
-                    store.lock().expect("lock").push(body.clone());
-                    let s = r.get_mut();
-                    let _ = s.write_all(head.as_bytes());
-                    let _ = s.write_all(&body);
-                }
-            });
-        }
-    });
-    (addr, seen)
-}
-
 #[test]
 fn the_back_end_receives_reversed_names_and_the_client_gets_them_back() {
     let (backend, seen) = recording_back_end();

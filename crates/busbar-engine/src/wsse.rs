@@ -192,6 +192,8 @@ impl SecureStep {
                     algorithm,
                     digest,
                     key_reference: key_reference(s.key_reference),
+                    sign_body: true,
+                    sign_timestamp: true,
                 })
             }
             None => None,

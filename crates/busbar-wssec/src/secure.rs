@@ -43,6 +43,10 @@ pub struct SignSettings {
     pub digest: DigestAlg,
     /// How the signature names the certificate.
     pub key_reference: KeyReference,
+    /// Sign the Body (always, in a service; off only to build test messages).
+    pub sign_body: bool,
+    /// Sign the timestamp, when there is one.
+    pub sign_timestamp: bool,
 }
 
 /// Encryption settings (the recipient is given per message).
@@ -67,6 +71,16 @@ pub struct Securer {
     pub encrypt: Option<EncryptSettings>,
     /// Parser limits for the message.
     pub limits: Limits,
+}
+
+/// A secured message, and the plain message a receiver recovers from it (the input with the
+/// Body's `wsu:Id` and, when the input had none, an empty Header).
+#[derive(Debug, Clone)]
+pub struct Secured {
+    /// What is sent.
+    pub message: Vec<u8>,
+    /// What the receiver gets back after decryption and the header's removal.
+    pub plain: Vec<u8>,
 }
 
 struct Edit {
@@ -96,6 +110,17 @@ impl Securer {
         recipient: Option<&Certificate>,
         now: SystemTime,
     ) -> Result<Vec<u8>, WsseError> {
+        self.secure_keeping_plain(input, recipient, now)
+            .map(|s| s.message)
+    }
+
+    /// Like [`Securer::secure`], also returning the plain form a receiver recovers.
+    pub fn secure_keeping_plain(
+        &self,
+        input: &[u8],
+        recipient: Option<&Certificate>,
+        now: SystemTime,
+    ) -> Result<Secured, WsseError> {
         let now_ms = now_millis(now);
         let doc = parse(input, &self.limits)?;
         let env = Envelope::find(&doc)?;
@@ -248,8 +273,11 @@ impl Securer {
             });
         }
         if let Some(sign) = &self.sign {
-            let mut references: Vec<(String, NodeId)> = vec![(body_id.clone(), env.body)];
-            if let Some(ts) = ts_node {
+            let mut references: Vec<(String, NodeId)> = Vec::new();
+            if sign.sign_body {
+                references.push((body_id.clone(), env.body));
+            }
+            if let (Some(ts), true) = (ts_node, sign.sign_timestamp) {
                 references.push((ts_id.clone(), ts));
             }
             let mut signed_info = format!(
@@ -299,7 +327,15 @@ impl Securer {
             at: at..at,
             text: head.into_bytes(),
         });
-        Ok(apply(doc.source(), edits))
+        let span = doc.span(sec);
+        let src = doc.source();
+        let mut plain = Vec::with_capacity(src.len() - span.len());
+        plain.extend_from_slice(&src[..span.start]);
+        plain.extend_from_slice(&src[span.end..]);
+        Ok(Secured {
+            message: apply(src, edits),
+            plain,
+        })
     }
 }
 
