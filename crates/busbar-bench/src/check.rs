@@ -2,6 +2,7 @@
 
 use std::fmt;
 use std::str::FromStr;
+use std::sync::Arc;
 
 use quick_xml::events::Event;
 use quick_xml::name::ResolveResult;
@@ -9,6 +10,9 @@ use quick_xml::NsReader;
 
 /// The namespace of the `buyStocks` element.
 pub const SAMPLES_NS: &str = "http://services.samples/xsd";
+/// The fault SecureProxy answers a request whose signature or decryption fails.
+pub const FAULT_SECURITY_CHECK: &str =
+    "Security validation failed: The signature or decryption was invalid";
 /// Fault string of a CBRProxy rejection.
 pub const FAULT_NOT_IBM: &str = "First order must be for the symbol IBM";
 /// Fault string of a routing-header rejection (SOAP or transport header).
@@ -27,6 +31,10 @@ pub enum Scenario {
     CbrTransportHeader,
     /// `XSLTProxy`: reverse element names on the way in, back on the way out.
     Xslt,
+    /// `SecureProxy`: WS-Security, legacy profile (needs the client's keys).
+    Secure,
+    /// `SecureProxyModern`: WS-Security, modern profile (needs the client's keys).
+    SecureModern,
 }
 
 impl Scenario {
@@ -39,6 +47,18 @@ impl Scenario {
         Scenario::Xslt,
     ];
 
+    /// The WS-Security scenarios, which need keys (`--keys`).
+    pub const SECURE: [Scenario; 2] = [Scenario::Secure, Scenario::SecureModern];
+
+    /// The client profile of a WS-Security scenario.
+    pub fn secure_profile(self) -> Option<crate::secure::Profile> {
+        match self {
+            Scenario::Secure => Some(crate::secure::Profile::Legacy),
+            Scenario::SecureModern => Some(crate::secure::Profile::Modern),
+            _ => None,
+        }
+    }
+
     /// The short name used on the command line and in result files.
     pub fn name(self) -> &'static str {
         match self {
@@ -47,6 +67,8 @@ impl Scenario {
             Scenario::CbrSoapHeader => "cbr-soap-header",
             Scenario::CbrTransportHeader => "cbr-transport-header",
             Scenario::Xslt => "xslt",
+            Scenario::Secure => "secure",
+            Scenario::SecureModern => "secure-modern",
         }
     }
 
@@ -58,6 +80,8 @@ impl Scenario {
             Scenario::CbrSoapHeader => "CBRSOAPHeaderProxy",
             Scenario::CbrTransportHeader => "CBRTransportHeaderProxy",
             Scenario::Xslt => "XSLTProxy",
+            Scenario::Secure => "SecureProxy",
+            Scenario::SecureModern => "SecureProxyModern",
         }
     }
 
@@ -77,19 +101,15 @@ impl FromStr for Scenario {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
         let lowered = s.trim().to_ascii_lowercase();
-        for sc in Scenario::ALL {
+        for sc in Scenario::ALL.into_iter().chain(Scenario::SECURE) {
             if lowered == sc.name() || lowered == sc.proxy().to_ascii_lowercase() {
                 return Ok(sc);
             }
         }
-        // Extension point: WS-Security (contract §3.6) needs its own message builder and
-        // response decryption; until then it is refused explicitly rather than run wrongly.
-        if lowered == "secure" || lowered == "secureproxy" {
-            return Err("scenario 'secure' (WS-Security) is not supported yet".into());
-        }
         Err(format!(
-            "unknown scenario '{s}' (expected one of: {})",
-            Scenario::ALL.map(Scenario::name).join(", ")
+            "unknown scenario '{s}' (expected one of: {}, {})",
+            Scenario::ALL.map(Scenario::name).join(", "),
+            Scenario::SECURE.map(Scenario::name).join(", ")
         ))
     }
 }
@@ -116,6 +136,14 @@ pub enum Check {
     Echo(Vec<u8>),
     /// HTTP 200 and a `buyStocks` element holding exactly these orders, in order (XSLT).
     Orders(Vec<Order>),
+    /// HTTP 200 and a WS-Security response that decrypts and verifies with the client's keys
+    /// and, without its Security header, equals the plain request (SecureProxy).
+    Secure {
+        /// The client-side checker.
+        checker: Arc<busbar_wssec::Verifier>,
+        /// The plain message the back end echoed.
+        plain: Arc<Vec<u8>>,
+    },
     /// This status and a SOAP fault whose `faultstring` is exactly this text.
     Fault {
         /// Expected HTTP status.
@@ -139,6 +167,9 @@ impl Check {
     pub fn for_scenario(scenario: Scenario, request: &[u8]) -> Result<Check, String> {
         match scenario {
             Scenario::Xslt => Ok(Check::Orders(parse_orders(request, "buyStocks")?)),
+            Scenario::Secure | Scenario::SecureModern => Err(format!(
+                "{scenario} builds its own requests and checks: give --keys"
+            )),
             _ => Ok(Check::Echo(request.to_vec())),
         }
     }
@@ -188,6 +219,19 @@ impl Check {
                     "order {} differs from the one sent",
                     i + 1
                 )))
+            }
+            Check::Secure { checker, plain } => {
+                expect_status(status, 200)?;
+                let got = checker
+                    .verify(body, None, std::time::SystemTime::now())
+                    .map_err(|e| Failure::Content(format!("response does not verify: {e}")))?;
+                if got.message == plain.as_slice() {
+                    Ok(())
+                } else {
+                    Err(Failure::Content(
+                        "decrypted response differs from the request".into(),
+                    ))
+                }
             }
             Check::Fault {
                 status: want,

@@ -14,6 +14,7 @@ pub mod load;
 pub mod matrix;
 pub mod payload;
 pub mod report;
+pub mod secure;
 pub mod util;
 pub mod verify;
 

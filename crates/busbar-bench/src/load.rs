@@ -74,6 +74,18 @@ pub struct LoadArgs {
     /// Worker threads, each with its own single-threaded runtime.
     #[arg(long, default_value = "1", value_parser = parse_count)]
     pub threads: usize,
+    /// WS-Security scenarios: the directory holding client.p12, server.pem and ca.pem
+    /// (as tests/interop/keys.sh makes them).
+    #[arg(long)]
+    pub keys: Option<std::path::PathBuf>,
+    /// WS-Security scenarios: fresh messages built before the run; later ones are built as
+    /// they are sent.
+    #[arg(long, default_value = "2000", value_parser = parse_count)]
+    pub pool: usize,
+    /// WS-Security scenarios: send one message over and over (the classic rounds; the
+    /// proxy's replay cache must be off).
+    #[arg(long)]
+    pub replay: bool,
 }
 
 /// When a measurement ends.
@@ -116,6 +128,8 @@ pub struct LoadPlan {
     pub version: Version,
     /// Per-request timeout.
     pub timeout: Duration,
+    /// WS-Security scenarios: where each request and its check come from.
+    pub feed: Option<Arc<crate::secure::Feed>>,
 }
 
 /// Error counts by class.
@@ -404,14 +418,16 @@ pub fn plan_from_args(args: &LoadArgs) -> Result<LoadPlan, BenchError> {
         (None, size) => buy_stocks(size.unwrap_or(1024), Variant::Plain)
             .map_err(|e| BenchError::Usage(e.to_string()))?,
     };
-    let check = match &args.verify {
-        Some(s) => {
-            let scenario: Scenario = s.parse().map_err(BenchError::Usage)?;
-            Check::for_scenario(scenario, &body).map_err(|e| {
-                BenchError::Usage(format!("body cannot be verified as {scenario}: {e}"))
-            })?
-        }
-        None => Check::Status200,
+    let scenario: Option<Scenario> = match &args.verify {
+        Some(s) => Some(s.parse().map_err(BenchError::Usage)?),
+        None => None,
+    };
+    let profile = scenario.and_then(Scenario::secure_profile);
+    let check = match (scenario, profile) {
+        (Some(_), Some(_)) | (None, _) => Check::Status200,
+        (Some(scenario), None) => Check::for_scenario(scenario, &body).map_err(|e| {
+            BenchError::Usage(format!("body cannot be verified as {scenario}: {e}"))
+        })?,
     };
     if let Some(rate) = args.rate {
         if !(rate.is_finite() && rate > 0.0) {
@@ -449,6 +465,21 @@ pub fn plan_from_args(args: &LoadArgs) -> Result<LoadPlan, BenchError> {
         Version::Http11
     };
     let addr = resolve(&url)?;
+    let feed = match profile {
+        Some(profile) => {
+            let keys = args.keys.as_deref().ok_or_else(|| {
+                BenchError::Usage("WS-Security scenarios need --keys DIR".into())
+            })?;
+            let client = crate::secure::SecureClient::load(keys, profile)?;
+            Some(Arc::new(crate::secure::Feed::new(
+                client,
+                spec.clone(),
+                args.pool,
+                args.replay,
+            )?))
+        }
+        None => None,
+    };
     Ok(LoadPlan {
         addr,
         body_len: spec.body.len(),
@@ -463,6 +494,7 @@ pub fn plan_from_args(args: &LoadArgs) -> Result<LoadPlan, BenchError> {
         keep_alive: spec.keep_alive,
         version: spec.version,
         timeout: args.timeout,
+        feed,
     })
 }
 
@@ -803,8 +835,21 @@ async fn client(id: usize, plan: Arc<LoadPlan>, shared: Arc<Shared>, stats: Rc<R
                 }
             }
         };
+        let (request, check) = match &plan.feed {
+            None => (plan.request.clone(), plan.check.clone()),
+            Some(feed) => match feed.next() {
+                Ok(next) => next,
+                Err(why) => {
+                    if measuring {
+                        stats.borrow_mut().error(|e| &mut e.write, || why);
+                        last_done = Some(Instant::now());
+                    }
+                    continue;
+                }
+            },
+        };
         let outcome = tokio::select! {
-            r = tokio::time::timeout(plan.timeout, c.exchange(&plan.request, &mut body)) => r,
+            r = tokio::time::timeout(plan.timeout, c.exchange(&request, &mut body)) => r,
             _ = stop_rx.wait_for(|v| *v) => break,
         };
         let done = Instant::now();
@@ -817,7 +862,7 @@ async fn client(id: usize, plan: Arc<LoadPlan>, shared: Arc<Shared>, stats: Rc<R
             Ok(Ok(head)) => {
                 keep &= head.keep_alive;
                 if measuring {
-                    match plan.check.check(head.status, &body) {
+                    match check.check(head.status, &body) {
                         Ok(()) => {
                             s.successes += 1;
                             s.response_bytes += body.len() as u64;

@@ -217,6 +217,7 @@ pub fn command(args: &RunArgs) -> Result<RunInfo, BenchError> {
                         keep_alive: true,
                         version: spec.version,
                         timeout: args.timeout,
+                        feed: None,
                     };
                     let result = load::execute(&plan)?;
                     let line = format!(

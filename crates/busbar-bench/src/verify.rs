@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::check::{Check, Scenario, FAULT_NOT_IBM, FAULT_ROUTING};
+use crate::check::{Check, Scenario, FAULT_NOT_IBM, FAULT_ROUTING, FAULT_SECURITY_CHECK};
+use crate::secure::{tamper_signature, Feed, SecureClient};
 use crate::client::{RequestSpec, Url};
 use crate::error::BenchError;
 use crate::load::{self, LoadPlan, StopRule};
@@ -45,6 +46,9 @@ pub struct VerifyArgs {
     /// Write the result table as JSON to this file.
     #[arg(long)]
     pub json: Option<std::path::PathBuf>,
+    /// WS-Security scenarios: the directory holding client.p12, server.pem and ca.pem.
+    #[arg(long)]
+    pub keys: Option<std::path::PathBuf>,
 }
 
 /// One checked case.
@@ -122,12 +126,52 @@ struct Case {
     size: usize,
     spec: RequestSpec,
     check: Check,
+    /// WS-Security: fresh secured requests are built from `spec` for each run.
+    secure: Option<Arc<SecureClient>>,
 }
 
-fn cases_for(scenario: Scenario, base: &str, sizes: &[usize]) -> Result<Vec<Case>, BenchError> {
+fn cases_for(
+    scenario: Scenario,
+    base: &str,
+    sizes: &[usize],
+    keys: Option<&std::path::Path>,
+) -> Result<Vec<Case>, BenchError> {
     let url = Url::parse(&scenario.url(base)).map_err(BenchError::Usage)?;
     let usage = |e: crate::payload::PayloadError| BenchError::Usage(e.to_string());
     let mut cases = Vec::new();
+    if let Some(profile) = scenario.secure_profile() {
+        let keys = keys.ok_or_else(|| {
+            BenchError::Usage(format!("scenario {scenario} needs --keys DIR"))
+        })?;
+        let client = Arc::new(SecureClient::load(keys, profile)?);
+        for &size in sizes {
+            let body = buy_stocks(size, Variant::Plain).map_err(usage)?;
+            cases.push(Case {
+                scenario,
+                name: "positive",
+                size,
+                spec: RequestSpec::soap(url.clone(), body, soap_action(size)),
+                check: Check::Status200,
+                secure: Some(client.clone()),
+            });
+        }
+        for size in [1024, 16_385] {
+            let body = buy_stocks(size, Variant::Plain).map_err(usage)?;
+            let (message, _) = client.message(&body).map_err(BenchError::Failed)?;
+            cases.push(Case {
+                scenario,
+                name: "tampered-signature",
+                size,
+                spec: RequestSpec::soap(url.clone(), tamper_signature(&message)?, soap_action(size)),
+                check: Check::Fault {
+                    status: 500,
+                    reason: FAULT_SECURITY_CHECK,
+                },
+                secure: None,
+            });
+        }
+        return Ok(cases);
+    }
     for &size in sizes {
         let body = buy_stocks(size, Variant::Plain).map_err(usage)?;
         let check = Check::for_scenario(scenario, &body).map_err(BenchError::Failed)?;
@@ -138,6 +182,7 @@ fn cases_for(scenario: Scenario, base: &str, sizes: &[usize]) -> Result<Vec<Case
             size,
             spec,
             check,
+            secure: None,
         });
     }
     let negative_sizes = [1024, 16_385];
@@ -159,6 +204,7 @@ fn cases_for(scenario: Scenario, base: &str, sizes: &[usize]) -> Result<Vec<Case
                     size,
                     spec,
                     check,
+                    secure: None,
                 });
                 Ok::<(), BenchError>(())
             };
@@ -193,7 +239,7 @@ fn cases_for(scenario: Scenario, base: &str, sizes: &[usize]) -> Result<Vec<Case
                     FAULT_ROUTING,
                 )?;
             }
-            Scenario::Direct | Scenario::Xslt => {}
+            Scenario::Direct | Scenario::Xslt | Scenario::Secure | Scenario::SecureModern => {}
         }
     }
     Ok(cases)
@@ -231,10 +277,19 @@ pub fn execute(
         cases: Vec::new(),
     };
     for &scenario in &args.scenarios {
-        let cases = cases_for(scenario, &args.base_url, &sizes)?;
+        let cases = cases_for(scenario, &args.base_url, &sizes, args.keys.as_deref())?;
         for &c in &args.concurrency {
             for case in &cases {
                 let requests = if c == 1 { 3 } else { 2 * c as u64 };
+                let feed = match &case.secure {
+                    Some(client) => Some(Arc::new(Feed::new(
+                        SecureClient::clone_of(client),
+                        case.spec.clone(),
+                        requests as usize,
+                        false,
+                    )?)),
+                    None => None,
+                };
                 let plan = LoadPlan {
                     url: case.spec.url.clone(),
                     addr,
@@ -249,6 +304,7 @@ pub fn execute(
                     keep_alive: true,
                     version: case.spec.version,
                     timeout: args.timeout,
+                    feed,
                 };
                 let r = load::execute(&plan)?;
                 let row = CaseResult {
