@@ -104,7 +104,8 @@ public final class Wss4jTool {
             return 0;
         } catch (Args.UsageException e) {
             throw e;
-        } catch (Exception e) {
+        } catch (Exception | LinkageError e) {
+            // LinkageError: e.g. a SAML token, whose OpenSAML classes are not on the class path.
             System.err.println(command + " failed: " + reason(e));
             if (System.getenv("WSS4J_TOOL_VERBOSE") != null) {
                 e.printStackTrace();
@@ -143,7 +144,7 @@ public final class Wss4jTool {
                 }
                 Result r = job(command, args);
                 out.println(n + " ok" + (r.summary.isEmpty() ? "" : " " + r.summary));
-            } catch (Exception e) {
+            } catch (Exception | LinkageError e) {
                 failed++;
                 out.println(n + " fail " + reason(e));
             }
