@@ -58,7 +58,7 @@ request() { # NAME SECURE-ARGS...  -> secure for server, verify as server
   shift
   job ok "$name/secure" secure --keys "$keys" "$@" --in plain.xml --out "req-$name.xml"
   job ok "$name/verify" verify --keys "$keys" --recipient "${recipient:-server}" \
-    --expect-signer "${signer:-client}" ${require:+--require "'$require'"} ${utcreds:-} \
+    --expect-signer "${signer:-client}" ${require:+--require "'$require'"} ${utcreds:+"$utcreds"} \
     --in "req-$name.xml" --out "req-$name.out"
 }
 

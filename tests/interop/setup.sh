@@ -87,8 +87,13 @@ if [[ -f "$wss/.stamp" && "$(cat "$wss/.stamp")" == "$stamp" && -f "$wss/wss4j-t
   say "Wss4jTool up to date ($wss/wss4j-tool.jar)"
 else
   say "building Wss4jTool with Maven (WSS4J 3.0.4; the first run downloads its dependencies)"
-  rm -rf "$wss/lib" "$wss/build" "$wss/wss4j-tool.jar"
-  mvn -q -B -Dstyle.color=never -f "$here/wss4j/pom.xml" package
+  rm -rf "${wss:?}/lib" "${wss:?}/build" "${wss:?}/wss4j-tool.jar"
+  mkdir -p "$wss"
+  if ! mvn -q -B -f "$here/wss4j/pom.xml" package >"$wss/build.log" 2>&1; then
+    cat "$wss/build.log" >&2
+    say "Maven build failed (log: $wss/build.log)"
+    exit 1
+  fi
   cat >"$wss/wss4j-tool" <<'EOF'
 #!/bin/sh
 # Launcher for Wss4jTool (tests/interop/wss4j); see tests/interop/README.md.
