@@ -92,6 +92,11 @@ job fail "otherrecipient/verify-rejects" verify --keys "$keys" --recipient clien
 job ok "ut-wrongpw/secure" secure --keys "$keys" --actions UsernameToken --user alice --password nope --in plain.xml --out bad-ut.xml
 job fail "ut-wrongpw/verify-rejects" verify --keys "$keys" --require UsernameToken --user alice --password s3cret --in bad-ut.xml
 
+job ok "stale/secure" secure --keys "$keys" --time-offset -900 --in plain.xml --out bad-stale.xml
+job fail "stale/verify-rejects" verify --keys "$keys" --recipient server --in bad-stale.xml
+job ok "future/secure" secure --keys "$keys" --time-offset 900 --in plain.xml --out bad-future.xml
+job fail "future/verify-rejects" verify --keys "$keys" --recipient server --in bad-future.xml
+
 # Responses: the service's key signs, the client's certificate receives.
 responses=()
 response() { # NAME SECURE-ARGS...
@@ -179,6 +184,8 @@ for bad in rogue expired untrusted; do
   pyverify fail "bad-$bad" --recipient server --signer client "bad-$bad.xml"
 done
 pyverify fail "bad-tsonly" --recipient server --signer client bad-tsonly.xml
+pyverify fail "bad-stale" --recipient server --signer client bad-stale.xml
+pyverify fail "bad-future" --recipient server --signer client bad-future.xml
 pyverify fail "bad-noenc" --recipient server --signer client bad-noenc.xml
 perl -pe 's/(<ds:SignatureValue>)(.)/$1.($2 eq "A" ? "B" : "A")/e' resp-legacy.xml >bad-sigvalue.xml
 pyverify fail "bad-sigvalue" bad-sigvalue.xml

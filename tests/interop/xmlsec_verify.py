@@ -3,12 +3,12 @@
 
     xmlsec_verify.py verify [--keys DIR] [--recipient client] [--signer server ...]
                             [--require "Timestamp Signature Encrypt"] [--print body|envelope|none]
-                            [--ttl-skew SECONDS] [IN|-]
+                            [--ttl-skew SECONDS] [--max-age SECONDS] [IN|-]
     xmlsec_verify.py sign   [--keys DIR] [--signer client] [--recipient server]
                             [--actions "Timestamp Signature Encrypt"] [--profile legacy|modern]
                             [--sig-alg rsa-sha1|rsa-sha256] [--digest sha1|sha256]
                             [--key-transport rsa15|oaep] [--enc aes128-cbc|aes256-cbc|aes128-gcm|aes256-gcm]
-                            [--ttl SECONDS] [--out FILE] [IN|-]
+                            [--ttl SECONDS] [--time-offset SECONDS] [--out FILE] [IN|-]
 
 verify: decrypts the xenc:EncryptedKey in the wsse:Security header with the recipient's key
 (NAME.key), decrypts the xenc:EncryptedData it lists, verifies the ds:Signature with the
@@ -292,7 +292,7 @@ def verify(args):
     if "Timestamp" in required:
         if len(stamps) != 1:
             raise Rejected("expected one Timestamp, found %d" % len(stamps))
-        check_timestamp(stamps[0], args.ttl_skew)
+        check_timestamp(stamps[0], args.ttl_skew, args.max_age)
 
     # 3. Signature: libxmlsec verifies it with the referenced certificate and the CA.
     if "Signature" in required:
@@ -368,14 +368,17 @@ def parse_time(text):
         raise Rejected("bad xsd:dateTime %r" % text)
 
 
-def check_timestamp(ts, skew):
+def check_timestamp(ts, skew, max_age):
     now = datetime.datetime.now(datetime.timezone.utc)
     created = ts.find(q(WSU, "Created"))
     expires = ts.find(q(WSU, "Expires"))
     if created is None:
         raise Rejected("Timestamp has no Created")
-    if parse_time(created.text) > now + datetime.timedelta(seconds=skew):
+    created_at = parse_time(created.text)
+    if created_at > now + datetime.timedelta(seconds=skew):
         raise Rejected("Timestamp Created is in the future")
+    if created_at < now - datetime.timedelta(seconds=max_age + skew):
+        raise Rejected("Timestamp Created is older than %d s" % max_age)
     if expires is not None and parse_time(expires.text) <= now - datetime.timedelta(seconds=skew):
         raise Rejected("Timestamp has expired")
 
@@ -422,10 +425,12 @@ def sign(args):
     stamp = None
     if "Timestamp" in actions:
         now = datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0)
+        now += datetime.timedelta(seconds=args.time_offset)
         stamp = etree.SubElement(security, q(WSU, "Timestamp"))
         stamp.set(q(WSU, "Id"), new_id("TS"))
         etree.SubElement(stamp, q(WSU, "Created")).text = xs_datetime(now)
-        etree.SubElement(stamp, q(WSU, "Expires")).text = xs_datetime(now + datetime.timedelta(seconds=args.ttl))
+        if args.ttl:
+            etree.SubElement(stamp, q(WSU, "Expires")).text = xs_datetime(now + datetime.timedelta(seconds=args.ttl))
 
     if "Signature" in actions:
         signer_cert = load_cert(args.keys, args.signer)
@@ -518,6 +523,7 @@ def main(argv=None):
     v.add_argument("--require", default="Timestamp Signature Encrypt")
     v.add_argument("--print", choices=("body", "envelope", "none"), default="body")
     v.add_argument("--ttl-skew", type=int, default=60, help="clock skew allowed, seconds")
+    v.add_argument("--max-age", type=int, default=300, help="oldest acceptable Created, seconds")
     v.add_argument("input", nargs="?", default="-")
 
     s = sub.add_parser("sign", help="secure a plain SOAP message as a client")
@@ -530,7 +536,8 @@ def main(argv=None):
     s.add_argument("--digest", choices=sorted(DIGESTS))
     s.add_argument("--key-transport", choices=sorted(KEY_TRANSPORTS))
     s.add_argument("--enc", choices=sorted(CIPHERS))
-    s.add_argument("--ttl", type=int, default=300)
+    s.add_argument("--ttl", type=int, default=300, help="Expires - Created, seconds; 0: no Expires")
+    s.add_argument("--time-offset", type=int, default=0, help="shift Created by this many seconds")
     s.add_argument("--out", default="-")
     s.add_argument("input", nargs="?", default="-")
 

@@ -1,5 +1,6 @@
 package dev.busbar.interop;
 
+import java.time.Instant;
 import java.util.ArrayList;
 import java.util.HashMap;
 import java.util.List;
@@ -29,7 +30,7 @@ final class Secure {
     static final Set<String> OPTIONS = Set.of(
         "keys", "in", "out", "soap", "profile", "actions", "sig-key-id", "sig-alg", "digest",
         "sign-parts", "enc-key-id", "key-transport", "enc", "enc-parts", "user", "password",
-        "pw-type", "signer", "recipient", "ttl", "must-understand");
+        "pw-type", "signer", "recipient", "ttl", "time-offset", "must-understand");
 
     static final Map<String, String> KEY_IDS = Map.of(
         "DirectReference", "DirectReference",
@@ -151,6 +152,11 @@ final class Secure {
         mc.put(ConfigurationConstants.PW_CALLBACK_REF, callback);
 
         WSSConfig config = WSSConfig.getNewInstance();
+        // Shifts the clock of Timestamp and UsernameToken Created: stale or future messages.
+        int offset = args.integer("time-offset", 0);
+        if (offset != 0) {
+            config.setCurrentTime(() -> Instant.now().plusSeconds(offset));
+        }
         RequestData reqData = new RequestData();
         reqData.setWssConfig(config);
         reqData.setMsgContext(mc);
