@@ -165,6 +165,11 @@ public final class Wss4jTool {
     /** Runs one secure or verify job; writes its output to --out, or to stdout outside batch. */
     private Result job(String command, Args args) throws Exception {
         Keys keys = keys(args);
+        String out = args.get("out");
+        if (out != null && !"-".equals(out)) {
+            // A failed job must not leave an earlier run's result behind.
+            Files.deleteIfExists(Paths.get(out));
+        }
         byte[] input = read(args.get("in"));
         Document doc = Xml.parse(input);
         byte[] output;
@@ -176,7 +181,6 @@ public final class Wss4jTool {
             output = o.output;
             summary = o.summary;
         }
-        String out = args.get("out");
         if (out == null || "-".equals(out)) {
             System.out.write(output);
             if (output.length > 0 && output[output.length - 1] != '\n' && "verify".equals(command)) {
