@@ -31,3 +31,7 @@ fi
 for c in rustfmt clippy; do
   rustup component list --installed 2>/dev/null | grep -q "^$c" || rustup component add "$c"
 done
+
+# WS-Security interop peers (Apache WSS4J, python-xmlsec): installs its own JDK, Maven and
+# python3-venv from Debian when missing.
+"$(dirname "${BASH_SOURCE[0]}")/../tests/interop/setup.sh"
