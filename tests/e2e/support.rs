@@ -305,7 +305,10 @@ pub fn validate_in(dir: &std::path::Path, yaml: &str) -> (Option<i32>, String) {
 }
 
 /// A back end that records each request body and echoes it.
-pub fn recording_back_end() -> (std::net::SocketAddr, std::sync::Arc<std::sync::Mutex<Vec<Vec<u8>>>>) {
+pub fn recording_back_end() -> (
+    std::net::SocketAddr,
+    std::sync::Arc<std::sync::Mutex<Vec<Vec<u8>>>>,
+) {
     let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     let addr = l.local_addr().expect("addr");
     let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
@@ -351,7 +354,6 @@ pub fn recording_back_end() -> (std::net::SocketAddr, std::sync::Arc<std::sync::
     });
     (addr, seen)
 }
-
 
 /// WS-Security test keys (CA, client, server, rogue, expired, untrusted), generated once per
 /// test run with openssl by tests/interop/keys.sh.

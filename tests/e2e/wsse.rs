@@ -17,7 +17,8 @@ use busbar_wssec::{
 use crate::support::*;
 
 const SOAP11: (&str, &str) = ("Content-Type", "text/xml; charset=UTF-8");
-const WSSE: &str = "http://docs.oasis-open.org/wss/2004/01/oasis-200401-wss-wssecurity-secext-1.0.xsd";
+const WSSE: &str =
+    "http://docs.oasis-open.org/wss/2004/01/oasis-200401-wss-wssecurity-secext-1.0.xsd";
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Profile {
@@ -91,7 +92,10 @@ fn response_checker(keys: &Path) -> Verifier {
             require_signature: true,
             require_encryption: true,
             require_username_token: false,
-            trust: Some(TrustStore::new(ca, Some(regex::Regex::new("CN=server").expect("re")))),
+            trust: Some(TrustStore::new(
+                ca,
+                Some(regex::Regex::new("CN=server").expect("re")),
+            )),
             known_certs: Vec::new(),
             decrypt: Some(identity(keys, "client")),
             max_skew_ms: 300_000,
@@ -147,7 +151,10 @@ fn round_trip(h: &Harness, checker: &Verifier, profile: Profile, securer: &Secur
         .expect("post");
     assert_eq!(r.status, 200, "{profile:?} {size}: {}", r.text());
     let text = r.text();
-    assert!(text.contains("EncryptedData"), "the response body is not encrypted");
+    assert!(
+        text.contains("EncryptedData"),
+        "the response body is not encrypted"
+    );
     assert!(!text.contains("<order>"), "plain orders in the response");
     let got = checker
         .verify(&r.body, None, SystemTime::now())
@@ -157,7 +164,9 @@ fn round_trip(h: &Harness, checker: &Verifier, profile: Profile, securer: &Secur
         String::from_utf8_lossy(&s.plain),
         "{profile:?} {size}"
     );
-    assert!(got.signer.is_some_and(|c| c.subject().contains("CN=server")));
+    assert!(got
+        .signer
+        .is_some_and(|c| c.subject().contains("CN=server")));
 }
 
 #[test]
@@ -168,14 +177,34 @@ fn secure_proxy_round_trips_both_profiles_at_every_size() {
     let checker = response_checker(&keys);
     for profile in [Profile::Legacy, Profile::Modern] {
         let securer = client(profile, &keys, "client", true);
-        for size in [512, 1024, 4095, 4096, 10 * 1024, 16 * 1024 - 1, 16 * 1024 + 1, 100 * 1024] {
+        for size in [
+            512,
+            1024,
+            4095,
+            4096,
+            10 * 1024,
+            16 * 1024 - 1,
+            16 * 1024 + 1,
+            100 * 1024,
+        ] {
             round_trip(&h, &checker, profile, &securer, size);
             // The back end got the plain message: no Security header, the Body decrypted.
-            let last = seen.lock().expect("lock").last().cloned().expect("forwarded");
+            let last = seen
+                .lock()
+                .expect("lock")
+                .last()
+                .cloned()
+                .expect("forwarded");
             let last = String::from_utf8_lossy(&last).into_owned();
-            assert!(!last.contains(WSSE), "{profile:?} {size}: Security header forwarded");
+            assert!(
+                !last.contains(WSSE),
+                "{profile:?} {size}: Security header forwarded"
+            );
             assert!(last.contains("<symbol>IBM</symbol>"), "{profile:?} {size}");
-            assert!(last.contains("xadmin;server1;community#1.0##"), "other headers stay");
+            assert!(
+                last.contains("xadmin;server1;community#1.0##"),
+                "other headers stay"
+            );
         }
     }
 }
@@ -190,7 +219,11 @@ fn secure_proxy_serves_fifty_concurrent_clients() {
         .map(|i| {
             let (h, checker, keys) = (h.clone(), checker.clone(), keys.clone());
             std::thread::spawn(move || {
-                let profile = if i % 2 == 0 { Profile::Legacy } else { Profile::Modern };
+                let profile = if i % 2 == 0 {
+                    Profile::Legacy
+                } else {
+                    Profile::Modern
+                };
                 let securer = client(profile, &keys, "client", true);
                 for size in [512, 10 * 1024] {
                     round_trip(&h, &checker, profile, &securer, size);
@@ -287,7 +320,10 @@ fn attacks(keys: &Path) -> Vec<Attack> {
         replace_once(&good, &sig_value, &String::from_utf8_lossy(&flipped)),
         "wsse:FailedCheck",
     );
-    let cipher = element_text(&element(&good_text, "xenc:EncryptedData"), "xenc:CipherValue");
+    let cipher = element_text(
+        &element(&good_text, "xenc:EncryptedData"),
+        "xenc:CipherValue",
+    );
     let mut c2 = cipher.clone().into_bytes();
     c2[40] = if c2[40] == b'A' { b'B' } else { b'A' };
     add(
@@ -296,7 +332,10 @@ fn attacks(keys: &Path) -> Vec<Attack> {
         replace_once(&good, &cipher, &String::from_utf8_lossy(&c2)),
         "wsse:FailedCheck",
     );
-    let ek_cipher = element_text(&element(&good_text, "xenc:EncryptedKey"), "xenc:CipherValue");
+    let ek_cipher = element_text(
+        &element(&good_text, "xenc:EncryptedKey"),
+        "xenc:CipherValue",
+    );
     let mut k2 = ek_cipher.clone().into_bytes();
     k2[20] = if k2[20] == b'A' { b'B' } else { b'A' };
     add(
@@ -309,13 +348,14 @@ fn attacks(keys: &Path) -> Vec<Attack> {
     // Signature wrapping: the signed Body moves into a header; a new Body replaces it.
     let body = element(&signed_text, "soapenv:Body");
     let evil_body = "<soapenv:Body><m:buyStocks xmlns:m=\"http://services.samples/xsd\"><order><symbol>EVIL</symbol></order></m:buyStocks></soapenv:Body>";
-    let wrapped = signed_text
-        .replacen(&body, evil_body, 1)
-        .replacen(
-            "<soapenv:Header>",
-            &format!("<soapenv:Header><Wrapper xmlns=\"urn:evil\">{}</Wrapper>", body.replace("soapenv:Body", "soapenv:Fake")),
-            1,
-        );
+    let wrapped = signed_text.replacen(&body, evil_body, 1).replacen(
+        "<soapenv:Header>",
+        &format!(
+            "<soapenv:Header><w:Wrapper xmlns:w=\"urn:evil\">{}</w:Wrapper>",
+            body
+        ),
+        1,
+    );
     add(
         "signature wrapping (signed Body moved into a header)",
         "/service/SignedProxy",
@@ -328,7 +368,12 @@ fn attacks(keys: &Path) -> Vec<Attack> {
         &format!("<soapenv:Header><Other xmlns=\"urn:x\" xmlns:wsu=\"http://docs.oasis-open.org/wss/2004/01/oasis-200401-wss-wssecurity-utility-1.0.xsd\" wsu:Id=\"{body_id}\"/>"),
         1,
     );
-    add("duplicated wsu:Id", "/service/SignedProxy", dup.into_bytes(), "wsse:InvalidSecurity");
+    add(
+        "duplicated wsu:Id",
+        "/service/SignedProxy",
+        dup.into_bytes(),
+        "wsse:InvalidSecurity",
+    );
 
     // Missing or partial protection.
     let sig = element(&signed_text, "ds:Signature");
@@ -383,41 +428,90 @@ fn attacks(keys: &Path) -> Vec<Attack> {
         };
         legacy.secure(&plain, Some(&server), t).expect("secure")
     };
-    add("expired timestamp", "/service/SecureProxy", at(-3600), "wsu:MessageExpired");
-    add("timestamp in the future", "/service/SecureProxy", at(3600), "wsu:MessageExpired");
+    add(
+        "expired timestamp",
+        "/service/SecureProxy",
+        at(-3600),
+        "wsu:MessageExpired",
+    );
+    add(
+        "timestamp in the future",
+        "/service/SecureProxy",
+        at(3600),
+        "wsu:MessageExpired",
+    );
     let mut no_ts = client(Profile::Legacy, keys, "client", true);
     no_ts.timestamp_ttl_ms = None;
-    add("missing timestamp", "/service/SecureProxy", make(&no_ts), "wsse:InvalidSecurity");
+    add(
+        "missing timestamp",
+        "/service/SecureProxy",
+        make(&no_ts),
+        "wsse:InvalidSecurity",
+    );
     let ts = element(&signed_text, "wsu:Timestamp");
     add(
         "duplicate timestamp",
         "/service/SignedProxy",
         signed_text
-            .replacen(&ts, &format!("{ts}{}", ts.replace("wsu:Id=\"TS-", "wsu:Id=\"TS2-")), 1)
+            .replacen(
+                &ts,
+                &format!("{ts}{}", ts.replace("wsu:Id=\"TS-", "wsu:Id=\"TS2-")),
+                1,
+            )
             .into_bytes(),
         "wsse:InvalidSecurity",
     );
 
     // Trust.
     for (name, who, code) in [
-        ("rogue self-signed certificate with the client's DN", "rogue", "wsse:FailedAuthentication"),
-        ("certificate of an untrusted CA", "untrusted", "wsse:FailedAuthentication"),
-        ("expired certificate", "expired", "wsse:FailedAuthentication"),
+        (
+            "rogue self-signed certificate with the client's DN",
+            "rogue",
+            "wsse:FailedAuthentication",
+        ),
+        (
+            "certificate of an untrusted CA",
+            "untrusted",
+            "wsse:FailedAuthentication",
+        ),
+        (
+            "expired certificate",
+            "expired",
+            "wsse:FailedAuthentication",
+        ),
     ] {
-        add(name, "/service/SecureProxy", make(&client(Profile::Legacy, keys, who, true)), code);
+        add(
+            name,
+            "/service/SecureProxy",
+            make(&client(Profile::Legacy, keys, who, true)),
+            code,
+        );
     }
 
     // Algorithms and transforms outside the profile.
     add(
         "HMAC signature method",
         "/service/SignedProxy",
-        replace_once(&signed, "http://www.w3.org/2000/09/xmldsig#rsa-sha1", "http://www.w3.org/2000/09/xmldsig#hmac-sha1"),
+        replace_once(
+            &signed,
+            "http://www.w3.org/2000/09/xmldsig#rsa-sha1",
+            "http://www.w3.org/2000/09/xmldsig#hmac-sha1",
+        ),
         "wsse:UnsupportedAlgorithm",
     );
     for (name, uri) in [
-        ("XSLT transform", "http://www.w3.org/TR/1999/REC-xslt-19991116"),
-        ("XPath transform", "http://www.w3.org/TR/1999/REC-xpath-19991116"),
-        ("enveloped-signature transform", "http://www.w3.org/2000/09/xmldsig#enveloped-signature"),
+        (
+            "XSLT transform",
+            "http://www.w3.org/TR/1999/REC-xslt-19991116",
+        ),
+        (
+            "XPath transform",
+            "http://www.w3.org/TR/1999/REC-xpath-19991116",
+        ),
+        (
+            "enveloped-signature transform",
+            "http://www.w3.org/2000/09/xmldsig#enveloped-signature",
+        ),
     ] {
         let t = format!("<ds:Transform Algorithm=\"{uri}\"></ds:Transform>");
         add(
@@ -430,7 +524,11 @@ fn attacks(keys: &Path) -> Vec<Attack> {
     add(
         "external-URI reference",
         "/service/SignedProxy",
-        replace_once(&signed, &format!("URI=\"#{body_id}\""), "URI=\"http://evil.example/doc\""),
+        replace_once(
+            &signed,
+            &format!("URI=\"#{body_id}\""),
+            "URI=\"http://evil.example/doc\"",
+        ),
         "wsse:UnsupportedAlgorithm",
     );
     add(
@@ -456,7 +554,10 @@ fn attacks(keys: &Path) -> Vec<Attack> {
     let ed_id = attr_after(&good_text, "<xenc:EncryptedData", "Id");
     let good_ids = good_text.replacen(
         &format!("<xenc:DataReference URI=\"#{ed_id}\""),
-        &format!("<xenc:DataReference URI=\"#{}\"", attr_after(&good_text, "<soapenv:Body", "wsu:Id")),
+        &format!(
+            "<xenc:DataReference URI=\"#{}\"",
+            attr_after(&good_text, "<soapenv:Body", "wsu:Id")
+        ),
         1,
     );
     add(
@@ -490,7 +591,11 @@ fn attacks(keys: &Path) -> Vec<Attack> {
     add(
         "deeply nested input",
         "/service/SecureProxy",
-        replace_once(&good, "<soapenv:Header>", &format!("<soapenv:Header><n xmlns=\"urn:n\">{deep}</n>")),
+        replace_once(
+            &good,
+            "<soapenv:Header>",
+            &format!("<soapenv:Header><n xmlns=\"urn:n\">{deep}</n>"),
+        ),
         "wsse:InvalidSecurity",
     );
 
@@ -498,7 +603,11 @@ fn attacks(keys: &Path) -> Vec<Attack> {
     add(
         "unknown envelope version",
         "/service/SecureProxy",
-        replace_once(&good, "http://schemas.xmlsoap.org/soap/envelope/", "http://example.com/not-soap/"),
+        replace_once(
+            &good,
+            "http://schemas.xmlsoap.org/soap/envelope/",
+            "http://example.com/not-soap/",
+        ),
         "soapenv:VersionMismatch",
     );
     add(
@@ -526,7 +635,11 @@ fn every_attack_gets_its_fault_and_nothing_reaches_the_back_end() {
             .post(a.path, &[SOAP11], &a.message)
             .expect("post");
         let forwarded = seen.lock().expect("lock").len() - before;
-        let code = if r.status == 500 { fault_code(&r.body) } else { format!("HTTP {}", r.status) };
+        let code = if r.status == 500 {
+            fault_code(&r.body)
+        } else {
+            format!("HTTP {}", r.status)
+        };
         if code != a.code || forwarded != 0 {
             failures.push(format!(
                 "{}: got {code} (want {}), forwarded {forwarded}",
@@ -535,8 +648,7 @@ fn every_attack_gets_its_fault_and_nothing_reaches_the_back_end() {
         }
         if r.status == 500 {
             assert!(
-                r.text().contains("Security validation failed: ")
-                    || code.starts_with("soapenv:"),
+                r.text().contains("Security validation failed: ") || code.starts_with("soapenv:"),
                 "{}: {}",
                 a.name,
                 r.text()
@@ -554,7 +666,11 @@ fn key_failures_all_look_the_same_to_the_client() {
     let h = engine(&yaml(echo.addr, &keys));
     let bodies: Vec<Vec<u8>> = attacks(&keys)
         .into_iter()
-        .filter(|a| a.name == "tampered ciphertext" || a.name == "RSA-1.5 key with broken padding" || a.name == "EncryptedKey for another recipient")
+        .filter(|a| {
+            a.name == "tampered ciphertext"
+                || a.name == "RSA-1.5 key with broken padding"
+                || a.name == "EncryptedKey for another recipient"
+        })
         .map(|a| {
             Client::connect(h.http())
                 .post(a.path, &[SOAP11], &a.message)
@@ -563,7 +679,10 @@ fn key_failures_all_look_the_same_to_the_client() {
         })
         .collect();
     assert_eq!(bodies.len(), 3);
-    assert!(bodies.windows(2).all(|w| w[0] == w[1]), "fault bodies differ");
+    assert!(
+        bodies.windows(2).all(|w| w[0] == w[1]),
+        "fault bodies differ"
+    );
     echo.stop();
 }
 
@@ -573,7 +692,12 @@ fn a_replayed_message_is_refused() {
     let (backend, seen) = recording_back_end();
     let h = engine(&yaml(backend, &keys));
     let plain = buy_stocks(1024, Variant::Plain).expect("payload");
-    let msg = secured(&client(Profile::Modern, &keys, "client", true), &keys, &plain).message;
+    let msg = secured(
+        &client(Profile::Modern, &keys, "client", true),
+        &keys,
+        &plain,
+    )
+    .message;
     let first = Client::connect(h.http())
         .post("/service/SecureProxyModern", &[SOAP11], &msg)
         .expect("post");
@@ -610,17 +734,42 @@ fn username_tokens_are_checked_and_their_nonces_used_once() {
     let keys = test_keys();
     let (backend, seen) = recording_back_end();
     let h = engine(&yaml(backend, &keys));
-    let now = busbar_wssec::time::format_datetime(busbar_wssec::time::now_millis(SystemTime::now()));
+    let now =
+        busbar_wssec::time::format_datetime(busbar_wssec::time::now_millis(SystemTime::now()));
     let stale = busbar_wssec::time::format_datetime(
         busbar_wssec::time::now_millis(SystemTime::now()) - 3_600_000,
     );
     let cases = [
-        ("digest ok", username_token("alice", "s3cret", b"nonce-1", &now, true), "200"),
-        ("text ok", username_token("alice", "s3cret", b"nonce-2", &now, false), "200"),
-        ("reused nonce", username_token("alice", "s3cret", b"nonce-1", &now, true), "wsse:FailedAuthentication"),
-        ("wrong password", username_token("alice", "guess", b"nonce-3", &now, true), "wsse:FailedAuthentication"),
-        ("unknown user", username_token("mallory", "s3cret", b"nonce-4", &now, false), "wsse:FailedAuthentication"),
-        ("stale", username_token("alice", "s3cret", b"nonce-5", &stale, true), "wsu:MessageExpired"),
+        (
+            "digest ok",
+            username_token("alice", "s3cret", b"nonce-1", &now, true),
+            "200",
+        ),
+        (
+            "text ok",
+            username_token("alice", "s3cret", b"nonce-2", &now, false),
+            "200",
+        ),
+        (
+            "reused nonce",
+            username_token("alice", "s3cret", b"nonce-1", &now, true),
+            "wsse:FailedAuthentication",
+        ),
+        (
+            "wrong password",
+            username_token("alice", "guess", b"nonce-3", &now, true),
+            "wsse:FailedAuthentication",
+        ),
+        (
+            "unknown user",
+            username_token("mallory", "s3cret", b"nonce-4", &now, false),
+            "wsse:FailedAuthentication",
+        ),
+        (
+            "stale",
+            username_token("alice", "s3cret", b"nonce-5", &stale, true),
+            "wsu:MessageExpired",
+        ),
     ];
     for (name, msg, want) in cases {
         let before = seen.lock().expect("lock").len();
@@ -631,8 +780,16 @@ fn username_tokens_are_checked_and_their_nonces_used_once() {
         if want == "200" {
             assert_eq!(r.status, 200, "{name}: {}", r.text());
             assert_eq!(forwarded, 1, "{name}");
-            let last = seen.lock().expect("lock").last().cloned().expect("forwarded");
-            assert!(!String::from_utf8_lossy(&last).contains("UsernameToken"), "{name}");
+            let last = seen
+                .lock()
+                .expect("lock")
+                .last()
+                .cloned()
+                .expect("forwarded");
+            assert!(
+                !String::from_utf8_lossy(&last).contains("UsernameToken"),
+                "{name}"
+            );
         } else {
             assert_eq!(r.status, 500, "{name}");
             assert_eq!(fault_code(&r.body), want, "{name}");
@@ -655,13 +812,21 @@ fn soap12_requests_get_soap12_faults_with_a_wsse_subcode() {
         )
         .expect("post");
     let text = r.text();
-    assert!(text.contains("<env:Value>env:Sender</env:Value><env:Subcode><env:Value xmlns:wsse="), "{text}");
+    assert!(
+        text.contains("<env:Value>env:Sender</env:Value><env:Subcode><env:Value xmlns:wsse="),
+        "{text}"
+    );
     assert!(text.contains("wsse:InvalidSecurity</env:Value>"), "{text}");
     // A SOAP 1.2 envelope announced as SOAP 1.1 is a version mismatch.
     let r = Client::connect(h.http())
         .post("/service/SecureProxy", &[SOAP11], msg.as_bytes())
         .expect("post");
-    assert_eq!(fault_code(&r.body), "soapenv:VersionMismatch", "{}", r.text());
+    assert_eq!(
+        fault_code(&r.body),
+        "soapenv:VersionMismatch",
+        "{}",
+        r.text()
+    );
     assert!(seen.lock().expect("lock").is_empty());
 }
 
@@ -676,7 +841,10 @@ fn wrong_key_password_fails_validate_naming_the_file() {
     let (code, stderr) = validate_in(&dir, &yaml);
     assert_eq!(code, Some(1), "{stderr}");
     assert!(stderr.contains("server.p12"), "{stderr}");
-    assert!(stderr.contains("proxies.S.in[0].wsse_verify.decrypt_key.pkcs12"), "{stderr}");
+    assert!(
+        stderr.contains("proxies.S.in[0].wsse_verify.decrypt_key.pkcs12"),
+        "{stderr}"
+    );
     assert!(stderr.contains(":11:"), "line of the key: {stderr}");
     let _ = std::fs::remove_dir_all(&dir);
 }

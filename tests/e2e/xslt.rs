@@ -1,7 +1,5 @@
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpListener;
 use std::process::Command;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use busbar_bench::payload::{buy_stocks, Variant};
 use busbar_engine::echo::EchoOptions;

@@ -467,9 +467,10 @@ pub fn plan_from_args(args: &LoadArgs) -> Result<LoadPlan, BenchError> {
     let addr = resolve(&url)?;
     let feed = match profile {
         Some(profile) => {
-            let keys = args.keys.as_deref().ok_or_else(|| {
-                BenchError::Usage("WS-Security scenarios need --keys DIR".into())
-            })?;
+            let keys = args
+                .keys
+                .as_deref()
+                .ok_or_else(|| BenchError::Usage("WS-Security scenarios need --keys DIR".into()))?;
             let client = crate::secure::SecureClient::load(keys, profile)?;
             Some(Arc::new(crate::secure::Feed::new(
                 client,

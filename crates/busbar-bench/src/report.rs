@@ -85,9 +85,9 @@ fn esc(s: &str) -> String {
 
 /// A size as people say it (512 B, 1 KiB, 100 KiB, 1 MiB, 16385 B).
 pub fn size_label(size: usize) -> String {
-    if size >= 1024 * 1024 && size % (1024 * 1024) == 0 {
+    if size >= 1024 * 1024 && size.is_multiple_of(1024 * 1024) {
         format!("{} MiB", size / (1024 * 1024))
-    } else if size >= 1024 && size % 1024 == 0 {
+    } else if size >= 1024 && size.is_multiple_of(1024) {
         format!("{} KiB", size / 1024)
     } else {
         format!("{size} B")

@@ -14,9 +14,7 @@ use std::time::SystemTime;
 
 use busbar_wssec::crypto::{BlockCipher, DigestAlg, KeyTransport, SignatureAlg};
 use busbar_wssec::keys::{load_pem_certificates, Certificate, Identity, TrustStore};
-use busbar_wssec::{
-    EncryptSettings, KeyReference, Securer, SignSettings, Verifier, VerifyPolicy,
-};
+use busbar_wssec::{EncryptSettings, KeyReference, Securer, SignSettings, Verifier, VerifyPolicy};
 
 use crate::check::Check;
 use crate::client::RequestSpec;
@@ -143,6 +141,9 @@ impl SecureClient {
     }
 }
 
+/// A request ready for the wire and the check of its response.
+type Prepared = (Arc<Vec<u8>>, Arc<Check>);
+
 /// Secured requests for a load run.
 #[derive(Debug)]
 pub struct Feed {
@@ -162,8 +163,10 @@ impl Feed {
         replay: bool,
     ) -> Result<Feed, BenchError> {
         let pool = if replay { 1 } else { pool.max(1) };
-        let threads = std::thread::available_parallelism().map_or(2, |n| n.get()).min(pool);
-        let built: Vec<Result<Vec<(Arc<Vec<u8>>, Arc<Check>)>, String>> = std::thread::scope(|s| {
+        let threads = std::thread::available_parallelism()
+            .map_or(2, |n| n.get())
+            .min(pool);
+        let built: Vec<Result<Vec<Prepared>, String>> = std::thread::scope(|s| {
             let handles: Vec<_> = (0..threads)
                 .map(|t| {
                     let (client, spec) = (&client, &spec);
@@ -177,7 +180,10 @@ impl Feed {
                 .collect();
             handles
                 .into_iter()
-                .map(|h| h.join().unwrap_or_else(|_| Err("a builder thread panicked".into())))
+                .map(|h| {
+                    h.join()
+                        .unwrap_or_else(|_| Err("a builder thread panicked".into()))
+                })
                 .collect()
         });
         let mut all = Vec::with_capacity(pool);

@@ -8,11 +8,11 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::check::{Check, Scenario, FAULT_NOT_IBM, FAULT_ROUTING, FAULT_SECURITY_CHECK};
-use crate::secure::{tamper_signature, Feed, SecureClient};
 use crate::client::{RequestSpec, Url};
 use crate::error::BenchError;
 use crate::load::{self, LoadPlan, StopRule};
 use crate::payload::{buy_stocks, soap_action, Variant};
+use crate::secure::{tamper_signature, Feed, SecureClient};
 use crate::util::{parse_count, parse_duration, parse_size};
 
 /// Sizes `bench verify` checks by default.
@@ -140,9 +140,8 @@ fn cases_for(
     let usage = |e: crate::payload::PayloadError| BenchError::Usage(e.to_string());
     let mut cases = Vec::new();
     if let Some(profile) = scenario.secure_profile() {
-        let keys = keys.ok_or_else(|| {
-            BenchError::Usage(format!("scenario {scenario} needs --keys DIR"))
-        })?;
+        let keys =
+            keys.ok_or_else(|| BenchError::Usage(format!("scenario {scenario} needs --keys DIR")))?;
         let client = Arc::new(SecureClient::load(keys, profile)?);
         for &size in sizes {
             let body = buy_stocks(size, Variant::Plain).map_err(usage)?;
@@ -162,7 +161,11 @@ fn cases_for(
                 scenario,
                 name: "tampered-signature",
                 size,
-                spec: RequestSpec::soap(url.clone(), tamper_signature(&message)?, soap_action(size)),
+                spec: RequestSpec::soap(
+                    url.clone(),
+                    tamper_signature(&message)?,
+                    soap_action(size),
+                ),
                 check: Check::Fault {
                     status: 500,
                     reason: FAULT_SECURITY_CHECK,

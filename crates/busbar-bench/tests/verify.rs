@@ -21,6 +21,7 @@ fn args(
         sizes,
         timeout: Duration::from_secs(20),
         json: None,
+        keys: None,
     }
 }
 

@@ -329,9 +329,9 @@ pub enum StepConfig {
     Xslt(XsltConfig),
     /// Check a WS-Security request (decrypt, verify the signature and its coverage, check
     /// trust and freshness) and forward it without its `wsse:Security` header.
-    WsseVerify(WsseVerifyConfig),
+    WsseVerify(Box<WsseVerifyConfig>),
     /// Secure the current message (usually the response): timestamp, sign, encrypt the body.
-    WsseSecure(WsseSecureConfig),
+    WsseSecure(Box<WsseSecureConfig>),
 }
 
 impl StepConfig {

@@ -324,14 +324,16 @@ impl Builder<'_> {
                     }
                 }
             }
-            StepConfig::WsseVerify(c) => match crate::wsse::VerifyStep::build(self.loaded, c, here) {
+            StepConfig::WsseVerify(c) => match crate::wsse::VerifyStep::build(self.loaded, c, here)
+            {
                 Ok(step) => Some(Step::WsseVerify(step)),
                 Err((line, at, msg)) => {
                     self.error(line, at, msg);
                     None
                 }
             },
-            StepConfig::WsseSecure(c) => match crate::wsse::SecureStep::build(self.loaded, c, here) {
+            StepConfig::WsseSecure(c) => match crate::wsse::SecureStep::build(self.loaded, c, here)
+            {
                 Ok(step) => Some(Step::WsseSecure(step)),
                 Err((line, at, msg)) => {
                     self.error(line, at, msg);
@@ -425,4 +427,3 @@ impl Builder<'_> {
         }
     }
 }
-

@@ -10,8 +10,9 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 use busbar_config::{
-    line_of, KeySourceConfig, Spanned, LoadedConfig, WsseAction, WsseAlgorithms, WsseCipher, WsseDigest,
-    WsseKeyReference, WsseKeyTransport, WsseRecipient, WsseSecureConfig, WsseVerifyConfig,
+    line_of, KeySourceConfig, LoadedConfig, Spanned, WsseAction, WsseAlgorithms, WsseCipher,
+    WsseDigest, WsseKeyReference, WsseKeyTransport, WsseRecipient, WsseSecureConfig,
+    WsseVerifyConfig,
 };
 use busbar_core::{
     Blame, Body, ErrorKind, Exchange, FaultCode, MediationError, MessageFormat, QName,
@@ -19,8 +20,8 @@ use busbar_core::{
 use busbar_wssec::crypto::{BlockCipher, DigestAlg, KeyTransport, SignatureAlg};
 use busbar_wssec::keys::{Certificate, Identity, TrustStore};
 use busbar_wssec::{
-    EncryptSettings, FaultKind, KeyReference, Securer, SignSettings, Soap, Verifier,
-    VerifyPolicy, WsseError,
+    EncryptSettings, FaultKind, KeyReference, Securer, SignSettings, Soap, Verifier, VerifyPolicy,
+    WsseError,
 };
 
 /// The certificate that signed the request, kept for the response's encryption.
@@ -52,10 +53,11 @@ pub type BuildError = (Option<u64>, String, String);
 
 fn identity(loaded: &LoadedConfig, k: &KeySourceConfig, at: &str) -> Result<Identity, BuildError> {
     match (&k.pkcs12, &k.key, &k.cert) {
-        (Some(p12), None, None) => {
-            Identity::from_pkcs12(&loaded.resolve(&p12.value), k.password.as_deref().unwrap_or(""))
-                .map_err(|e| (line_of(p12), format!("{at}.pkcs12"), e.to_string()))
-        }
+        (Some(p12), None, None) => Identity::from_pkcs12(
+            &loaded.resolve(&p12.value),
+            k.password.as_deref().unwrap_or(""),
+        )
+        .map_err(|e| (line_of(p12), format!("{at}.pkcs12"), e.to_string())),
         (None, Some(key), Some(cert)) => {
             Identity::from_pem(&loaded.resolve(&key.value), &loaded.resolve(&cert.value))
                 .map_err(|e| (line_of(key), format!("{at}.key"), e.to_string()))
@@ -88,7 +90,11 @@ fn certificates(
 
 impl VerifyStep {
     /// Builds the step, loading every key and certificate it names.
-    pub fn build(loaded: &LoadedConfig, c: &WsseVerifyConfig, here: &str) -> Result<Self, BuildError> {
+    pub fn build(
+        loaded: &LoadedConfig,
+        c: &WsseVerifyConfig,
+        here: &str,
+    ) -> Result<Self, BuildError> {
         let trust = match &c.trust {
             Some(t) => {
                 let anchors = certificates(loaded, &t.ca, &format!("{here}.trust.ca"))?;
@@ -111,7 +117,11 @@ impl VerifyStep {
             None => Vec::new(),
         };
         let decrypt = match &c.decrypt_key {
-            Some(k) => Some(Arc::new(identity(loaded, k, &format!("{here}.decrypt_key"))?)),
+            Some(k) => Some(Arc::new(identity(
+                loaded,
+                k,
+                &format!("{here}.decrypt_key"),
+            )?)),
             None => None,
         };
         let policy = VerifyPolicy {
@@ -127,7 +137,11 @@ impl VerifyStep {
             require_expires: c.timestamp.require_expires,
             legacy: c.algorithms == WsseAlgorithms::Legacy,
             remove_header: c.remove_header,
-            users: c.users.iter().map(|(k, v)| (k.clone(), v.clone())).collect::<HashMap<_, _>>(),
+            users: c
+                .users
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect::<HashMap<_, _>>(),
             limits: busbar_wssec::dom::Limits {
                 max_depth: c.max_depth,
                 ..Default::default()
@@ -136,7 +150,9 @@ impl VerifyStep {
         let verifier = Verifier::new(
             policy,
             c.replay_cache.enabled.then_some(c.replay_cache.size),
-            c.session_key_cache.enabled.then_some(c.session_key_cache.size),
+            c.session_key_cache
+                .enabled
+                .then_some(c.session_key_cache.size),
         );
         Ok(Self {
             verifier: Arc::new(verifier),
@@ -153,7 +169,9 @@ impl VerifyStep {
         };
         let verifier = self.verifier.clone();
         let run = move || verifier.verify(&input, expected, SystemTime::now());
-        let verified = crate::xslt::run_cpu_bound(ex, run).await?.map_err(|e| fault(e, ex))?;
+        let verified = crate::xslt::run_cpu_bound(ex, run)
+            .await?
+            .map_err(|e| fault(e, ex))?;
         if let Some(cert) = verified.signer {
             ex.request.extensions.insert(RequestSigner(cert));
         }
@@ -164,7 +182,11 @@ impl VerifyStep {
 
 impl SecureStep {
     /// Builds the step, loading its keys.
-    pub fn build(loaded: &LoadedConfig, c: &WsseSecureConfig, here: &str) -> Result<Self, BuildError> {
+    pub fn build(
+        loaded: &LoadedConfig,
+        c: &WsseSecureConfig,
+        here: &str,
+    ) -> Result<Self, BuildError> {
         let sign = match &c.sign {
             Some(s) => {
                 let source = match &s.cert {

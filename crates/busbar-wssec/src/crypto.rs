@@ -527,7 +527,7 @@ where
     cbc::Decryptor<C>: KeyIvInit + BlockModeDecrypt<BlockSize = cbc::cipher::consts::U16>,
     C: cbc::cipher::BlockCipherDecrypt<BlockSize = cbc::cipher::consts::U16>,
 {
-    if data.len() < CBC_IV_LEN + AES_BLOCK_LEN || data.len() % AES_BLOCK_LEN != 0 {
+    if data.len() < CBC_IV_LEN + AES_BLOCK_LEN || !data.len().is_multiple_of(AES_BLOCK_LEN) {
         return Err(CryptoError::Decrypt);
     }
     let (iv, ciphertext) = data.split_at(CBC_IV_LEN);

@@ -136,7 +136,10 @@ impl Securer {
                 let id = new_id("id");
                 let text = format!(" xmlns:wsu=\"{}\" wsu:Id=\"{id}\"", ns::WSU);
                 let at = start_tag_end(&doc, env.body);
-                edits.push(Edit { at: at..at, text: text.into_bytes() });
+                edits.push(Edit {
+                    at: at..at,
+                    text: text.into_bytes(),
+                });
                 id
             }
         };
@@ -200,7 +203,10 @@ impl Securer {
             None => {
                 let at = doc.content_span(env.envelope).start;
                 let text = format!("<{}>{security}</{}>", q("Header"), q("Header"));
-                edits.push(Edit { at: at..at, text: text.into_bytes() });
+                edits.push(Edit {
+                    at: at..at,
+                    text: text.into_bytes(),
+                });
             }
         }
         let pass1 = apply(doc.source(), edits);
@@ -213,7 +219,10 @@ impl Securer {
             .element_children(header)
             .find(|&c| doc.is(c, ns::WSSE, "Security"))
         else {
-            return fail(FaultKind::InvalidSecurity, "lost the Security header while securing");
+            return fail(
+                FaultKind::InvalidSecurity,
+                "lost the Security header while securing",
+            );
         };
         let ts_node = doc
             .element_children(sec)
@@ -223,20 +232,29 @@ impl Securer {
         let mut edits = Vec::new();
         if let Some(enc) = &self.encrypt {
             let Some(cert) = recipient else {
-                return fail(FaultKind::SecurityTokenUnavailable, "no recipient certificate to encrypt for");
+                return fail(
+                    FaultKind::SecurityTokenUnavailable,
+                    "no recipient certificate to encrypt for",
+                );
             };
             let content = doc.content_span(env.body);
             if content.is_empty() {
-                return fail(FaultKind::InvalidSecurity, "an empty Body has no content to encrypt");
+                return fail(
+                    FaultKind::InvalidSecurity,
+                    "an empty Body has no content to encrypt",
+                );
             }
             let plain = &doc.source()[content.clone()];
             let key = crypto::random_bytes(enc.cipher.key_len());
-            let data = crypto::encrypt(enc.cipher, &key, plain)
-                .map_err(|e| WsseError::new(FaultKind::FailedCheck, format!("encryption failed: {e}")))?;
+            let data = crypto::encrypt(enc.cipher, &key, plain).map_err(|e| {
+                WsseError::new(FaultKind::FailedCheck, format!("encryption failed: {e}"))
+            })?;
             let wrapped = cert
                 .public_key()
                 .wrap_key(enc.transport, &key)
-                .map_err(|e| WsseError::new(FaultKind::FailedCheck, format!("key wrap failed: {e}")))?;
+                .map_err(|e| {
+                    WsseError::new(FaultKind::FailedCheck, format!("key wrap failed: {e}"))
+                })?;
             let (ek_id, ed_id) = (new_id("EK"), new_id("ED"));
             head.push_str(&format!(
                 "<xenc:EncryptedKey xmlns:xenc=\"{}\" Id=\"{ek_id}\"><xenc:EncryptionMethod Algorithm=\"{}\">",
@@ -250,7 +268,10 @@ impl Securer {
                     DigestAlg::Sha1.uri()
                 ));
             }
-            head.push_str(&format!("</xenc:EncryptionMethod><ds:KeyInfo xmlns:ds=\"{}\">", ns::DS));
+            head.push_str(&format!(
+                "</xenc:EncryptionMethod><ds:KeyInfo xmlns:ds=\"{}\">",
+                ns::DS
+            ));
             head.push_str(&token_reference(cert, enc.key_reference, None));
             head.push_str(&format!(
                 "</ds:KeyInfo><xenc:CipherData><xenc:CipherValue>{}</xenc:CipherValue></xenc:CipherData><xenc:ReferenceList><xenc:DataReference URI=\"#{ed_id}\"/></xenc:ReferenceList></xenc:EncryptedKey>",
@@ -302,7 +323,9 @@ impl Securer {
                 .identity
                 .key
                 .sign(sign.algorithm, signed_info.as_bytes())
-                .map_err(|e| WsseError::new(FaultKind::FailedCheck, format!("signing failed: {e}")))?;
+                .map_err(|e| {
+                    WsseError::new(FaultKind::FailedCheck, format!("signing failed: {e}"))
+                })?;
             let cert = &sign.identity.cert;
             let bst_id = new_id("X509");
             if sign.key_reference == KeyReference::Bst {
@@ -313,7 +336,11 @@ impl Securer {
                     encode_base64(cert.der())
                 ));
             }
-            head.push_str(&format!("<ds:Signature xmlns:ds=\"{}\" Id=\"{}\">", ns::DS, new_id("SIG")));
+            head.push_str(&format!(
+                "<ds:Signature xmlns:ds=\"{}\" Id=\"{}\">",
+                ns::DS,
+                new_id("SIG")
+            ));
             head.push_str(&signed_info);
             head.push_str(&format!(
                 "<ds:SignatureValue>{}</ds:SignatureValue><ds:KeyInfo>",
@@ -355,7 +382,10 @@ fn token_reference(cert: &Certificate, how: KeyReference, bst_id: Option<&str>) 
     let mut s = format!("<wsse:SecurityTokenReference xmlns:wsse=\"{}\">", ns::WSSE);
     match (how, bst_id) {
         (KeyReference::Bst, Some(id)) => {
-            s.push_str(&format!("<wsse:Reference URI=\"#{id}\" ValueType=\"{}\"/>", ns::X509V3));
+            s.push_str(&format!(
+                "<wsse:Reference URI=\"#{id}\" ValueType=\"{}\"/>",
+                ns::X509V3
+            ));
         }
         (KeyReference::Bst, None) => {
             // An encrypted key names its recipient's certificate by value instead.

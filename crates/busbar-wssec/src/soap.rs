@@ -43,7 +43,10 @@ impl Envelope {
     pub fn find(doc: &Document) -> Result<Envelope, WsseError> {
         let envelope = doc.root();
         if doc.local_name(envelope) != "Envelope" {
-            return fail(FaultKind::InvalidSecurity, "the document is not a SOAP envelope");
+            return fail(
+                FaultKind::InvalidSecurity,
+                "the document is not a SOAP envelope",
+            );
         }
         let soap = match doc.namespace(envelope) {
             ns::SOAP11 => Soap::V11,
@@ -74,7 +77,10 @@ impl Envelope {
                 _ => {
                     return fail(
                         FaultKind::InvalidSecurity,
-                        format!("unexpected element '{}' in the envelope", doc.local_name(child)),
+                        format!(
+                            "unexpected element '{}' in the envelope",
+                            doc.local_name(child)
+                        ),
                     )
                 }
             }
@@ -103,7 +109,9 @@ pub fn only_child(
     ns: &str,
     local: &str,
 ) -> Result<NodeId, WsseError> {
-    let mut found = doc.element_children(parent).filter(|&c| doc.is(c, ns, local));
+    let mut found = doc
+        .element_children(parent)
+        .filter(|&c| doc.is(c, ns, local));
     match (found.next(), found.next()) {
         (Some(c), None) => Ok(c),
         (None, _) => fail(
@@ -119,10 +127,7 @@ pub fn only_child(
 
 /// Base64 content as XML carries it: line breaks and spaces allowed anywhere.
 pub fn decode_base64(text: &str) -> Result<Vec<u8>, WsseError> {
-    let compact: Vec<u8> = text
-        .bytes()
-        .filter(|b| !b.is_ascii_whitespace())
-        .collect();
+    let compact: Vec<u8> = text.bytes().filter(|b| !b.is_ascii_whitespace()).collect();
     base64::engine::general_purpose::STANDARD
         .decode(compact)
         .map_err(|_| WsseError::new(FaultKind::InvalidSecurity, "invalid base64 content"))
@@ -218,7 +223,10 @@ mod tests {
 
     #[test]
     fn base64_tolerates_line_breaks() {
-        assert_eq!(decode_base64("aGVs\nbG8=\r\n").ok(), Some(b"hello".to_vec()));
+        assert_eq!(
+            decode_base64("aGVs\nbG8=\r\n").ok(),
+            Some(b"hello".to_vec())
+        );
         assert!(decode_base64("***").is_err());
     }
 

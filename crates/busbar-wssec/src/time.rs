@@ -118,7 +118,10 @@ mod tests {
             parse_datetime("2026-11-21T10:00:00.123Z"),
             Some(1_795_255_200_123)
         );
-        assert_eq!(parse_datetime("2026-11-21T10:00:00"), parse_datetime("2026-11-21T10:00:00Z"));
+        assert_eq!(
+            parse_datetime("2026-11-21T10:00:00"),
+            parse_datetime("2026-11-21T10:00:00Z")
+        );
     }
 
     #[test]
@@ -135,7 +138,15 @@ mod tests {
 
     #[test]
     fn rejects_garbage() {
-        for bad in ["", "yesterday", "2026-13-01T00:00:00Z", "2026-11-21 10:00:00Z", "2026-11-21T10:00:00.Z", "2026-11-21T10:00:00+0200", "2026-11-21T1a:00:00Z"] {
+        for bad in [
+            "",
+            "yesterday",
+            "2026-13-01T00:00:00Z",
+            "2026-11-21 10:00:00Z",
+            "2026-11-21T10:00:00.Z",
+            "2026-11-21T10:00:00+0200",
+            "2026-11-21T1a:00:00Z",
+        ] {
             assert_eq!(parse_datetime(bad), None, "{bad}");
         }
     }
@@ -145,6 +156,9 @@ mod tests {
         for ms in [0, 1_795_255_200_123, 951_782_400_000, 4_102_444_799_999] {
             assert_eq!(parse_datetime(&format_datetime(ms)), Some(ms));
         }
-        assert_eq!(format_datetime(1_795_255_200_123), "2026-11-21T10:00:00.123Z");
+        assert_eq!(
+            format_datetime(1_795_255_200_123),
+            "2026-11-21T10:00:00.123Z"
+        );
     }
 }

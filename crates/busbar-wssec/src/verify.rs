@@ -76,6 +76,9 @@ pub struct Verifier {
     session_keys: Option<KeyCache>,
 }
 
+/// A verified signature: its signer, the nodes its references cover, and its value.
+type SignatureCheck = (Arc<Certificate>, Vec<NodeId>, Vec<u8>);
+
 struct Found {
     security: Option<NodeId>,
     timestamps: Vec<NodeId>,
@@ -140,7 +143,10 @@ impl Verifier {
         let env = Envelope::find(&doc)?;
         let found = self.scan_header(&doc, &env)?;
         let Some(security) = found.security else {
-            return fail(FaultKind::InvalidSecurity, "no Security header for this service");
+            return fail(
+                FaultKind::InvalidSecurity,
+                "no Security header for this service",
+            );
         };
         let ids = id_map(&doc)?;
 
@@ -252,7 +258,9 @@ impl Verifier {
             };
             let for_us = match role {
                 None => true,
-                Some(r) => r == ns::ACTOR_NEXT_11 || r == ns::ROLE_NEXT_12 || r == ns::ROLE_ULTIMATE_12,
+                Some(r) => {
+                    r == ns::ACTOR_NEXT_11 || r == ns::ROLE_NEXT_12 || r == ns::ROLE_ULTIMATE_12
+                }
             };
             if doc.is(block, ns::WSSE, "Security") {
                 if for_us {
@@ -275,7 +283,11 @@ impl Verifier {
             if must && next {
                 return fail(
                     FaultKind::MustUnderstand,
-                    format!("header block {{{}}}{} not understood", doc.namespace(block), doc.local_name(block)),
+                    format!(
+                        "header block {{{}}}{} not understood",
+                        doc.namespace(block),
+                        doc.local_name(block)
+                    ),
                 );
             }
         }
@@ -313,7 +325,10 @@ impl Verifier {
             );
         };
         let Some(security) = found.security else {
-            return fail(FaultKind::InvalidSecurity, "EncryptedKey outside our Security header");
+            return fail(
+                FaultKind::InvalidSecurity,
+                "EncryptedKey outside our Security header",
+            );
         };
         let ids = id_map(doc)?;
         let mut splices: Vec<(std::ops::Range<usize>, Vec<u8>)> = Vec::new();
@@ -328,7 +343,10 @@ impl Verifier {
             if let Some(list) = child(doc, ek, ns::XENC, "ReferenceList") {
                 for r in doc.element_children(list) {
                     if !doc.is(r, ns::XENC, "DataReference") {
-                        return fail(FaultKind::UnsupportedAlgorithm, "only DataReference is supported");
+                        return fail(
+                            FaultKind::UnsupportedAlgorithm,
+                            "only DataReference is supported",
+                        );
                     }
                     let uri = doc.attr(r, "", "URI").unwrap_or("");
                     targets.push(resolve(&ids, uri)?);
@@ -341,12 +359,18 @@ impl Verifier {
                 }
             }
             if targets.is_empty() {
-                return fail(FaultKind::InvalidSecurity, "an EncryptedKey that decrypts nothing");
+                return fail(
+                    FaultKind::InvalidSecurity,
+                    "an EncryptedKey that decrypts nothing",
+                );
             }
             let mut cipher = None;
             for &t in &targets {
                 if !doc.is(t, ns::XENC, "EncryptedData") {
-                    return fail(FaultKind::InvalidSecurity, "a DataReference to something other than EncryptedData");
+                    return fail(
+                        FaultKind::InvalidSecurity,
+                        "a DataReference to something other than EncryptedData",
+                    );
                 }
                 if !is_inside(doc, t, env.body) {
                     return fail(FaultKind::InvalidSecurity, "EncryptedData outside the Body");
@@ -354,7 +378,10 @@ impl Verifier {
                 let m = only_child(doc, t, ns::XENC, "EncryptionMethod")?;
                 let alg = doc.attr(m, "", "Algorithm").unwrap_or("");
                 let Some(c) = BlockCipher::from_uri(alg) else {
-                    return fail(FaultKind::UnsupportedAlgorithm, format!("data encryption '{alg}'"));
+                    return fail(
+                        FaultKind::UnsupportedAlgorithm,
+                        format!("data encryption '{alg}'"),
+                    );
                 };
                 if cipher.is_some_and(|prev| prev != c) {
                     return fail(FaultKind::InvalidSecurity, "one key used with two ciphers");
@@ -362,16 +389,23 @@ impl Verifier {
                 cipher = Some(c);
             }
             let Some(cipher) = cipher else {
-                return fail(FaultKind::InvalidSecurity, "an EncryptedKey that decrypts nothing");
+                return fail(
+                    FaultKind::InvalidSecurity,
+                    "an EncryptedKey that decrypts nothing",
+                );
             };
             let key = self.unwrap(identity, transport, &cipher_value, cipher.key_len())?;
             for t in targets {
                 let data = cipher_value_of(doc, t)?;
-                let plain = crypto::decrypt(cipher, &key, &data)
-                    .map_err(|_| WsseError::new(FaultKind::FailedCheck, "data decryption failed"))?;
+                let plain = crypto::decrypt(cipher, &key, &data).map_err(|_| {
+                    WsseError::new(FaultKind::FailedCheck, "data decryption failed")
+                })?;
                 let kind = doc.attr(t, "", "Type").unwrap_or(ns::ENC_ELEMENT);
                 if kind != ns::ENC_CONTENT && kind != ns::ENC_ELEMENT {
-                    return fail(FaultKind::UnsupportedAlgorithm, format!("EncryptedData Type '{kind}'"));
+                    return fail(
+                        FaultKind::UnsupportedAlgorithm,
+                        format!("EncryptedData Type '{kind}'"),
+                    );
                 }
                 check_fragment(doc, t, &plain, kind == ns::ENC_ELEMENT, &self.policy.limits)?;
                 splices.push((doc.span(t), plain));
@@ -382,7 +416,10 @@ impl Verifier {
         let spliced: Vec<usize> = splices.iter().map(|(r, _)| r.start).collect();
         for ed in doc.descendants(env.body) {
             if doc.is(ed, ns::XENC, "EncryptedData") && !spliced.contains(&doc.span(ed).start) {
-                return fail(FaultKind::FailedCheck, "EncryptedData no EncryptedKey decrypts");
+                return fail(
+                    FaultKind::FailedCheck,
+                    "EncryptedData no EncryptedKey decrypts",
+                );
             }
         }
         splices.sort_by_key(|(r, _)| r.start);
@@ -391,7 +428,10 @@ impl Verifier {
         let mut at = 0;
         for (range, plain) in splices {
             if range.start < at {
-                return fail(FaultKind::InvalidSecurity, "nested or repeated EncryptedData references");
+                return fail(
+                    FaultKind::InvalidSecurity,
+                    "nested or repeated EncryptedData references",
+                );
             }
             out.extend_from_slice(&src[at..range.start]);
             out.extend_from_slice(&plain);
@@ -404,10 +444,16 @@ impl Verifier {
     fn key_transport(&self, doc: &Document, method: NodeId) -> Result<KeyTransport, WsseError> {
         let alg = doc.attr(method, "", "Algorithm").unwrap_or("");
         let Some(kt) = KeyTransport::from_uri(alg) else {
-            return fail(FaultKind::UnsupportedAlgorithm, format!("key transport '{alg}'"));
+            return fail(
+                FaultKind::UnsupportedAlgorithm,
+                format!("key transport '{alg}'"),
+            );
         };
         if kt.is_legacy() && !self.policy.legacy {
-            return fail(FaultKind::UnsupportedAlgorithm, format!("legacy key transport '{alg}'"));
+            return fail(
+                FaultKind::UnsupportedAlgorithm,
+                format!("legacy key transport '{alg}'"),
+            );
         }
         for c in doc.element_children(method) {
             let a = doc.attr(c, "", "Algorithm").unwrap_or("");
@@ -418,7 +464,10 @@ impl Verifier {
                 _ => false,
             };
             if !ok {
-                return fail(FaultKind::UnsupportedAlgorithm, format!("key transport parameter '{a}'"));
+                return fail(
+                    FaultKind::UnsupportedAlgorithm,
+                    format!("key transport parameter '{a}'"),
+                );
             }
         }
         Ok(kt)
@@ -441,7 +490,8 @@ impl Verifier {
             TokenRef::Ski(ski) => ct_eq(&ski, &ours.subject_key_identifier()),
             TokenRef::Thumbprint(t) => ct_eq(&t, &ours.thumbprint_sha1()),
             TokenRef::IssuerSerial(issuer, serial) => {
-                normalize_dn(&issuer) == normalize_dn(ours.issuer()) && serial == ours.serial_decimal()
+                normalize_dn(&issuer) == normalize_dn(ours.issuer())
+                    && serial == ours.serial_decimal()
             }
         };
         if matches {
@@ -487,7 +537,7 @@ impl Verifier {
         sig: NodeId,
         ids: &HashMap<&str, NodeId>,
         now_ms: i64,
-    ) -> Result<(Arc<Certificate>, Vec<NodeId>, Vec<u8>), WsseError> {
+    ) -> Result<SignatureCheck, WsseError> {
         let p = &self.policy;
         let signed_info = only_child(doc, sig, ns::DS, "SignedInfo")?;
         let c14n_method = only_child(doc, signed_info, ns::DS, "CanonicalizationMethod")?;
@@ -495,10 +545,16 @@ impl Verifier {
         let sm = only_child(doc, signed_info, ns::DS, "SignatureMethod")?;
         let sm_alg = doc.attr(sm, "", "Algorithm").unwrap_or("");
         let Some(alg) = SignatureAlg::from_uri(sm_alg) else {
-            return fail(FaultKind::UnsupportedAlgorithm, format!("signature method '{sm_alg}'"));
+            return fail(
+                FaultKind::UnsupportedAlgorithm,
+                format!("signature method '{sm_alg}'"),
+            );
         };
         if alg.is_legacy() && !p.legacy {
-            return fail(FaultKind::UnsupportedAlgorithm, format!("legacy signature method '{sm_alg}'"));
+            return fail(
+                FaultKind::UnsupportedAlgorithm,
+                format!("legacy signature method '{sm_alg}'"),
+            );
         }
         let mut covered = Vec::new();
         let mut buf = Vec::new();
@@ -511,7 +567,10 @@ impl Verifier {
             let transforms = only_child(doc, r, ns::DS, "Transforms")?;
             let mut list = doc.element_children(transforms);
             let (Some(t), None) = (list.next(), list.next()) else {
-                return fail(FaultKind::UnsupportedAlgorithm, "a reference needs exactly one transform");
+                return fail(
+                    FaultKind::UnsupportedAlgorithm,
+                    "a reference needs exactly one transform",
+                );
             };
             if !doc.is(t, ns::DS, "Transform") {
                 return fail(FaultKind::InvalidSecurity, "malformed Transforms");
@@ -520,26 +579,40 @@ impl Verifier {
             let dm = only_child(doc, r, ns::DS, "DigestMethod")?;
             let dm_alg = doc.attr(dm, "", "Algorithm").unwrap_or("");
             let Some(digest_alg) = DigestAlg::from_uri(dm_alg) else {
-                return fail(FaultKind::UnsupportedAlgorithm, format!("digest method '{dm_alg}'"));
+                return fail(
+                    FaultKind::UnsupportedAlgorithm,
+                    format!("digest method '{dm_alg}'"),
+                );
             };
             if digest_alg.is_legacy() && !p.legacy {
-                return fail(FaultKind::UnsupportedAlgorithm, format!("legacy digest '{dm_alg}'"));
+                return fail(
+                    FaultKind::UnsupportedAlgorithm,
+                    format!("legacy digest '{dm_alg}'"),
+                );
             }
-            let expected = decode_base64(&doc.text_content(only_child(doc, r, ns::DS, "DigestValue")?))?;
+            let expected =
+                decode_base64(&doc.text_content(only_child(doc, r, ns::DS, "DigestValue")?))?;
             buf.clear();
             let refs: Vec<&str> = prefixes.iter().map(String::as_str).collect();
             c14n::exclusive(doc, target, &refs, false, &mut buf);
             if !ct_eq(&crypto::digest(digest_alg, &buf), &expected) {
-                return fail(FaultKind::FailedCheck, format!("digest mismatch for '{uri}'"));
+                return fail(
+                    FaultKind::FailedCheck,
+                    format!("digest mismatch for '{uri}'"),
+                );
             }
             covered.push(target);
         }
         if covered.is_empty() {
             return fail(FaultKind::InvalidSecurity, "a signature without references");
         }
-        let value = decode_base64(&doc.text_content(only_child(doc, sig, ns::DS, "SignatureValue")?))?;
+        let value =
+            decode_base64(&doc.text_content(only_child(doc, sig, ns::DS, "SignatureValue")?))?;
         let Some(info) = child(doc, sig, ns::DS, "KeyInfo") else {
-            return fail(FaultKind::SecurityTokenUnavailable, "a signature without KeyInfo");
+            return fail(
+                FaultKind::SecurityTokenUnavailable,
+                "a signature without KeyInfo",
+            );
         };
         let cert = match token_reference(doc, security, info)? {
             TokenRef::Cert(c) => c,
@@ -552,11 +625,17 @@ impl Verifier {
             return fail(FaultKind::FailedCheck, "signature value does not verify");
         }
         let Some(trust) = &p.trust else {
-            return fail(FaultKind::FailedAuthentication, "no trust anchors configured for signatures");
+            return fail(
+                FaultKind::FailedAuthentication,
+                "no trust anchors configured for signatures",
+            );
         };
-        trust
-            .check(&cert, &[], now_ms / 1000)
-            .map_err(|e| WsseError::new(FaultKind::FailedAuthentication, format!("signer not trusted: {e}")))?;
+        trust.check(&cert, &[], now_ms / 1000).map_err(|e| {
+            WsseError::new(
+                FaultKind::FailedAuthentication,
+                format!("signer not trusted: {e}"),
+            )
+        })?;
         Ok((cert, covered, value))
     }
 
@@ -607,7 +686,10 @@ impl Verifier {
             _ => return fail(FaultKind::InvalidSecurity, "more than one Expires"),
         };
         if expires.is_some_and(|e| e < created) {
-            return fail(FaultKind::InvalidSecurity, "Timestamp expires before it is created");
+            return fail(
+                FaultKind::InvalidSecurity,
+                "Timestamp expires before it is created",
+            );
         }
         if created > now_ms + p.max_skew_ms {
             return fail(FaultKind::MessageExpired, "Timestamp created in the future");
@@ -621,7 +703,12 @@ impl Verifier {
         Ok((created, created_text.trim().to_owned(), expires))
     }
 
-    fn check_username_token(&self, doc: &Document, ut: NodeId, now_ms: i64) -> Result<String, WsseError> {
+    fn check_username_token(
+        &self,
+        doc: &Document,
+        ut: NodeId,
+        now_ms: i64,
+    ) -> Result<String, WsseError> {
         let p = &self.policy;
         let name = doc.text_content(only_child(doc, ut, ns::WSSE, "Username")?);
         let name = name.trim();
@@ -631,13 +718,19 @@ impl Verifier {
         let nonce = child(doc, ut, ns::WSSE, "Nonce").map(|n| doc.text_content(n));
         let created = child(doc, ut, ns::WSU, "Created").map(|c| doc.text_content(c));
         let Some(expected) = p.users.get(name) else {
-            return fail(FaultKind::FailedAuthentication, format!("unknown user '{name}'"));
+            return fail(
+                FaultKind::FailedAuthentication,
+                format!("unknown user '{name}'"),
+            );
         };
         let ok = match kind {
             ns::PASSWORD_TEXT => ct_eq(given.as_bytes(), expected.as_bytes()),
             ns::PASSWORD_DIGEST => {
                 let (Some(nonce), Some(created)) = (&nonce, &created) else {
-                    return fail(FaultKind::FailedAuthentication, "a password digest needs Nonce and Created");
+                    return fail(
+                        FaultKind::FailedAuthentication,
+                        "a password digest needs Nonce and Created",
+                    );
                 };
                 let mut h = sha1::Sha1::new();
                 h.update(decode_base64(nonce)?);
@@ -646,21 +739,37 @@ impl Verifier {
                 let want = crate::soap::encode_base64(&h.finalize());
                 ct_eq(given.trim().as_bytes(), want.as_bytes())
             }
-            other => return fail(FaultKind::UnsupportedSecurityToken, format!("password type '{other}'")),
+            other => {
+                return fail(
+                    FaultKind::UnsupportedSecurityToken,
+                    format!("password type '{other}'"),
+                )
+            }
         };
         if !ok {
-            return fail(FaultKind::FailedAuthentication, format!("wrong password for '{name}'"));
+            return fail(
+                FaultKind::FailedAuthentication,
+                format!("wrong password for '{name}'"),
+            );
         }
         let created_ms = match &created {
             Some(c) => match parse_datetime(c) {
                 Some(v) => Some(v),
-                None => return fail(FaultKind::InvalidSecurity, "unreadable UsernameToken/Created"),
+                None => {
+                    return fail(
+                        FaultKind::InvalidSecurity,
+                        "unreadable UsernameToken/Created",
+                    )
+                }
             },
             None => None,
         };
         if let Some(c) = created_ms {
             if c > now_ms + p.max_skew_ms {
-                return fail(FaultKind::MessageExpired, "UsernameToken created in the future");
+                return fail(
+                    FaultKind::MessageExpired,
+                    "UsernameToken created in the future",
+                );
             }
             if now_ms - c > p.max_age_ms + p.max_skew_ms {
                 return fail(FaultKind::MessageExpired, "stale UsernameToken");
@@ -674,7 +783,10 @@ impl Verifier {
             h.update(nonce.trim().as_bytes());
             let until = created_ms.unwrap_or(now_ms) + p.max_age_ms + 2 * p.max_skew_ms;
             if !cache.insert(h.finalize().into(), now_ms, until) {
-                return fail(FaultKind::FailedAuthentication, "reused UsernameToken nonce");
+                return fail(
+                    FaultKind::FailedAuthentication,
+                    "reused UsernameToken nonce",
+                );
             }
         }
         Ok(name.to_owned())
@@ -687,7 +799,8 @@ fn parse(input: &[u8], limits: &Limits) -> Result<Document, WsseError> {
 }
 
 fn has_encrypted_data(doc: &Document, body: NodeId) -> bool {
-    doc.descendants(body).any(|e| doc.is(e, ns::XENC, "EncryptedData"))
+    doc.descendants(body)
+        .any(|e| doc.is(e, ns::XENC, "EncryptedData"))
 }
 
 fn is_inside(doc: &Document, mut node: NodeId, ancestor: NodeId) -> bool {
@@ -705,7 +818,10 @@ fn is_inside(doc: &Document, mut node: NodeId, ancestor: NodeId) -> bool {
 fn id_map(doc: &Document) -> Result<HashMap<&str, NodeId>, WsseError> {
     let mut ids = HashMap::new();
     for e in doc.elements() {
-        for id in [doc.attr(e, ns::WSU, "Id"), doc.attr(e, "", "Id")].into_iter().flatten() {
+        for id in [doc.attr(e, ns::WSU, "Id"), doc.attr(e, "", "Id")]
+            .into_iter()
+            .flatten()
+        {
             if ids.insert(id, e).is_some_and(|prev| prev != e) {
                 return fail(FaultKind::InvalidSecurity, format!("duplicate Id '{id}'"));
             }
@@ -718,14 +834,23 @@ fn id_map(doc: &Document) -> Result<HashMap<&str, NodeId>, WsseError> {
 /// document) is outside the profile.
 fn resolve(ids: &HashMap<&str, NodeId>, uri: &str) -> Result<NodeId, WsseError> {
     let Some(id) = uri.strip_prefix('#') else {
-        return fail(FaultKind::UnsupportedAlgorithm, format!("reference URI '{uri}' is not '#id'"));
+        return fail(
+            FaultKind::UnsupportedAlgorithm,
+            format!("reference URI '{uri}' is not '#id'"),
+        );
     };
     if id.is_empty() || id.starts_with("xpointer(") {
-        return fail(FaultKind::UnsupportedAlgorithm, format!("reference URI '{uri}'"));
+        return fail(
+            FaultKind::UnsupportedAlgorithm,
+            format!("reference URI '{uri}'"),
+        );
     }
     match ids.get(id) {
         Some(&n) => Ok(n),
-        None => fail(FaultKind::InvalidSecurity, format!("reference to a missing element '{uri}'")),
+        None => fail(
+            FaultKind::InvalidSecurity,
+            format!("reference to a missing element '{uri}'"),
+        ),
     }
 }
 
@@ -733,12 +858,18 @@ fn resolve(ids: &HashMap<&str, NodeId>, uri: &str) -> Result<NodeId, WsseError> 
 fn c14n_prefixes(doc: &Document, method: NodeId) -> Result<Vec<String>, WsseError> {
     let alg = doc.attr(method, "", "Algorithm").unwrap_or("");
     if alg != ns::EXC_C14N {
-        return fail(FaultKind::UnsupportedAlgorithm, format!("transform or canonicalization '{alg}'"));
+        return fail(
+            FaultKind::UnsupportedAlgorithm,
+            format!("transform or canonicalization '{alg}'"),
+        );
     }
     let mut out = Vec::new();
     for c in doc.element_children(method) {
         if !doc.is(c, ns::EXC_C14N, "InclusiveNamespaces") {
-            return fail(FaultKind::UnsupportedAlgorithm, "unexpected canonicalization parameter");
+            return fail(
+                FaultKind::UnsupportedAlgorithm,
+                "unexpected canonicalization parameter",
+            );
         }
         out.extend(
             doc.attr(c, "", "PrefixList")
@@ -765,16 +896,22 @@ fn token_reference(doc: &Document, security: NodeId, info: NodeId) -> Result<Tok
         return x509_data(doc, data);
     }
     let Some(str_) = child(doc, info, ns::WSSE, "SecurityTokenReference") else {
-        return fail(FaultKind::SecurityTokenUnavailable, "KeyInfo without a token reference");
+        return fail(
+            FaultKind::SecurityTokenUnavailable,
+            "KeyInfo without a token reference",
+        );
     };
     if let Some(r) = child(doc, str_, ns::WSSE, "Reference") {
         let uri = doc.attr(r, "", "URI").unwrap_or("");
         let Some(id) = uri.strip_prefix('#') else {
-            return fail(FaultKind::SecurityTokenUnavailable, format!("token reference '{uri}'"));
+            return fail(
+                FaultKind::SecurityTokenUnavailable,
+                format!("token reference '{uri}'"),
+            );
         };
-        let token = doc
-            .element_children(security)
-            .find(|&t| doc.is(t, ns::WSSE, "BinarySecurityToken") && doc.attr(t, ns::WSU, "Id") == Some(id));
+        let token = doc.element_children(security).find(|&t| {
+            doc.is(t, ns::WSSE, "BinarySecurityToken") && doc.attr(t, ns::WSU, "Id") == Some(id)
+        });
         let Some(token) = token else {
             return fail(
                 FaultKind::SecurityTokenUnavailable,
@@ -783,12 +920,18 @@ fn token_reference(doc: &Document, security: NodeId, info: NodeId) -> Result<Tok
         };
         if let Some(vt) = doc.attr(token, "", "ValueType") {
             if vt != ns::X509V3 {
-                return fail(FaultKind::UnsupportedSecurityToken, format!("token type '{vt}'"));
+                return fail(
+                    FaultKind::UnsupportedSecurityToken,
+                    format!("token type '{vt}'"),
+                );
             }
         }
         if let Some(et) = doc.attr(token, "", "EncodingType") {
             if et != ns::BASE64_BINARY {
-                return fail(FaultKind::UnsupportedSecurityToken, format!("token encoding '{et}'"));
+                return fail(
+                    FaultKind::UnsupportedSecurityToken,
+                    format!("token encoding '{et}'"),
+                );
             }
         }
         return certificate(&decode_base64(&doc.text_content(token))?).map(TokenRef::Cert);
@@ -799,20 +942,29 @@ fn token_reference(doc: &Document, security: NodeId, info: NodeId) -> Result<Tok
             ns::X509_SKI => Ok(TokenRef::Ski(value)),
             ns::THUMBPRINT_SHA1 => Ok(TokenRef::Thumbprint(value)),
             ns::X509V3 => certificate(&value).map(TokenRef::Cert),
-            other => fail(FaultKind::UnsupportedSecurityToken, format!("key identifier type '{other}'")),
+            other => fail(
+                FaultKind::UnsupportedSecurityToken,
+                format!("key identifier type '{other}'"),
+            ),
         };
     }
     if let Some(data) = child(doc, str_, ns::DS, "X509Data") {
         return x509_data(doc, data);
     }
-    fail(FaultKind::UnsupportedSecurityToken, "unsupported token reference")
+    fail(
+        FaultKind::UnsupportedSecurityToken,
+        "unsupported token reference",
+    )
 }
 
 fn x509_data(doc: &Document, data: NodeId) -> Result<TokenRef, WsseError> {
     if let Some(is) = child(doc, data, ns::DS, "X509IssuerSerial") {
         let issuer = doc.text_content(only_child(doc, is, ns::DS, "X509IssuerName")?);
         let serial = doc.text_content(only_child(doc, is, ns::DS, "X509SerialNumber")?);
-        return Ok(TokenRef::IssuerSerial(issuer.trim().to_owned(), serial.trim().to_owned()));
+        return Ok(TokenRef::IssuerSerial(
+            issuer.trim().to_owned(),
+            serial.trim().to_owned(),
+        ));
     }
     if let Some(c) = child(doc, data, ns::DS, "X509Certificate") {
         return certificate(&decode_base64(&doc.text_content(c))?).map(TokenRef::Cert);
@@ -821,9 +973,12 @@ fn x509_data(doc: &Document, data: NodeId) -> Result<TokenRef, WsseError> {
 }
 
 fn certificate(der: &[u8]) -> Result<Arc<Certificate>, WsseError> {
-    Certificate::from_der(der)
-        .map(Arc::new)
-        .map_err(|e| WsseError::new(FaultKind::InvalidSecurityToken, format!("bad certificate: {e}")))
+    Certificate::from_der(der).map(Arc::new).map_err(|e| {
+        WsseError::new(
+            FaultKind::InvalidSecurityToken,
+            format!("bad certificate: {e}"),
+        )
+    })
 }
 
 fn key_info_refers_to(doc: &Document, ed: NodeId, id: &str) -> bool {
@@ -844,7 +999,8 @@ fn cipher_value(doc: &Document, parent: NodeId) -> Result<Vec<u8>, WsseError> {
 }
 
 fn cipher_value_of(doc: &Document, ed: NodeId) -> Result<Vec<u8>, WsseError> {
-    cipher_value(doc, ed).map_err(|_| WsseError::new(FaultKind::FailedCheck, "unreadable CipherValue"))
+    cipher_value(doc, ed)
+        .map_err(|_| WsseError::new(FaultKind::FailedCheck, "unreadable CipherValue"))
 }
 
 /// Decrypted bytes must stand on their own as a balanced fragment in the EncryptedData's
@@ -883,10 +1039,17 @@ fn check_fragment(
     wrapper.push(b'>');
     wrapper.extend_from_slice(plain);
     wrapper.extend_from_slice(b"</busbar-fragment>");
-    let frag = Document::parse(&wrapper, limits)
-        .map_err(|_| WsseError::new(FaultKind::FailedCheck, "decrypted data is not a balanced XML fragment"))?;
+    let frag = Document::parse(&wrapper, limits).map_err(|_| {
+        WsseError::new(
+            FaultKind::FailedCheck,
+            "decrypted data is not a balanced XML fragment",
+        )
+    })?;
     if single_element && frag.element_children(frag.root()).count() != 1 {
-        return fail(FaultKind::FailedCheck, "decrypted Element data is not one element");
+        return fail(
+            FaultKind::FailedCheck,
+            "decrypted Element data is not one element",
+        );
     }
     Ok(())
 }
