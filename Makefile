@@ -1,5 +1,5 @@
 # The two commands of the README: `make run` and `make test`.
-.PHONY: run test lint setup bench-setup release
+.PHONY: run test lint setup bench-setup release keys
 
 CONFIG ?= examples/esb-benchmark.yaml
 
@@ -12,9 +12,14 @@ bench-setup:
 release: setup
 	cargo build --release --bin busbar
 
+# Test keys for the example's SecureProxy (CA, server, client; made with openssl, never
+# committed). Clients sign with target/keys/client.p12 and encrypt for target/keys/server.pem.
+keys:
+	@tests/interop/keys.sh target/keys
+
 # Builds, then serves the example config: the classic proxies on :8280, the embedded echo
 # back end on :9000 and the admin API on 127.0.0.1:9901.
-run: release
+run: release keys
 	./target/release/busbar run $(CONFIG)
 
 # Every test of the workspace: unit, config, end-to-end over real sockets, interop oracles.
