@@ -11,25 +11,40 @@
 
 use crate::dom::{Attr, Document, NodeId, NodeKind, Scope};
 
+#[derive(Debug, thiserror::Error)]
+pub enum C14nError {
+    /// Canonical XML 1.0 §2.1: implementations must report an operation failure on
+    /// documents containing relative namespace URIs.
+    #[error(
+        "the document declares the relative namespace URI {0:?}, which cannot be canonicalised"
+    )]
+    RelativeNamespace(String),
+}
+
 /// Canonicalises the subtree rooted at `node` into `out`.
 ///
 /// `inclusive_prefixes` is the InclusiveNamespaces PrefixList; `#default` (or "") names
 /// the default namespace. Prefixes on it follow the inclusive Canonical XML rules: they
-/// are output where in scope, used or not.
+/// are output where in scope, used or not. Fails, writing nothing, when a namespace in
+/// scope anywhere in the subtree is a relative URI.
 pub fn exclusive(
     doc: &Document,
     node: NodeId,
     inclusive_prefixes: &[&str],
     with_comments: bool,
     out: &mut Vec<u8>,
-) {
+) -> Result<(), C14nError> {
+    check_absolute_namespaces(doc, node)?;
     match doc.kind(node) {
-        NodeKind::Text => return escape_text(doc.text(node), out),
+        NodeKind::Text => {
+            escape_text(doc.text(node), out);
+            return Ok(());
+        }
         NodeKind::Comment => {
             if with_comments {
                 write_comment(doc.text(node), out);
             }
-            return;
+            return Ok(());
         }
         NodeKind::Element => {}
     }
@@ -49,6 +64,7 @@ pub fn exclusive(
         attrs: Vec::new(),
     };
     canon.subtree(node);
+    Ok(())
 }
 
 /// [`exclusive`] into a fresh buffer.
@@ -57,10 +73,10 @@ pub fn exclusive_to_vec(
     node: NodeId,
     inclusive_prefixes: &[&str],
     with_comments: bool,
-) -> Vec<u8> {
+) -> Result<Vec<u8>, C14nError> {
     let mut out = Vec::new();
-    exclusive(doc, node, inclusive_prefixes, with_comments, &mut out);
-    out
+    exclusive(doc, node, inclusive_prefixes, with_comments, &mut out)?;
+    Ok(out)
 }
 
 struct Canon<'d, 'o> {
@@ -188,6 +204,50 @@ impl<'d> Canon<'d, '_> {
     }
 }
 
+/// Canonical XML's failure on relative namespace URIs, applied to the namespace nodes of
+/// the node-set: those in scope at the apex (inherited ones included) and those declared
+/// below it. Declarations elsewhere in the document do not matter, as with libxml2 and
+/// Santuario.
+fn check_absolute_namespaces(doc: &Document, apex: NodeId) -> Result<(), C14nError> {
+    let check = |uri: &str| {
+        if uri.is_empty() || is_absolute_uri(uri) {
+            Ok(())
+        } else {
+            Err(C14nError::RelativeNamespace(uri.to_owned()))
+        }
+    };
+    let mut seen: Vec<&str> = Vec::new();
+    let mut at = Some(apex);
+    while let Some(element) = at {
+        for (prefix, uri) in doc.ns_decls(element) {
+            // Only the nearest binding of a prefix is in scope.
+            if !seen.contains(&prefix.as_str()) {
+                seen.push(prefix);
+                check(uri)?;
+            }
+        }
+        at = doc.parent(element);
+    }
+    for element in doc.descendants(apex) {
+        for (_, uri) in doc.ns_decls(element) {
+            check(uri)?;
+        }
+    }
+    Ok(())
+}
+
+/// RFC 3986 `absolute-URI` as far as it matters here: it starts with a scheme.
+fn is_absolute_uri(uri: &str) -> bool {
+    match uri.split_once(':') {
+        Some((scheme, _)) => {
+            let mut chars = scheme.chars();
+            chars.next().is_some_and(|c| c.is_ascii_alphabetic())
+                && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'))
+        }
+        None => false,
+    }
+}
+
 fn write_comment(text: &str, out: &mut Vec<u8>) {
     out.extend_from_slice(b"<!--");
     out.extend_from_slice(text.as_bytes());
@@ -245,7 +305,7 @@ mod tests {
 
     fn c14n(s: &str, local: &str, prefixes: &[&str], comments: bool) -> String {
         let d = doc(s);
-        let out = exclusive_to_vec(&d, element(&d, local), prefixes, comments);
+        let out = exclusive_to_vec(&d, element(&d, local), prefixes, comments).unwrap();
         String::from_utf8(out).unwrap()
     }
 
@@ -263,6 +323,14 @@ mod tests {
             plain(src, "elem2"),
             "<n1:elem2 xmlns:n1=\"http://example.net\" xml:lang=\"en\">\n     \
              <n3:stuff xmlns:n3=\"ftp://example.org\"></n3:stuff>\n  </n1:elem2>"
+        );
+    }
+
+    #[test]
+    fn namespace_uris_are_escaped_like_attribute_values() {
+        assert_eq!(
+            plain(r#"<p:a xmlns:p="urn:x?a=1&amp;b=&#9;&quot;"/>"#, "a"),
+            r#"<p:a xmlns:p="urn:x?a=1&amp;b=&#x9;&quot;"></p:a>"#
         );
     }
 
@@ -443,9 +511,37 @@ mod tests {
         let mut kids = d.children(d.root());
         let text = kids.next().unwrap();
         let comment = kids.next().unwrap();
-        assert_eq!(exclusive_to_vec(&d, text, &[], false), b"x&amp;");
-        assert_eq!(exclusive_to_vec(&d, comment, &[], true), b"<!--c-->");
-        assert_eq!(exclusive_to_vec(&d, comment, &[], false), b"");
+        assert_eq!(exclusive_to_vec(&d, text, &[], false).unwrap(), b"x&amp;");
+        assert_eq!(
+            exclusive_to_vec(&d, comment, &[], true).unwrap(),
+            b"<!--c-->"
+        );
+        assert_eq!(exclusive_to_vec(&d, comment, &[], false).unwrap(), b"");
+    }
+
+    #[test]
+    fn relative_namespace_uris_in_scope_in_the_subtree_are_refused() {
+        let d = doc(concat!(
+            r#"<r xmlns:q="urn:q" xmlns:h="http://x/y"><a xmlns="DAV:"/>"#,
+            r##"<b xmlns:p="rel/p"><c xmlns:q="rel"/></b><d xmlns="#f"/></r>"##
+        ));
+        let refused = |local: &str| {
+            let mut out = Vec::new();
+            let result = exclusive(&d, element(&d, local), &[], false, &mut out);
+            if result.is_err() {
+                assert!(out.is_empty(), "{local}: output written before the refusal");
+            }
+            result.err().map(|C14nError::RelativeNamespace(uri)| uri)
+        };
+        assert_eq!(refused("a"), None);
+        assert_eq!(refused("b"), Some("rel/p".to_owned()));
+        assert_eq!(refused("c"), Some("rel".to_owned()));
+        assert_eq!(refused("d"), Some("#f".to_owned()));
+        assert_eq!(refused("r"), Some("rel/p".to_owned()));
+        assert!(!is_absolute_uri("1x:y"));
+        assert!(!is_absolute_uri("x"));
+        assert!(is_absolute_uri("urn:a:b"));
+        assert!(is_absolute_uri("a+b.c-d:"));
     }
 
     #[test]
