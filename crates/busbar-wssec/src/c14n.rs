@@ -54,6 +54,7 @@ pub fn exclusive(
         // The xml namespace is never declared in the output and xmlns is not a prefix.
         .filter(|p| *p != "xml" && *p != "xmlns")
         .collect();
+    out.reserve(doc.span(node).len());
     let mut canon = Canon {
         doc,
         inclusive,
@@ -161,8 +162,10 @@ impl<'d> Canon<'d, '_> {
                 }
             }
         }
-        self.namespaces.sort_unstable();
-        self.namespaces.dedup_by(|a, b| a.0 == b.0);
+        if self.namespaces.len() > 1 {
+            self.namespaces.sort_unstable();
+            self.namespaces.dedup_by(|a, b| a.0 == b.0);
+        }
 
         self.out.push(b'<');
         self.out.extend_from_slice(doc.qname(id).as_bytes());
@@ -184,9 +187,16 @@ impl<'d> Canon<'d, '_> {
 
         self.attrs.clear();
         self.attrs.extend(doc.attributes(id));
-        self.attrs.sort_unstable_by(|a, b| {
-            (a.namespace(), a.local_name()).cmp(&(b.namespace(), b.local_name()))
-        });
+        if self.attrs.len() > 1 {
+            self.attrs.sort_unstable_by(|a, b| {
+                let by_namespace = if a.same_namespace(b) {
+                    std::cmp::Ordering::Equal
+                } else {
+                    a.namespace().cmp(b.namespace())
+                };
+                by_namespace.then_with(|| a.local_name().cmp(b.local_name()))
+            });
+        }
         for attr in &self.attrs {
             self.out.push(b' ');
             self.out.extend_from_slice(attr.qname().as_bytes());
@@ -254,39 +264,49 @@ fn write_comment(text: &str, out: &mut Vec<u8>) {
     out.extend_from_slice(b"-->");
 }
 
+const fn byte_set(members: &[u8]) -> [bool; 256] {
+    let mut set = [false; 256];
+    let mut i = 0;
+    while i < members.len() {
+        set[members[i] as usize] = true;
+        i += 1;
+    }
+    set
+}
+
+/// Characters text nodes escape (Canonical XML 1.0, section 2.3).
+static TEXT_SPECIAL: [bool; 256] = byte_set(b"&<>\r");
+/// Characters attribute values (and namespace URIs) escape.
+static ATTR_SPECIAL: [bool; 256] = byte_set(b"&<\"\t\n\r");
+
 fn escape_text(s: &str, out: &mut Vec<u8>) {
-    escape(s, out, |b| match b {
-        b'&' => Some(b"&amp;"),
-        b'<' => Some(b"&lt;"),
-        b'>' => Some(b"&gt;"),
-        b'\r' => Some(b"&#xD;"),
-        _ => None,
-    });
+    escape(s, out, &TEXT_SPECIAL);
 }
 
 fn escape_attr(s: &str, out: &mut Vec<u8>) {
-    escape(s, out, |b| match b {
-        b'&' => Some(b"&amp;"),
-        b'<' => Some(b"&lt;"),
-        b'"' => Some(b"&quot;"),
-        b'\t' => Some(b"&#x9;"),
-        b'\n' => Some(b"&#xA;"),
-        b'\r' => Some(b"&#xD;"),
-        _ => None,
-    });
+    escape(s, out, &ATTR_SPECIAL);
 }
 
-fn escape(s: &str, out: &mut Vec<u8>, replace: impl Fn(u8) -> Option<&'static [u8]>) {
-    let bytes = s.as_bytes();
-    let mut run = 0;
-    for (i, &b) in bytes.iter().enumerate() {
-        if let Some(rep) = replace(b) {
-            out.extend_from_slice(&bytes[run..i]);
-            out.extend_from_slice(rep);
-            run = i + 1;
-        }
+fn escape(s: &str, out: &mut Vec<u8>, special: &[bool; 256]) {
+    let mut rest = s.as_bytes();
+    while let Some(i) = rest.iter().position(|&b| special[b as usize]) {
+        out.extend_from_slice(&rest[..i]);
+        out.extend_from_slice(replacement(rest[i]));
+        rest = &rest[i + 1..];
     }
-    out.extend_from_slice(&bytes[run..]);
+    out.extend_from_slice(rest);
+}
+
+fn replacement(b: u8) -> &'static [u8] {
+    match b {
+        b'&' => b"&amp;",
+        b'<' => b"&lt;",
+        b'>' => b"&gt;",
+        b'"' => b"&quot;",
+        b'\t' => b"&#x9;",
+        b'\n' => b"&#xA;",
+        _ => b"&#xD;",
+    }
 }
 
 #[cfg(test)]
