@@ -355,6 +355,33 @@ mod tests {
     }
 
     #[test]
+    fn many_rendered_prefixes_are_tracked_past_the_index_threshold() {
+        let mut src = String::from("<r");
+        for i in 0..30 {
+            src.push_str(&format!(" xmlns:p{i}='urn:{i}' p{i}:a='{i}'"));
+        }
+        src.push_str("><p7:c p29:b='x'/><p7:d xmlns:p7='urn:other'/></r>");
+        let limits = Limits {
+            max_attributes: 64,
+            ..Limits::default()
+        };
+        let d = Document::parse(src.as_bytes(), &limits).unwrap();
+        // Prefixes and URIs share the decimal suffix, so both sort the same way.
+        let mut order: Vec<String> = (0..30).map(|i| i.to_string()).collect();
+        order.sort();
+        let mut expected = String::from("<r");
+        for i in &order {
+            expected.push_str(&format!(" xmlns:p{i}=\"urn:{i}\""));
+        }
+        for i in &order {
+            expected.push_str(&format!(" p{i}:a=\"{i}\""));
+        }
+        expected.push_str("><p7:c p29:b=\"x\"></p7:c><p7:d xmlns:p7=\"urn:other\"></p7:d></r>");
+        let out = exclusive_to_vec(&d, d.root(), &[], false).unwrap();
+        assert_eq!(String::from_utf8(out).unwrap(), expected);
+    }
+
+    #[test]
     fn empty_elements_become_start_end_pairs() {
         assert_eq!(
             plain("<a><b/><c x='1'/></a>", "a"),

@@ -1652,6 +1652,57 @@ mod tests {
     }
 
     #[test]
+    fn scope_lookups_match_a_plain_stack_past_the_index_threshold() {
+        let keys: Vec<String> = (0..40).map(|i| format!("p{}", i % 13)).collect();
+        let mut scope: Scope<'_, usize> = Scope::new();
+        let mut model: Vec<(&str, usize)> = Vec::new();
+        let mut marks = Vec::new();
+        let mut x = 0x2545_F491u64;
+        for step in 0..5000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            match x % 5 {
+                0 | 1 if model.len() < 60 => {
+                    let key = keys[(x as usize >> 8) % keys.len()].as_str();
+                    scope.bind(key, step);
+                    model.push((key, step));
+                }
+                2 => marks.push(scope.mark()),
+                3 => {
+                    if let Some(mark) = marks.pop() {
+                        scope.unwind(mark);
+                        model.truncate(mark);
+                    }
+                }
+                _ => {}
+            }
+            for key in keys.iter().take(13) {
+                let expected = model.iter().rev().find(|(k, _)| k == key).map(|(_, v)| *v);
+                assert_eq!(scope.get(key), expected, "step {step}, key {key}");
+            }
+        }
+    }
+
+    #[test]
+    fn many_bindings_in_scope_resolve_and_unwind() {
+        let mut src = String::from("<r");
+        for i in 0..40 {
+            src.push_str(&format!(" xmlns:p{i}='urn:{i}'"));
+        }
+        src.push_str("><p3:a xmlns:p3='urn:x'><p39:b p0:c='1'/></p3:a><p3:d/></r>");
+        let limits = Limits {
+            max_attributes: 64,
+            ..Limits::default()
+        };
+        let doc = Document::parse(src.as_bytes(), &limits).unwrap();
+        assert_eq!(doc.namespace(find(&doc, "a")), "urn:x");
+        assert_eq!(doc.namespace(find(&doc, "b")), "urn:39");
+        assert_eq!(doc.attr(find(&doc, "b"), "urn:0", "c"), Some("1"));
+        assert_eq!(doc.namespace(find(&doc, "d")), "urn:3");
+    }
+
+    #[test]
     fn byte_order_mark_is_kept_in_offsets() {
         let doc = parse("\u{FEFF}<?xml version='1.0'?><a>t</a>");
         assert_eq!(&doc.source()[doc.span(doc.root())], b"<a>t</a>");
