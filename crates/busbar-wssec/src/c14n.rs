@@ -11,25 +11,40 @@
 
 use crate::dom::{Attr, Document, NodeId, NodeKind, Scope};
 
+#[derive(Debug, thiserror::Error)]
+pub enum C14nError {
+    /// Canonical XML 1.0 §2.1: implementations must report an operation failure on
+    /// documents containing relative namespace URIs.
+    #[error(
+        "the document declares the relative namespace URI {0:?}, which cannot be canonicalised"
+    )]
+    RelativeNamespace(String),
+}
+
 /// Canonicalises the subtree rooted at `node` into `out`.
 ///
 /// `inclusive_prefixes` is the InclusiveNamespaces PrefixList; `#default` (or "") names
 /// the default namespace. Prefixes on it follow the inclusive Canonical XML rules: they
-/// are output where in scope, used or not.
+/// are output where in scope, used or not. Fails, writing nothing, when a namespace in
+/// scope anywhere in the subtree is a relative URI.
 pub fn exclusive(
     doc: &Document,
     node: NodeId,
     inclusive_prefixes: &[&str],
     with_comments: bool,
     out: &mut Vec<u8>,
-) {
+) -> Result<(), C14nError> {
+    check_absolute_namespaces(doc, node)?;
     match doc.kind(node) {
-        NodeKind::Text => return escape_text(doc.text(node), out),
+        NodeKind::Text => {
+            escape_text(doc.text(node), out);
+            return Ok(());
+        }
         NodeKind::Comment => {
             if with_comments {
                 write_comment(doc.text(node), out);
             }
-            return;
+            return Ok(());
         }
         NodeKind::Element => {}
     }
@@ -39,6 +54,7 @@ pub fn exclusive(
         // The xml namespace is never declared in the output and xmlns is not a prefix.
         .filter(|p| *p != "xml" && *p != "xmlns")
         .collect();
+    out.reserve(doc.span(node).len());
     let mut canon = Canon {
         doc,
         inclusive,
@@ -49,6 +65,7 @@ pub fn exclusive(
         attrs: Vec::new(),
     };
     canon.subtree(node);
+    Ok(())
 }
 
 /// [`exclusive`] into a fresh buffer.
@@ -57,10 +74,10 @@ pub fn exclusive_to_vec(
     node: NodeId,
     inclusive_prefixes: &[&str],
     with_comments: bool,
-) -> Vec<u8> {
+) -> Result<Vec<u8>, C14nError> {
     let mut out = Vec::new();
-    exclusive(doc, node, inclusive_prefixes, with_comments, &mut out);
-    out
+    exclusive(doc, node, inclusive_prefixes, with_comments, &mut out)?;
+    Ok(out)
 }
 
 struct Canon<'d, 'o> {
@@ -145,8 +162,10 @@ impl<'d> Canon<'d, '_> {
                 }
             }
         }
-        self.namespaces.sort_unstable();
-        self.namespaces.dedup_by(|a, b| a.0 == b.0);
+        if self.namespaces.len() > 1 {
+            self.namespaces.sort_unstable();
+            self.namespaces.dedup_by(|a, b| a.0 == b.0);
+        }
 
         self.out.push(b'<');
         self.out.extend_from_slice(doc.qname(id).as_bytes());
@@ -168,9 +187,16 @@ impl<'d> Canon<'d, '_> {
 
         self.attrs.clear();
         self.attrs.extend(doc.attributes(id));
-        self.attrs.sort_unstable_by(|a, b| {
-            (a.namespace(), a.local_name()).cmp(&(b.namespace(), b.local_name()))
-        });
+        if self.attrs.len() > 1 {
+            self.attrs.sort_unstable_by(|a, b| {
+                let by_namespace = if a.same_namespace(b) {
+                    std::cmp::Ordering::Equal
+                } else {
+                    a.namespace().cmp(b.namespace())
+                };
+                by_namespace.then_with(|| a.local_name().cmp(b.local_name()))
+            });
+        }
         for attr in &self.attrs {
             self.out.push(b' ');
             self.out.extend_from_slice(attr.qname().as_bytes());
@@ -188,45 +214,99 @@ impl<'d> Canon<'d, '_> {
     }
 }
 
+/// Canonical XML's failure on relative namespace URIs, applied to the namespace nodes of
+/// the node-set: those in scope at the apex (inherited ones included) and those declared
+/// below it. Declarations elsewhere in the document do not matter, as with libxml2 and
+/// Santuario.
+fn check_absolute_namespaces(doc: &Document, apex: NodeId) -> Result<(), C14nError> {
+    let check = |uri: &str| {
+        if uri.is_empty() || is_absolute_uri(uri) {
+            Ok(())
+        } else {
+            Err(C14nError::RelativeNamespace(uri.to_owned()))
+        }
+    };
+    let mut seen: Vec<&str> = Vec::new();
+    let mut at = Some(apex);
+    while let Some(element) = at {
+        for (prefix, uri) in doc.ns_decls(element) {
+            // Only the nearest binding of a prefix is in scope.
+            if !seen.contains(&prefix.as_str()) {
+                seen.push(prefix);
+                check(uri)?;
+            }
+        }
+        at = doc.parent(element);
+    }
+    for element in doc.descendants(apex) {
+        for (_, uri) in doc.ns_decls(element) {
+            check(uri)?;
+        }
+    }
+    Ok(())
+}
+
+/// RFC 3986 `absolute-URI` as far as it matters here: it starts with a scheme.
+fn is_absolute_uri(uri: &str) -> bool {
+    match uri.split_once(':') {
+        Some((scheme, _)) => {
+            let mut chars = scheme.chars();
+            chars.next().is_some_and(|c| c.is_ascii_alphabetic())
+                && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'))
+        }
+        None => false,
+    }
+}
+
 fn write_comment(text: &str, out: &mut Vec<u8>) {
     out.extend_from_slice(b"<!--");
     out.extend_from_slice(text.as_bytes());
     out.extend_from_slice(b"-->");
 }
 
+const fn byte_set(members: &[u8]) -> [bool; 256] {
+    let mut set = [false; 256];
+    let mut i = 0;
+    while i < members.len() {
+        set[members[i] as usize] = true;
+        i += 1;
+    }
+    set
+}
+
+/// Characters text nodes escape (Canonical XML 1.0, section 2.3).
+static TEXT_SPECIAL: [bool; 256] = byte_set(b"&<>\r");
+/// Characters attribute values (and namespace URIs) escape.
+static ATTR_SPECIAL: [bool; 256] = byte_set(b"&<\"\t\n\r");
+
 fn escape_text(s: &str, out: &mut Vec<u8>) {
-    escape(s, out, |b| match b {
-        b'&' => Some(b"&amp;"),
-        b'<' => Some(b"&lt;"),
-        b'>' => Some(b"&gt;"),
-        b'\r' => Some(b"&#xD;"),
-        _ => None,
-    });
+    escape(s, out, &TEXT_SPECIAL);
 }
 
 fn escape_attr(s: &str, out: &mut Vec<u8>) {
-    escape(s, out, |b| match b {
-        b'&' => Some(b"&amp;"),
-        b'<' => Some(b"&lt;"),
-        b'"' => Some(b"&quot;"),
-        b'\t' => Some(b"&#x9;"),
-        b'\n' => Some(b"&#xA;"),
-        b'\r' => Some(b"&#xD;"),
-        _ => None,
-    });
+    escape(s, out, &ATTR_SPECIAL);
 }
 
-fn escape(s: &str, out: &mut Vec<u8>, replace: impl Fn(u8) -> Option<&'static [u8]>) {
-    let bytes = s.as_bytes();
-    let mut run = 0;
-    for (i, &b) in bytes.iter().enumerate() {
-        if let Some(rep) = replace(b) {
-            out.extend_from_slice(&bytes[run..i]);
-            out.extend_from_slice(rep);
-            run = i + 1;
-        }
+fn escape(s: &str, out: &mut Vec<u8>, special: &[bool; 256]) {
+    let mut rest = s.as_bytes();
+    while let Some(i) = rest.iter().position(|&b| special[b as usize]) {
+        out.extend_from_slice(&rest[..i]);
+        out.extend_from_slice(replacement(rest[i]));
+        rest = &rest[i + 1..];
     }
-    out.extend_from_slice(&bytes[run..]);
+    out.extend_from_slice(rest);
+}
+
+fn replacement(b: u8) -> &'static [u8] {
+    match b {
+        b'&' => b"&amp;",
+        b'<' => b"&lt;",
+        b'>' => b"&gt;",
+        b'"' => b"&quot;",
+        b'\t' => b"&#x9;",
+        b'\n' => b"&#xA;",
+        _ => b"&#xD;",
+    }
 }
 
 #[cfg(test)]
@@ -245,7 +325,7 @@ mod tests {
 
     fn c14n(s: &str, local: &str, prefixes: &[&str], comments: bool) -> String {
         let d = doc(s);
-        let out = exclusive_to_vec(&d, element(&d, local), prefixes, comments);
+        let out = exclusive_to_vec(&d, element(&d, local), prefixes, comments).unwrap();
         String::from_utf8(out).unwrap()
     }
 
@@ -264,6 +344,41 @@ mod tests {
             "<n1:elem2 xmlns:n1=\"http://example.net\" xml:lang=\"en\">\n     \
              <n3:stuff xmlns:n3=\"ftp://example.org\"></n3:stuff>\n  </n1:elem2>"
         );
+    }
+
+    #[test]
+    fn namespace_uris_are_escaped_like_attribute_values() {
+        assert_eq!(
+            plain(r#"<p:a xmlns:p="urn:x?a=1&amp;b=&#9;&quot;"/>"#, "a"),
+            r#"<p:a xmlns:p="urn:x?a=1&amp;b=&#x9;&quot;"></p:a>"#
+        );
+    }
+
+    #[test]
+    fn many_rendered_prefixes_are_tracked_past_the_index_threshold() {
+        let mut src = String::from("<r");
+        for i in 0..30 {
+            src.push_str(&format!(" xmlns:p{i}='urn:{i}' p{i}:a='{i}'"));
+        }
+        src.push_str("><p7:c p29:b='x'/><p7:d xmlns:p7='urn:other'/></r>");
+        let limits = Limits {
+            max_attributes: 64,
+            ..Limits::default()
+        };
+        let d = Document::parse(src.as_bytes(), &limits).unwrap();
+        // Prefixes and URIs share the decimal suffix, so both sort the same way.
+        let mut order: Vec<String> = (0..30).map(|i| i.to_string()).collect();
+        order.sort();
+        let mut expected = String::from("<r");
+        for i in &order {
+            expected.push_str(&format!(" xmlns:p{i}=\"urn:{i}\""));
+        }
+        for i in &order {
+            expected.push_str(&format!(" p{i}:a=\"{i}\""));
+        }
+        expected.push_str("><p7:c p29:b=\"x\"></p7:c><p7:d xmlns:p7=\"urn:other\"></p7:d></r>");
+        let out = exclusive_to_vec(&d, d.root(), &[], false).unwrap();
+        assert_eq!(String::from_utf8(out).unwrap(), expected);
     }
 
     #[test]
@@ -443,9 +558,37 @@ mod tests {
         let mut kids = d.children(d.root());
         let text = kids.next().unwrap();
         let comment = kids.next().unwrap();
-        assert_eq!(exclusive_to_vec(&d, text, &[], false), b"x&amp;");
-        assert_eq!(exclusive_to_vec(&d, comment, &[], true), b"<!--c-->");
-        assert_eq!(exclusive_to_vec(&d, comment, &[], false), b"");
+        assert_eq!(exclusive_to_vec(&d, text, &[], false).unwrap(), b"x&amp;");
+        assert_eq!(
+            exclusive_to_vec(&d, comment, &[], true).unwrap(),
+            b"<!--c-->"
+        );
+        assert_eq!(exclusive_to_vec(&d, comment, &[], false).unwrap(), b"");
+    }
+
+    #[test]
+    fn relative_namespace_uris_in_scope_in_the_subtree_are_refused() {
+        let d = doc(concat!(
+            r#"<r xmlns:q="urn:q" xmlns:h="http://x/y"><a xmlns="DAV:"/>"#,
+            r##"<b xmlns:p="rel/p"><c xmlns:q="rel"/></b><d xmlns="#f"/></r>"##
+        ));
+        let refused = |local: &str| {
+            let mut out = Vec::new();
+            let result = exclusive(&d, element(&d, local), &[], false, &mut out);
+            if result.is_err() {
+                assert!(out.is_empty(), "{local}: output written before the refusal");
+            }
+            result.err().map(|C14nError::RelativeNamespace(uri)| uri)
+        };
+        assert_eq!(refused("a"), None);
+        assert_eq!(refused("b"), Some("rel/p".to_owned()));
+        assert_eq!(refused("c"), Some("rel".to_owned()));
+        assert_eq!(refused("d"), Some("#f".to_owned()));
+        assert_eq!(refused("r"), Some("rel/p".to_owned()));
+        assert!(!is_absolute_uri("1x:y"));
+        assert!(!is_absolute_uri("x"));
+        assert!(is_absolute_uri("urn:a:b"));
+        assert!(is_absolute_uri("a+b.c-d:"));
     }
 
     #[test]

@@ -16,6 +16,7 @@
 use std::borrow::Cow;
 use std::collections::HashMap;
 use std::ops::Range;
+use std::sync::Arc;
 
 use quick_xml::errors::{Error as QxError, IllFormedError};
 use quick_xml::events::{BytesDecl, Event};
@@ -137,50 +138,68 @@ pub enum NodeKind {
 
 /// One attribute of an element, namespace declarations excluded.
 ///
-/// The name, namespace URI and value share one allocation.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// All attributes of a document share one reference-counted text buffer, so building
+/// them costs no allocation each.
+#[derive(Clone, Debug)]
 pub struct Attr {
-    /// The qualified name, the namespace URI and the normalised value, back to back.
-    buf: Box<str>,
+    text: Arc<str>,
+    qname: [u32; 2],
     /// Length of the prefix; 0 when the name is unprefixed.
     prefix_len: u32,
-    qname_end: u32,
-    ns_end: u32,
-    ns_id: u32,
+    ns: [u32; 2],
+    value: [u32; 2],
 }
 
 impl Attr {
+    fn slice(&self, r: [u32; 2]) -> &str {
+        self.text.get(range(r)).unwrap_or("")
+    }
+
     /// The prefix as written; "" when none.
     pub fn prefix(&self) -> &str {
-        self.buf.get(..self.prefix_len as usize).unwrap_or("")
+        self.slice([self.qname[0], self.qname[0] + self.prefix_len])
     }
 
     pub fn local_name(&self) -> &str {
-        let from = if self.prefix_len == 0 {
+        let skip = if self.prefix_len == 0 {
             0
         } else {
-            self.prefix_len as usize + 1
+            self.prefix_len + 1
         };
-        self.buf.get(from..self.qname_end as usize).unwrap_or("")
+        self.slice([self.qname[0] + skip, self.qname[1]])
     }
 
     /// The name as written, `prefix:local` or `local`.
     pub fn qname(&self) -> &str {
-        self.buf.get(..self.qname_end as usize).unwrap_or("")
+        self.slice(self.qname)
     }
 
     /// The namespace URI; "" for unprefixed attributes, which are in no namespace.
     pub fn namespace(&self) -> &str {
-        self.buf
-            .get(self.qname_end as usize..self.ns_end as usize)
-            .unwrap_or("")
+        self.slice(self.ns)
     }
 
     /// The value after reference decoding and XML 1.0 §3.3.3 normalisation.
     pub fn value(&self) -> &str {
-        self.buf.get(self.ns_end as usize..).unwrap_or("")
+        self.slice(self.value)
+    }
+
+    /// Cheap namespace equality for attributes of one document, whose namespace URIs
+    /// are stored once each.
+    pub(crate) fn same_namespace(&self, other: &Attr) -> bool {
+        self.ns == other.ns && Arc::ptr_eq(&self.text, &other.text)
     }
 }
+
+impl PartialEq for Attr {
+    fn eq(&self, other: &Attr) -> bool {
+        self.qname() == other.qname()
+            && self.namespace() == other.namespace()
+            && self.value() == other.value()
+    }
+}
+
+impl Eq for Attr {}
 
 #[derive(Clone, Debug)]
 struct Node {
@@ -189,14 +208,36 @@ struct Node {
     in_arena: bool,
     parent: u32,
     first_child: u32,
-    last_child: u32,
     next_sibling: u32,
     /// One past the last node of this subtree.
     end: u32,
     span: [u32; 2],
     /// Elements: the content span. Text and comments: the value's range.
     inner: [u32; 2],
-    /// Elements: the qualified name's range in the source.
+    /// Elements: index into `Document::elements`.
+    element: u32,
+}
+
+impl Node {
+    fn new(kind: NodeKind) -> Node {
+        Node {
+            kind,
+            in_arena: false,
+            parent: NONE,
+            first_child: NONE,
+            next_sibling: NONE,
+            end: 0,
+            span: [0, 0],
+            inner: [0, 0],
+            element: NONE,
+        }
+    }
+}
+
+/// What only elements have; kept apart so text nodes stay small.
+#[derive(Clone, Debug)]
+struct ElementData {
+    /// The qualified name's range in the source.
     name: [u32; 2],
     prefix_len: u32,
     ns: u32,
@@ -204,26 +245,28 @@ struct Node {
     decls: [u32; 2],
 }
 
-impl Node {
-    fn new(kind: NodeKind, parent: u32) -> Node {
-        Node {
-            kind,
-            in_arena: false,
-            parent,
-            first_child: NONE,
-            last_child: NONE,
-            next_sibling: NONE,
-            end: 0,
-            span: [0, 0],
-            inner: [0, 0],
-            name: [0, 0],
-            prefix_len: 0,
-            ns: NS_EMPTY,
-            attrs: [0, 0],
-            decls: [0, 0],
-        }
+impl ElementData {
+    fn prefix(&self) -> [u32; 2] {
+        [self.name[0], self.name[0] + self.prefix_len]
+    }
+
+    fn local(&self) -> [u32; 2] {
+        let skip = if self.prefix_len == 0 {
+            0
+        } else {
+            self.prefix_len + 1
+        };
+        [self.name[0] + skip, self.name[1]]
     }
 }
+
+const NO_ELEMENT: &ElementData = &ElementData {
+    name: [0, 0],
+    prefix_len: 0,
+    ns: NS_EMPTY,
+    attrs: [0, 0],
+    decls: [0, 0],
+};
 
 fn range(r: [u32; 2]) -> Range<usize> {
     r[0] as usize..r[1] as usize
@@ -234,6 +277,7 @@ fn range(r: [u32; 2]) -> Range<usize> {
 pub struct Document {
     src: Box<str>,
     nodes: Vec<Node>,
+    elements: Vec<ElementData>,
     attrs: Vec<Attr>,
     decls: Vec<(String, String)>,
     arena: String,
@@ -244,19 +288,22 @@ pub struct Document {
 impl Document {
     /// Parses UTF-8 XML, enforcing `limits` as it goes.
     pub fn parse(src: &[u8], limits: &Limits) -> Result<Document, XmlError> {
-        // Offsets are stored as u32; leave room for the sentinel.
-        if src.len() >= NONE as usize {
-            return Err(malformed(0, "document larger than 4 GiB"));
+        // Offsets are stored as u32, and attribute text (names, values and namespace
+        // URIs) can take up to about twice the input.
+        if src.len() >= (u32::MAX / 2) as usize {
+            return Err(malformed(0, "document larger than 2 GiB"));
         }
         let text =
             std::str::from_utf8(src).map_err(|e| malformed(e.valid_up_to(), "invalid UTF-8"))?;
         let mut builder = Builder::new(text, limits);
         builder.run()?;
         let root = builder.root.unwrap_or(0);
+        let attrs = builder.finish_attributes();
         Ok(Document {
             src: text.into(),
             nodes: builder.nodes,
-            attrs: builder.attrs,
+            elements: builder.elements,
+            attrs,
             decls: builder.decls,
             arena: builder.arena,
             namespaces: builder.namespaces,
@@ -280,6 +327,13 @@ impl Document {
 
     fn node(&self, id: NodeId) -> &Node {
         &self.nodes[id.0 as usize]
+    }
+
+    /// Element data of `id`; empty data for text and comments.
+    fn element(&self, id: NodeId) -> &ElementData {
+        self.elements
+            .get(self.node(id).element as usize)
+            .unwrap_or(NO_ELEMENT)
     }
 
     fn src_str(&self, r: [u32; 2]) -> &str {
@@ -336,28 +390,21 @@ impl Document {
 
     /// The element's prefix as written; "" when none (and for text and comments).
     pub fn prefix(&self, id: NodeId) -> &str {
-        let n = self.node(id);
-        self.src_str([n.name[0], n.name[0] + n.prefix_len])
+        self.src_str(self.element(id).prefix())
     }
 
     pub fn local_name(&self, id: NodeId) -> &str {
-        let n = self.node(id);
-        let from = if n.prefix_len == 0 {
-            n.name[0]
-        } else {
-            n.name[0] + n.prefix_len + 1
-        };
-        self.src_str([from, n.name[1]])
+        self.src_str(self.element(id).local())
     }
 
     /// The element's name as written, `prefix:local` or `local`.
     pub fn qname(&self, id: NodeId) -> &str {
-        self.src_str(self.node(id).name)
+        self.src_str(self.element(id).name)
     }
 
     /// The element's namespace URI; "" when it is in no namespace.
     pub fn namespace(&self, id: NodeId) -> &str {
-        self.namespace_by_id(self.node(id).ns)
+        self.namespace_by_id(self.element(id).ns)
     }
 
     pub(crate) fn namespace_by_id(&self, ns: u32) -> &str {
@@ -373,7 +420,7 @@ impl Document {
 
     /// The element's attributes in source order, namespace declarations excluded.
     pub fn attributes(&self, id: NodeId) -> &[Attr] {
-        self.attrs.get(range(self.node(id).attrs)).unwrap_or(&[])
+        self.attrs.get(range(self.element(id).attrs)).unwrap_or(&[])
     }
 
     /// The value of the attribute with namespace `ns` ("" for unprefixed) and name `local`.
@@ -387,7 +434,7 @@ impl Document {
     /// Namespace declarations written on this element, in source order, as
     /// (prefix, URI); prefix "" is the default namespace and `xmlns=""` is ("", "").
     pub fn ns_decls(&self, id: NodeId) -> &[(String, String)] {
-        self.decls.get(range(self.node(id).decls)).unwrap_or(&[])
+        self.decls.get(range(self.element(id).decls)).unwrap_or(&[])
     }
 
     /// The namespace bound to `prefix` ("" for the default namespace) in scope at `id`.
@@ -449,28 +496,50 @@ impl Document {
 }
 
 /// Prefix bindings with shadowing, unwound when an element closes.
+///
+/// Small scopes, the usual case, are searched linearly from the innermost binding. Past
+/// `INDEX_FROM` bindings a hash index takes over so that hostile documents with many
+/// bindings in scope cannot make every lookup linear.
 pub(crate) struct Scope<'a, V: Copy> {
+    /// Key, value, and the index of the binding it shadows (only kept while indexed).
     entries: Vec<(&'a str, V, u32)>,
-    top: HashMap<&'a str, u32>,
+    index: Option<HashMap<&'a str, u32>>,
 }
+
+const INDEX_FROM: usize = 24;
 
 impl<'a, V: Copy> Scope<'a, V> {
     pub(crate) fn new() -> Self {
         Scope {
             entries: Vec::new(),
-            top: HashMap::new(),
+            index: None,
         }
     }
 
     pub(crate) fn bind(&mut self, key: &'a str, value: V) {
         let idx = self.entries.len() as u32;
-        let shadowed = self.top.insert(key, idx).unwrap_or(NONE);
+        let shadowed = match &mut self.index {
+            Some(index) => index.insert(key, idx).unwrap_or(NONE),
+            None => NONE,
+        };
         self.entries.push((key, value, shadowed));
+        if self.index.is_none() && self.entries.len() > INDEX_FROM {
+            let mut index = HashMap::with_capacity(self.entries.len() * 2);
+            for (i, entry) in self.entries.iter_mut().enumerate() {
+                entry.2 = index.insert(entry.0, i as u32).unwrap_or(NONE);
+            }
+            self.index = Some(index);
+        }
     }
 
     pub(crate) fn get(&self, key: &str) -> Option<V> {
-        let idx = *self.top.get(key)?;
-        self.entries.get(idx as usize).map(|e| e.1)
+        match &self.index {
+            Some(index) => {
+                let idx = *index.get(key)?;
+                self.entries.get(idx as usize).map(|e| e.1)
+            }
+            None => self.entries.iter().rev().find(|e| e.0 == key).map(|e| e.1),
+        }
     }
 
     pub(crate) fn mark(&self) -> usize {
@@ -482,17 +551,24 @@ impl<'a, V: Copy> Scope<'a, V> {
             let Some((key, _, shadowed)) = self.entries.pop() else {
                 break;
             };
-            if shadowed == NONE {
-                self.top.remove(key);
-            } else {
-                self.top.insert(key, shadowed);
+            if let Some(index) = &mut self.index {
+                if shadowed == NONE {
+                    index.remove(key);
+                } else {
+                    index.insert(key, shadowed);
+                }
             }
+        }
+        if self.entries.len() <= INDEX_FROM / 2 {
+            self.index = None;
         }
     }
 }
 
 struct Open {
     node: u32,
+    element: u32,
+    last_child: u32,
     scope_mark: usize,
 }
 
@@ -510,13 +586,24 @@ struct RawAttr {
     value: Range<usize>,
 }
 
+/// An attribute whose namespace URI is not yet placed in the shared text.
+struct PendingAttr {
+    qname: [u32; 2],
+    prefix_len: u32,
+    ns: u32,
+    value: [u32; 2],
+}
+
 struct Builder<'s> {
     src: &'s str,
     /// Where quick-xml's offsets start: after a byte order mark, which it skips silently.
     base: usize,
     limits: &'s Limits,
     nodes: Vec<Node>,
-    attrs: Vec<Attr>,
+    elements: Vec<ElementData>,
+    attrs: Vec<PendingAttr>,
+    /// Attribute names and values, shared by all [`Attr`]s once parsing is done.
+    attr_text: String,
     decls: Vec<(String, String)>,
     arena: String,
     namespaces: Vec<Box<str>>,
@@ -542,10 +629,13 @@ impl<'s> Builder<'s> {
             src,
             base,
             limits,
+            // Rough shares of a typical SOAP message, so growth rarely has to copy.
             nodes: Vec::with_capacity(src.len() / 24),
-            attrs: Vec::new(),
+            elements: Vec::with_capacity(src.len() / 48),
+            attrs: Vec::with_capacity(src.len() / 48),
+            attr_text: String::with_capacity(src.len() / 4),
             decls: Vec::new(),
-            arena: String::new(),
+            arena: String::with_capacity(src.len() / 8),
             namespaces: vec![Box::from(""), Box::from(XML_NS)],
             ns_ids,
             scope: Scope::new(),
@@ -629,18 +719,42 @@ impl<'s> Builder<'s> {
         }
         let idx = self.nodes.len() as u32;
         node.end = idx + 1;
-        if let Some(parent) = self.open.last().map(|o| o.node) {
-            node.parent = parent;
-            let prev = self.nodes[parent as usize].last_child;
+        if let Some(open) = self.open.last_mut() {
+            node.parent = open.node;
+            let prev = std::mem::replace(&mut open.last_child, idx);
             if prev == NONE {
-                self.nodes[parent as usize].first_child = idx;
+                self.nodes[open.node as usize].first_child = idx;
             } else {
                 self.nodes[prev as usize].next_sibling = idx;
             }
-            self.nodes[parent as usize].last_child = idx;
         }
         self.nodes.push(node);
         Ok(idx)
+    }
+
+    /// Places the namespace URIs in the shared attribute text and builds the [`Attr`]s.
+    fn finish_attributes(&mut self) -> Vec<Attr> {
+        let mut text = std::mem::take(&mut self.attr_text);
+        let ns_ranges: Vec<[u32; 2]> = self
+            .namespaces
+            .iter()
+            .map(|uri| {
+                let start = text.len() as u32;
+                text.push_str(uri);
+                [start, text.len() as u32]
+            })
+            .collect();
+        let text: Arc<str> = Arc::from(text);
+        self.attrs
+            .iter()
+            .map(|a| Attr {
+                text: Arc::clone(&text),
+                qname: a.qname,
+                prefix_len: a.prefix_len,
+                ns: ns_ranges.get(a.ns as usize).copied().unwrap_or([0, 0]),
+                value: a.value,
+            })
+            .collect()
     }
 
     fn intern(&mut self, uri: &str) -> u32 {
@@ -696,6 +810,12 @@ impl<'s> Builder<'s> {
             if !prefix.is_empty() {
                 check_ncname(prefix, name.start + 6)?;
             }
+            if self.decls[decl_start..].iter().any(|(p, _)| p == prefix) {
+                return Err(XmlError::DuplicateAttribute {
+                    at: name.start,
+                    name: qn.to_owned(),
+                });
+            }
             let uri = attr_value(src.get(value.clone()).unwrap_or(""), value.start)?;
             check_declaration(prefix, &uri, name.start)?;
             let id = self.intern(&uri);
@@ -708,9 +828,8 @@ impl<'s> Builder<'s> {
         // namespace too; that skips the scope lookup for most elements.
         let inherited = match self.open.last() {
             Some(open) if self.decls.len() == decl_start => {
-                let parent = &self.nodes[open.node as usize];
-                let parent_prefix = [parent.name[0], parent.name[0] + parent.prefix_len];
-                (src.get(range(parent_prefix)) == Some(prefix)).then_some(parent.ns)
+                let parent = &self.elements[open.element as usize];
+                (src.get(range(parent.prefix())) == Some(prefix)).then_some(parent.ns)
             }
             _ => None,
         };
@@ -736,36 +855,44 @@ impl<'s> Builder<'s> {
             let val = attr_value(src.get(value.clone()).unwrap_or(""), value.start)?;
             let local = &qn[if plen == 0 { 0 } else { plen + 1 }..];
             for other in &self.attrs[attr_start..] {
-                if other.ns_id == ns_id && other.local_name() == local {
+                let skip = if other.prefix_len == 0 {
+                    0
+                } else {
+                    other.prefix_len + 1
+                };
+                let other_local = [other.qname[0] + skip, other.qname[1]];
+                if other.ns == ns_id && self.attr_text.get(range(other_local)) == Some(local) {
                     return Err(XmlError::DuplicateAttribute {
                         at: name.start,
                         name: qn.to_owned(),
                     });
                 }
             }
-            let uri = &self.namespaces[ns_id as usize];
-            let mut buf = String::with_capacity(qn.len() + uri.len() + val.len());
-            buf.push_str(qn);
-            buf.push_str(uri);
-            buf.push_str(&val);
-            self.attrs.push(Attr {
-                buf: buf.into_boxed_str(),
+            let qname_start = self.attr_text.len() as u32;
+            self.attr_text.push_str(qn);
+            let value_start = self.attr_text.len() as u32;
+            self.attr_text.push_str(&val);
+            self.attrs.push(PendingAttr {
+                qname: [qname_start, value_start],
                 prefix_len: plen as u32,
-                qname_end: qn.len() as u32,
-                ns_end: (qn.len() + uri.len()) as u32,
-                ns_id,
+                ns: ns_id,
+                value: [value_start, self.attr_text.len() as u32],
             });
         }
 
-        let mut node = Node::new(NodeKind::Element, NONE);
+        let element = self.elements.len() as u32;
+        let mut node = Node::new(NodeKind::Element);
         node.span = [start as u32, end as u32];
         node.inner = [end as u32, end as u32];
-        node.name = [name_start as u32, name_end as u32];
-        node.prefix_len = prefix_len as u32;
-        node.ns = ns;
-        node.attrs = [attr_start as u32, self.attrs.len() as u32];
-        node.decls = [decl_start as u32, self.decls.len() as u32];
+        node.element = element;
         let idx = self.push_node(node, start)?;
+        self.elements.push(ElementData {
+            name: [name_start as u32, name_end as u32],
+            prefix_len: prefix_len as u32,
+            ns,
+            attrs: [attr_start as u32, self.attrs.len() as u32],
+            decls: [decl_start as u32, self.decls.len() as u32],
+        });
         if self.open.is_empty() {
             self.root = Some(idx);
         }
@@ -774,6 +901,8 @@ impl<'s> Builder<'s> {
         } else {
             self.open.push(Open {
                 node: idx,
+                element,
+                last_child: NONE,
                 scope_mark,
             });
         }
@@ -798,7 +927,7 @@ impl<'s> Builder<'s> {
     }
 
     /// Splits the attributes of a start tag (`from..to` excludes the name and the closing
-    /// `>` or `/>`) into `self.raw`, rejecting duplicates by qualified name.
+    /// `>` or `/>`) into `self.raw`. Duplicates are caught later, by expanded name.
     fn scan_attributes(&mut self, from: usize, to: usize, tag: usize) -> Result<(), XmlError> {
         let bytes = self.src.as_bytes();
         self.raw.clear();
@@ -842,13 +971,6 @@ impl<'s> Builder<'s> {
                 return Err(XmlError::TooManyAttributes {
                     at: tag,
                     limit: self.limits.max_attributes,
-                });
-            }
-            let qn = &bytes[name.clone()];
-            if self.raw.iter().any(|r| &bytes[r.name.clone()] == qn) {
-                return Err(XmlError::DuplicateAttribute {
-                    at: name.start,
-                    name: String::from_utf8_lossy(qn).into_owned(),
                 });
             }
             self.raw.push(RawAttr {
@@ -948,7 +1070,7 @@ impl<'s> Builder<'s> {
         let Some(p) = self.pending.take() else {
             return Ok(());
         };
-        let mut node = Node::new(NodeKind::Text, NONE);
+        let mut node = Node::new(NodeKind::Text);
         node.span = [p.span_start as u32, p.span_end as u32];
         match p.arena_start {
             Some(from) => {
@@ -973,7 +1095,7 @@ impl<'s> Builder<'s> {
             // downstream (same-document references, c14n of an element) can reach them.
             return Ok(());
         }
-        let mut node = Node::new(NodeKind::Comment, NONE);
+        let mut node = Node::new(NodeKind::Comment);
         node.span = [start as u32, end as u32];
         if has_cr {
             let from = self.arena.len();
@@ -1057,8 +1179,39 @@ fn is_name_char(c: char) -> bool {
         || matches!(c, '-' | '.' | '0'..='9' | '\u{B7}' | '\u{300}'..='\u{36F}' | '\u{203F}'..='\u{2040}')
 }
 
+const NAME_START: u8 = 1;
+const NAME_CHAR: u8 = 2;
+
+/// NCName start and name characters among single bytes; every byte from 0x80 up is 0 and
+/// sends the check to the full Unicode classes.
+static ASCII_NAME: [u8; 256] = {
+    let mut table = [0u8; 256];
+    let mut b = 0;
+    while b < 128 {
+        let c = b as u8;
+        if c.is_ascii_alphabetic() || c == b'_' {
+            table[b] = NAME_START | NAME_CHAR;
+        } else if c.is_ascii_digit() || c == b'-' || c == b'.' {
+            table[b] = NAME_CHAR;
+        }
+        b += 1;
+    }
+    table
+};
+
 /// An XML name without colons (Namespaces in XML 1.0 NCName).
 fn check_ncname(name: &str, at: usize) -> Result<(), XmlError> {
+    let bytes = name.as_bytes();
+    // Nearly all names are ASCII; only fall back to the full character classes otherwise.
+    let ascii_ok = bytes
+        .first()
+        .is_some_and(|b| ASCII_NAME[*b as usize] & NAME_START != 0)
+        && bytes
+            .iter()
+            .all(|b| ASCII_NAME[*b as usize] & NAME_CHAR != 0);
+    if ascii_ok {
+        return Ok(());
+    }
     let mut chars = name.chars();
     let ok = chars.next().is_some_and(is_name_start) && chars.all(is_name_char);
     if ok {
@@ -1070,25 +1223,68 @@ fn check_ncname(name: &str, at: usize) -> Result<(), XmlError> {
 
 /// Checks a qualified name and returns its prefix length (0 when unprefixed).
 fn check_qname(name: &str, at: usize) -> Result<usize, XmlError> {
-    match name.split_once(':') {
-        None => check_ncname(name, at).map(|()| 0),
-        Some((prefix, local)) => {
-            check_ncname(prefix, at)?;
-            check_ncname(local, at + prefix.len() + 1)?;
-            Ok(prefix.len())
+    let bytes = name.as_bytes();
+    // One pass over the common all-ASCII case: name characters and at most one colon
+    // that neither starts nor ends the name and is followed by a name start character.
+    if let Some(&first) = bytes.first() {
+        if ASCII_NAME[first as usize] & NAME_START != 0 {
+            let mut colon = 0;
+            let mut ok = true;
+            for (i, &b) in bytes.iter().enumerate().skip(1) {
+                if ASCII_NAME[b as usize] & NAME_CHAR != 0 {
+                    continue;
+                }
+                let next_starts = bytes
+                    .get(i + 1)
+                    .is_some_and(|n| ASCII_NAME[*n as usize] & NAME_START != 0);
+                if b == b':' && colon == 0 && next_starts {
+                    colon = i;
+                } else {
+                    ok = false;
+                    break;
+                }
+            }
+            if ok {
+                return Ok(colon);
+            }
         }
     }
+    match name.bytes().position(|b| b == b':') {
+        None => check_ncname(name, at).map(|()| 0),
+        Some(colon) => {
+            check_ncname(&name[..colon], at)?;
+            check_ncname(&name[colon + 1..], at + colon + 1)?;
+            Ok(colon)
+        }
+    }
+}
+
+/// Bytes worth a closer look: C0 controls other than TAB and LF (CR included, for
+/// line-end normalisation), the lead byte of U+FFFE and U+FFFF, and the `]` of `]]>`.
+fn is_suspect(b: u8) -> bool {
+    (b < 0x20 && b != b'\t' && b != b'\n') || b == 0xEF || b == b']'
+}
+
+fn any_suspect(bytes: &[u8]) -> bool {
+    let mut chunks = bytes.chunks_exact(32);
+    for chunk in &mut chunks {
+        // Branch-free over a fixed-size chunk so that it compiles to vector compares.
+        let mut hits = 0u8;
+        for &b in chunk {
+            hits |= (((b < 0x20) & (b != b'\t') & (b != b'\n')) | (b == 0xEF) | (b == b']')) as u8;
+        }
+        if hits != 0 {
+            return true;
+        }
+    }
+    chunks.remainder().iter().any(|&b| is_suspect(b))
 }
 
 /// Rejects characters outside XML 1.0's `Char` (and `]]>` in text when `text` is set);
 /// returns whether `s` holds a carriage return that needs line-end normalisation.
 fn scan_chars(s: &str, at: usize, text: bool) -> Result<bool, XmlError> {
     let bytes = s.as_bytes();
-    // A branch-free pass first: on typical input nothing matches and it vectorises.
-    let suspect = bytes.iter().fold(false, |acc, &b| {
-        acc | ((b < 0x20) & (b != b'\t') & (b != b'\n')) | (b == 0xEF) | (b == b']')
-    });
-    if !suspect {
+    if !any_suspect(bytes) {
         return Ok(false);
     }
     let mut has_cr = false;
@@ -1177,17 +1373,29 @@ fn push_line_normalised(out: &mut String, s: &str) {
     out.push_str(rest);
 }
 
+/// Bytes an attribute value can hold as they are: no references, no whitespace to
+/// normalise, no '<', no C0 controls and no lead byte of U+FFFE or U+FFFF.
+static PLAIN_ATTR: [bool; 256] = {
+    let mut table = [true; 256];
+    let mut b = 0;
+    while b < 0x20 {
+        table[b] = false;
+        b += 1;
+    }
+    table[b'&' as usize] = false;
+    table[b'<' as usize] = false;
+    table[0xEF] = false;
+    table
+};
+
 /// Decodes and normalises an attribute value (XML 1.0 §3.3.3): references resolved,
 /// literal TAB, LF, CR and CRLF become one space each, character references keep their
 /// character.
 fn attr_value(raw: &str, at: usize) -> Result<Cow<'_, str>, XmlError> {
-    scan_chars(raw, at, false)?;
-    if !raw
-        .bytes()
-        .any(|b| matches!(b, b'&' | b'<' | b'\t' | b'\n' | b'\r'))
-    {
+    if raw.bytes().all(|b| PLAIN_ATTR[b as usize]) {
         return Ok(Cow::Borrowed(raw));
     }
+    scan_chars(raw, at, false)?;
     let mut out = String::with_capacity(raw.len());
     let bytes = raw.as_bytes();
     let mut i = 0;
@@ -1441,6 +1649,57 @@ mod tests {
             again.attr(find(&again, "Body"), "urn:wsu", "Id"),
             Some("body-1")
         );
+    }
+
+    #[test]
+    fn scope_lookups_match_a_plain_stack_past_the_index_threshold() {
+        let keys: Vec<String> = (0..40).map(|i| format!("p{}", i % 13)).collect();
+        let mut scope: Scope<'_, usize> = Scope::new();
+        let mut model: Vec<(&str, usize)> = Vec::new();
+        let mut marks = Vec::new();
+        let mut x = 0x2545_F491u64;
+        for step in 0..5000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            match x % 5 {
+                0 | 1 if model.len() < 60 => {
+                    let key = keys[(x as usize >> 8) % keys.len()].as_str();
+                    scope.bind(key, step);
+                    model.push((key, step));
+                }
+                2 => marks.push(scope.mark()),
+                3 => {
+                    if let Some(mark) = marks.pop() {
+                        scope.unwind(mark);
+                        model.truncate(mark);
+                    }
+                }
+                _ => {}
+            }
+            for key in keys.iter().take(13) {
+                let expected = model.iter().rev().find(|(k, _)| k == key).map(|(_, v)| *v);
+                assert_eq!(scope.get(key), expected, "step {step}, key {key}");
+            }
+        }
+    }
+
+    #[test]
+    fn many_bindings_in_scope_resolve_and_unwind() {
+        let mut src = String::from("<r");
+        for i in 0..40 {
+            src.push_str(&format!(" xmlns:p{i}='urn:{i}'"));
+        }
+        src.push_str("><p3:a xmlns:p3='urn:x'><p39:b p0:c='1'/></p3:a><p3:d/></r>");
+        let limits = Limits {
+            max_attributes: 64,
+            ..Limits::default()
+        };
+        let doc = Document::parse(src.as_bytes(), &limits).unwrap();
+        assert_eq!(doc.namespace(find(&doc, "a")), "urn:x");
+        assert_eq!(doc.namespace(find(&doc, "b")), "urn:39");
+        assert_eq!(doc.attr(find(&doc, "b"), "urn:0", "c"), Some("1"));
+        assert_eq!(doc.namespace(find(&doc, "d")), "urn:3");
     }
 
     #[test]

@@ -310,7 +310,12 @@ impl Securer {
             let mut buf = Vec::new();
             for (id, node) in &references {
                 buf.clear();
-                c14n::exclusive(&doc, *node, &[], false, &mut buf);
+                c14n::exclusive(&doc, *node, &[], false, &mut buf).map_err(|e| {
+                    WsseError::new(
+                        FaultKind::InvalidSecurity,
+                        format!("cannot canonicalize: {e}"),
+                    )
+                })?;
                 signed_info.push_str(&format!(
                     "<ds:Reference URI=\"#{id}\"><ds:Transforms><ds:Transform Algorithm=\"{c}\"></ds:Transform></ds:Transforms><ds:DigestMethod Algorithm=\"{dm}\"></ds:DigestMethod><ds:DigestValue>{dv}</ds:DigestValue></ds:Reference>",
                     c = ns::EXC_C14N,

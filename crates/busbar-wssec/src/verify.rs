@@ -594,7 +594,7 @@ impl Verifier {
                 decode_base64(&doc.text_content(only_child(doc, r, ns::DS, "DigestValue")?))?;
             buf.clear();
             let refs: Vec<&str> = prefixes.iter().map(String::as_str).collect();
-            c14n::exclusive(doc, target, &refs, false, &mut buf);
+            c14n::exclusive(doc, target, &refs, false, &mut buf).map_err(c14n_failed)?;
             if !ct_eq(&crypto::digest(digest_alg, &buf), &expected) {
                 return fail(
                     FaultKind::FailedCheck,
@@ -620,7 +620,7 @@ impl Verifier {
         };
         buf.clear();
         let refs: Vec<&str> = si_prefixes.iter().map(String::as_str).collect();
-        c14n::exclusive(doc, signed_info, &refs, false, &mut buf);
+        c14n::exclusive(doc, signed_info, &refs, false, &mut buf).map_err(c14n_failed)?;
         if !cert.public_key().verify(alg, &buf, &value) {
             return fail(FaultKind::FailedCheck, "signature value does not verify");
         }
@@ -791,6 +791,13 @@ impl Verifier {
         }
         Ok(name.to_owned())
     }
+}
+
+fn c14n_failed(e: c14n::C14nError) -> WsseError {
+    WsseError::new(
+        FaultKind::InvalidSecurity,
+        format!("cannot canonicalize: {e}"),
+    )
 }
 
 fn parse(input: &[u8], limits: &Limits) -> Result<Document, WsseError> {
