@@ -848,3 +848,36 @@ fn wrong_key_password_fails_validate_naming_the_file() {
     assert!(stderr.contains(":11:"), "line of the key: {stderr}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn secure_proxies_pass_the_project_verifier() {
+    let keys = test_keys();
+    let echo = echo(Default::default());
+    let h = engine(&yaml(echo.addr, &keys));
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_busbar"))
+        .args([
+            "bench",
+            "verify",
+            &format!("http://{}/service", h.http()),
+            "--scenarios",
+            "secure,secure-modern",
+            "--sizes",
+            "512,16383,16385,102400",
+            "--concurrency",
+            "1,50",
+            "--keys",
+        ])
+        .arg(&keys)
+        .args(["--timeout", "120s"])
+        .output()
+        .expect("run verify");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("tampered-signature"), "{text}");
+    assert!(text.contains(" 0 failed"), "{text}");
+    echo.stop();
+}
