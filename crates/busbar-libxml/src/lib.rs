@@ -8,7 +8,8 @@
 //! `document`, `xpath` and `xslt` hold the three public types, [`Document`], [`XPathExpr`]
 //! and [`Stylesheet`].
 //!
-//! This is the only busbar crate allowed `unsafe`: every block carries a `SAFETY:` comment.
+//! This is one of the two busbar crates allowed `unsafe` (the other is busbar-awslc, for
+//! AWS-LC): every block carries a `SAFETY:` comment.
 //!
 //! Threads: call [`init`] on the main thread before starting workers. A [`Document`] is
 //! `Send` but not `Sync`; an [`XPathExpr`] and a [`Stylesheet`] are compiled once and shared

@@ -1,8 +1,9 @@
 //! The fixed algorithm profile: each supported algorithm is an enum variant named by its URI,
 //! and anything else is refused by the caller before it gets here.
 //!
-//! RSA private-key operations run in aws-lc-rs (constant time), except RSA-SHA1 signing, which
-//! aws-lc-rs does not offer (see [`PrivateKey::sign`]). Digests and AES come from RustCrypto.
+//! RSA private-key operations run in AWS-LC (constant time, blinded): through aws-lc-rs, except
+//! RSA-SHA1 signing, which aws-lc-rs does not offer and busbar-awslc calls in the same library
+//! (see [`PrivateKey::sign`]). Digests and AES come from RustCrypto.
 //! RSA keys must have 2048 to 8192 bits, for signing, verifying and key transport alike.
 
 use std::fmt;
@@ -19,8 +20,8 @@ use aws_lc_rs::signature::{
     KeyPair as _, ParsedPublicKey, RsaKeyPair, RSA_PKCS1_2048_8192_SHA1_FOR_LEGACY_USE_ONLY,
     RSA_PKCS1_2048_8192_SHA256, RSA_PKCS1_SHA256,
 };
+use busbar_awslc::RsaSha1Signer;
 use cbc::cipher::{Array, BlockModeDecrypt, BlockModeEncrypt, KeyIvInit};
-use rsa::pkcs8::DecodePrivateKey as _;
 use sha1::Digest as _;
 
 /// Why a cryptographic operation failed. The messages are deliberately generic: they may end
@@ -325,7 +326,7 @@ impl fmt::Debug for PublicKey {
 pub struct PrivateKey {
     signing: RsaKeyPair,
     /// aws-lc-rs has no PKCS#1 v1.5 signing with SHA-1; see [`PrivateKey::sign`].
-    legacy_signing: rsa::RsaPrivateKey,
+    legacy_signing: RsaSha1Signer,
     oaep: OaepPrivateDecryptingKey,
     pkcs1: Pkcs1PrivateDecryptingKey,
     public: PublicKey,
@@ -336,8 +337,12 @@ impl PrivateKey {
     pub fn from_pkcs8_der(der: &[u8]) -> Result<Self, CryptoError> {
         let signing = RsaKeyPair::from_pkcs8(der)?;
         let decrypting = PrivateDecryptingKey::from_pkcs8(der)?;
-        let legacy_signing =
-            rsa::RsaPrivateKey::from_pkcs8_der(der).map_err(|_| CryptoError::InvalidKey)?;
+        let legacy_signing = RsaSha1Signer::from_pkcs8_der(der).map_err(|e| match e {
+            busbar_awslc::Error::NotRsa => CryptoError::NotRsa,
+            busbar_awslc::Error::KeyTooSmall => CryptoError::KeyTooSmall,
+            busbar_awslc::Error::KeyTooLarge => CryptoError::KeyTooLarge,
+            busbar_awslc::Error::InvalidKey | busbar_awslc::Error::Sign => CryptoError::InvalidKey,
+        })?;
         let spki = signing
             .public_key()
             .as_der()
@@ -374,11 +379,11 @@ impl PrivateKey {
     /// RSASSA-PKCS1-v1_5 signature over `data`.
     ///
     /// aws-lc-rs signs PKCS#1 v1.5 only with SHA-256 and longer digests, and its safe API has no
-    /// raw RSA operation to build the SHA-1 encoding on. RSA-SHA1 therefore goes through the
-    /// `rsa` crate's 0.10 line, whose arithmetic is constant-time crypto-bigint (the 0.9 line's
-    /// non-constant-time code is what RUSTSEC-2023-0071 is about), with blinding from the OS RNG
-    /// and a check of the CRT result. It is used for nothing else, and only when a legacy peer
-    /// is configured to receive RSA-SHA1 signatures.
+    /// raw RSA operation to build the SHA-1 encoding on. RSA-SHA1 therefore goes through
+    /// busbar-awslc, which calls AWS-LC's `RSA_sign` with SHA-1 on the same key in the same
+    /// library build: the private-key operation aws-lc-rs's SHA-256 signing runs (constant-time,
+    /// blinded, result checked), with only the `DigestInfo` prefix differing. It is used only
+    /// when a legacy peer is configured to receive RSA-SHA1 signatures.
     pub fn sign(&self, alg: SignatureAlg, data: &[u8]) -> Result<Vec<u8>, CryptoError> {
         match alg {
             SignatureAlg::RsaSha256 => {
@@ -393,12 +398,10 @@ impl PrivateKey {
                     .map_err(|_| CryptoError::Sign)?;
                 Ok(sig)
             }
-            SignatureAlg::RsaSha1 => {
-                let hashed = sha1::Sha1::digest(data);
-                self.legacy_signing
-                    .sign(rsa::Pkcs1v15Sign::new::<sha1::Sha1>(), &hashed)
-                    .map_err(|_| CryptoError::Sign)
-            }
+            SignatureAlg::RsaSha1 => self
+                .legacy_signing
+                .sign_sha1(data)
+                .map_err(|_| CryptoError::Sign),
         }
     }
 
