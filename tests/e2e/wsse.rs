@@ -881,3 +881,30 @@ fn secure_proxies_pass_the_project_verifier() {
     assert!(text.contains(" 0 failed"), "{text}");
     echo.stop();
 }
+
+#[test]
+fn with_the_replay_cache_off_a_repeated_message_is_served_from_the_session_key_cache() {
+    let keys = test_keys();
+    let echo = echo(Default::default());
+    let k = keys.display();
+    let h = engine(&format!(
+        "endpoints:\n  echo: {{ url: \"http://{}/service/EchoService\" }}\nproxies:\n  Cached:\n    path: /service/Cached\n    in:\n      - wsse_verify:\n          require: [timestamp, signature, encryption]\n          trust: {{ ca: \"{k}/ca.pem\" }}\n          decrypt_key: {{ pkcs12: \"{k}/server.p12\", password: server-pass }}\n          algorithms: legacy\n          replay_cache: {{ enabled: false }}\n          session_key_cache: {{ enabled: true, size: 16 }}\n      - call: echo\n",
+        echo.addr
+    ));
+    let plain = buy_stocks(2048, Variant::Plain).expect("payload");
+    let s = secured(&client(Profile::Legacy, &keys, "client", true), &keys, &plain);
+    for _ in 0..3 {
+        let r = Client::connect(h.http())
+            .post("/service/Cached", &[SOAP11], &s.message)
+            .expect("post");
+        assert_eq!(r.status, 200, "{}", r.text());
+        assert_eq!(r.body, s.plain);
+    }
+    // A different key for the same data is not confused with the cached one.
+    let other = secured(&client(Profile::Legacy, &keys, "client", true), &keys, &plain);
+    let r = Client::connect(h.http())
+        .post("/service/Cached", &[SOAP11], &other.message)
+        .expect("post");
+    assert_eq!(r.body, other.plain);
+    echo.stop();
+}
