@@ -97,6 +97,7 @@ fn every_example_validates_and_boots() {
             ("BUSBAR_ECHO", format!("127.0.0.1:{echo}")),
             ("BUSBAR_ADMIN", format!("127.0.0.1:{admin}")),
             ("BUSBAR_WORKERS", "1".to_owned()),
+            ("BUSBAR_KEYS", test_keys().display().to_string()),
         ];
         let out = busbar()
             .arg("validate")

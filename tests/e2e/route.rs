@@ -18,6 +18,10 @@ fn cbr_yaml(echo: std::net::SocketAddr) -> String {
     example[from..]
         .replace("${BUSBAR_ECHO:-127.0.0.1:9000}", &echo.to_string())
         .replace("xslt/reverse-", &format!("{xslt_dir}reverse-"))
+        .replace(
+            "${BUSBAR_KEYS:-../target/keys}",
+            &test_keys().display().to_string(),
+        )
 }
 
 fn sizes() -> Vec<usize> {
