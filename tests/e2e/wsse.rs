@@ -892,7 +892,11 @@ fn with_the_replay_cache_off_a_repeated_message_is_served_from_the_session_key_c
         echo.addr
     ));
     let plain = buy_stocks(2048, Variant::Plain).expect("payload");
-    let s = secured(&client(Profile::Legacy, &keys, "client", true), &keys, &plain);
+    let s = secured(
+        &client(Profile::Legacy, &keys, "client", true),
+        &keys,
+        &plain,
+    );
     for _ in 0..3 {
         let r = Client::connect(h.http())
             .post("/service/Cached", &[SOAP11], &s.message)
@@ -901,7 +905,11 @@ fn with_the_replay_cache_off_a_repeated_message_is_served_from_the_session_key_c
         assert_eq!(r.body, s.plain);
     }
     // A different key for the same data is not confused with the cached one.
-    let other = secured(&client(Profile::Legacy, &keys, "client", true), &keys, &plain);
+    let other = secured(
+        &client(Profile::Legacy, &keys, "client", true),
+        &keys,
+        &plain,
+    );
     let r = Client::connect(h.http())
         .post("/service/Cached", &[SOAP11], &other.message)
         .expect("post");

@@ -462,12 +462,16 @@ mod tests {
     }
 
     #[test]
-    fn secure_and_unknown_scenarios_are_refused() {
-        assert!("secure"
-            .parse::<Scenario>()
+    fn secure_scenarios_parse_but_need_keys_and_unknown_ones_are_refused() {
+        assert_eq!("secure".parse::<Scenario>(), Ok(Scenario::Secure));
+        assert_eq!(
+            "SecureProxyModern".parse::<Scenario>(),
+            Ok(Scenario::SecureModern)
+        );
+        assert!(Check::for_scenario(Scenario::Secure, b"<x/>")
             .err()
             .unwrap_or_default()
-            .contains("not supported"));
+            .contains("--keys"));
         assert!("nope"
             .parse::<Scenario>()
             .err()

@@ -205,9 +205,18 @@ fn verify_command_exit_codes_distinguish_failure_unreachable_and_usage() {
         usage.to_string().contains("unknown scenario 'bogus'"),
         "{usage}"
     );
-    let secure = busbar_bench::parse_args(["bench", "verify", &url, "--scenarios", "secure"])
-        .expect_err("usage");
-    assert!(secure.to_string().contains("not supported yet"), "{secure}");
+    // WS-Security scenarios need the client's keys: without them, a usage error.
+    let server = start(Behaviour::Reference);
+    let mut no_keys = args(
+        server.base(),
+        &[Scenario::Secure],
+        Some(vec![1024]),
+        vec![1],
+    );
+    no_keys.keys = None;
+    let err = verify::execute(&no_keys, |_| {}).expect_err("no keys");
+    assert!(err.to_string().contains("--keys"), "{err}");
+    assert_eq!(err.exit_code(), std::process::ExitCode::from(2));
     let size =
         busbar_bench::parse_args(["bench", "verify", &url, "--sizes", "100"]).expect_err("usage");
     assert_eq!(size.exit_code(), 2);

@@ -1,6 +1,6 @@
 //! Receiving: checks a secured SOAP message and returns it plain.
 //!
-//! The order is fixed (see `ws-security.md`): limits and envelope, the one Security header
+//! The order is fixed (docs/config.md, `wsse_verify`): limits and envelope, the one Security header
 //! for us, decryption (spliced back as bytes, then the message is parsed again), signature
 //! references and value, trust, the coverage policy, freshness and replay, and last the
 //! header's removal. Every failure is a [`WsseError`] whose fault code is all a client
