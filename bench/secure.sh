@@ -62,9 +62,13 @@ YAML
   proxy SecureProxyModernCached modern sha256 aes256-gcm rsa-oaep cached
 } > "$tmp/secure.yaml"
 $bin run "$tmp/secure.yaml" > "$tmp/busbar.log" 2>&1 &
+server=$!
+# CPU seconds (user + system) a process has used so far.
+cpu_of() { awk -v hz="$(getconf CLK_TCK)" '{ printf "%.2f", ($14 + $15) / hz }' "/proc/$1/stat"; }
 for _ in $(seq 100); do curl -sf -o /dev/null -d x http://127.0.0.1:8280/service/DirectProxy && break; sleep 0.1; done
 
-printf "%-26s %7s %4s %10s %9s %9s %s\n" target size c msg/s p50_ms p99_ms errors
+# server_ms: CPU (user + system) of the busbar process (proxy and echo) per successful message.
+printf "%-26s %7s %4s %10s %9s %9s %7s %10s\n" target size c msg/s p50_ms p99_ms errors server_ms
 for size in $sizes; do
   for c in $conc; do
     for _ in $(seq "$rounds"); do
@@ -77,12 +81,21 @@ for size in $sizes; do
           SecureProxyModernCached) args=(--verify secure-modern --keys "$keys" --replay) ;;
         esac
         $bin bench load "http://127.0.0.1:8280/service/$t" --size "$size" -c "$c" \
-          -d "${secs}s" --warmup 2s --pool 8000 --json "$tmp/r.json" "${args[@]}" > /dev/null
-        python3 - "$tmp/r.json" "$t" "$size" "$c" <<'PY'
+          -d "${secs}s" --warmup 0s --pool 8000 --json "$tmp/r.json" "${args[@]}" \
+          > /dev/null 2> "$tmp/load.err" &
+        client=$!
+        # The server is idle while the client builds its message pool, so its CPU over the
+        # client's lifetime is the measured window's (there is no warm-up).
+        s0=$(cpu_of $server); s1=$s0
+        while kill -0 $client 2>/dev/null; do s1=$(cpu_of $server); sleep 0.05; done
+        wait $client
+        python3 - "$tmp/r.json" "$t" "$size" "$c" "$s0" "$s1" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1]))
 e = r["errors"]
-print(f"{sys.argv[2]:<26} {sys.argv[3]:>7} {sys.argv[4]:>4} {r['tps']:>10.1f} {r['latency_ms']['p50']:>9.2f} {r['latency_ms']['p99']:>9.2f} {sum(e.values())}")
+n = max(r["successes"], 1)
+s = (float(sys.argv[6]) - float(sys.argv[5])) * 1000 / n
+print(f"{sys.argv[2]:<26} {sys.argv[3]:>7} {sys.argv[4]:>4} {r['tps']:>10.1f} {r['latency_ms']['p50']:>9.2f} {r['latency_ms']['p99']:>9.2f} {sum(e.values()):>7} {s:>10.2f}")
 PY
       done
     done
