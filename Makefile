@@ -9,7 +9,8 @@ setup:
 bench-setup:
 	@scripts/setup.sh --bench
 
-release: setup
+release:
+	@scripts/setup.sh --run
 	cargo build --release --bin busbar
 
 # Test keys for the example's SecureProxy (CA, server, client; made with openssl, never
