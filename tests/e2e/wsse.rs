@@ -8,7 +8,6 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use busbar_bench::payload::{buy_stocks, Variant};
-use busbar_wssec::crypto::{BlockCipher, DigestAlg, KeyTransport, SignatureAlg};
 use busbar_wssec::keys::{load_pem_certificates, Certificate, Identity, TrustStore};
 use busbar_wssec::{
     EncryptSettings, KeyReference, Secured, Securer, SignSettings, Verifier, VerifyPolicy,
@@ -51,19 +50,10 @@ fn cert(keys: &Path, name: &str) -> Certificate {
 /// What a client of each profile sends: signed by `signer`, encrypted for `recipient`.
 fn client(profile: Profile, keys: &Path, signer: &str, encrypt: bool) -> Securer {
     let (algorithm, digest, cipher, transport) = match profile {
-        Profile::Legacy => (
-            SignatureAlg::RsaSha1,
-            DigestAlg::Sha1,
-            BlockCipher::Aes128Cbc,
-            KeyTransport::Rsa15,
-        ),
-        Profile::Modern => (
-            SignatureAlg::RsaSha256,
-            DigestAlg::Sha256,
-            BlockCipher::Aes256Gcm,
-            KeyTransport::RsaOaepMgf1p,
-        ),
-    };
+        Profile::Legacy => busbar_bench::secure::Profile::Legacy,
+        Profile::Modern => busbar_bench::secure::Profile::Modern,
+    }
+    .algorithms();
     Securer {
         timestamp_ttl_ms: Some(300_000),
         sign: Some(SignSettings {

@@ -29,6 +29,26 @@ pub enum Profile {
     Modern,
 }
 
+impl Profile {
+    /// The signature, digest, data cipher and key transport a client of this profile uses.
+    pub fn algorithms(self) -> (SignatureAlg, DigestAlg, BlockCipher, KeyTransport) {
+        match self {
+            Profile::Legacy => (
+                SignatureAlg::RsaSha1,
+                DigestAlg::Sha1,
+                BlockCipher::Aes128Cbc,
+                KeyTransport::Rsa15,
+            ),
+            Profile::Modern => (
+                SignatureAlg::RsaSha256,
+                DigestAlg::Sha256,
+                BlockCipher::Aes256Gcm,
+                KeyTransport::RsaOaepMgf1p,
+            ),
+        }
+    }
+}
+
 /// Keys and settings of a secure client.
 #[derive(Clone)]
 pub struct SecureClient {
@@ -62,20 +82,7 @@ impl SecureClient {
             .ok_or_else(|| key_error(&server_pem, "no certificate"))?;
         let ca_pem = dir.join("ca.pem");
         let ca = load_pem_certificates(&ca_pem).map_err(|e| key_error(&ca_pem, e))?;
-        let (algorithm, digest, cipher, transport) = match profile {
-            Profile::Legacy => (
-                SignatureAlg::RsaSha1,
-                DigestAlg::Sha1,
-                BlockCipher::Aes128Cbc,
-                KeyTransport::Rsa15,
-            ),
-            Profile::Modern => (
-                SignatureAlg::RsaSha256,
-                DigestAlg::Sha256,
-                BlockCipher::Aes256Gcm,
-                KeyTransport::RsaOaepMgf1p,
-            ),
-        };
+        let (algorithm, digest, cipher, transport) = profile.algorithms();
         let securer = Securer {
             timestamp_ttl_ms: Some(300_000),
             sign: Some(SignSettings {
