@@ -127,21 +127,23 @@ impl Verifier {
         }
         let found = self.scan_header(&doc, &env)?;
 
-        // Decryption changes the bytes; everything after it works on the plain document.
-        let (doc, body_encrypted) = if found.encrypted_keys.is_empty() {
+        // Decryption changes the bytes; everything after it works on the plain document,
+        // parsed and scanned again.
+        let (doc, env, found, body_encrypted) = if found.encrypted_keys.is_empty() {
             if has_encrypted_data(&doc, env.body) {
                 return fail(
                     FaultKind::FailedCheck,
                     "EncryptedData in the Body without an EncryptedKey for it",
                 );
             }
-            (doc, false)
+            (doc, env, found, false)
         } else {
             let plain = self.decrypt(&doc, &env, &found)?;
-            (parse(&plain, &p.limits)?, true)
+            let doc = parse(&plain, &p.limits)?;
+            let env = Envelope::find(&doc)?;
+            let found = self.scan_header(&doc, &env)?;
+            (doc, env, found, true)
         };
-        let env = Envelope::find(&doc)?;
-        let found = self.scan_header(&doc, &env)?;
         let Some(security) = found.security else {
             return fail(
                 FaultKind::InvalidSecurity,
