@@ -249,6 +249,13 @@ fn replace_once(message: &[u8], from: &str, to: &str) -> Vec<u8> {
     text.replacen(from, to, 1).into_bytes()
 }
 
+/// `base64` with the character at `at` changed (to another base64 character).
+fn flip_char(base64: &str, at: usize) -> String {
+    let mut b = base64.as_bytes().to_vec();
+    b[at] = if b[at] == b'A' { b'B' } else { b'A' };
+    String::from_utf8_lossy(&b).into_owned()
+}
+
 /// The value of the first `attr="..."` after `after` in `text`.
 fn attr_after(text: &str, after: &str, attr: &str) -> String {
     let at = text.find(after).expect("anchor");
@@ -302,36 +309,30 @@ fn attacks(keys: &Path) -> Vec<Attack> {
         "wsse:FailedCheck",
     );
     let sig_value = element_text(&good_text, "ds:SignatureValue");
-    let mut flipped = sig_value.clone().into_bytes();
-    flipped[10] = if flipped[10] == b'A' { b'B' } else { b'A' };
     add(
         "bit-flipped SignatureValue",
         "/service/SecureProxy",
-        replace_once(&good, &sig_value, &String::from_utf8_lossy(&flipped)),
+        replace_once(&good, &sig_value, &flip_char(&sig_value, 10)),
         "wsse:FailedCheck",
     );
     let cipher = element_text(
         &element(&good_text, "xenc:EncryptedData"),
         "xenc:CipherValue",
     );
-    let mut c2 = cipher.clone().into_bytes();
-    c2[40] = if c2[40] == b'A' { b'B' } else { b'A' };
     add(
         "tampered ciphertext",
         "/service/SecureProxy",
-        replace_once(&good, &cipher, &String::from_utf8_lossy(&c2)),
+        replace_once(&good, &cipher, &flip_char(&cipher, 40)),
         "wsse:FailedCheck",
     );
     let ek_cipher = element_text(
         &element(&good_text, "xenc:EncryptedKey"),
         "xenc:CipherValue",
     );
-    let mut k2 = ek_cipher.clone().into_bytes();
-    k2[20] = if k2[20] == b'A' { b'B' } else { b'A' };
     add(
         "RSA-1.5 key with broken padding",
         "/service/SecureProxy",
-        replace_once(&good, &ek_cipher, &String::from_utf8_lossy(&k2)),
+        replace_once(&good, &ek_cipher, &flip_char(&ek_cipher, 20)),
         "wsse:FailedCheck",
     );
 
