@@ -8,6 +8,7 @@
 
 pub mod interpolate;
 pub mod model;
+pub mod secret;
 pub mod units;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -16,6 +17,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 pub use model::*;
+pub use secret::{Secret, SecretUrl};
 pub use serde_saphyr::Spanned;
 
 /// One problem in a config: the file, the line when known, the key path and the message.

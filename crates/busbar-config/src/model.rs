@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use serde_saphyr::Spanned;
 
+use crate::secret::Secret;
 use crate::units::{ByteSize, Duration};
 
 /// A whole config file.
@@ -556,9 +557,9 @@ pub struct WsseVerifyConfig {
     /// Remove the `wsse:Security` header before forwarding (other headers stay).
     #[serde(default = "default_true")]
     pub remove_header: bool,
-    /// UsernameToken users: name → password.
+    /// UsernameToken users: name → password (a secret: `/config` never shows it).
     #[serde(default)]
-    pub users: BTreeMap<String, String>,
+    pub users: BTreeMap<String, Secret<String>>,
     /// Deepest element nesting accepted.
     #[serde(default = "default_max_depth")]
     pub max_depth: usize,
@@ -610,9 +611,9 @@ pub struct KeySourceConfig {
     /// PKCS#12 file.
     #[serde(default)]
     pub pkcs12: Option<Spanned<String>>,
-    /// Its password.
+    /// Its password (a secret: `/config` never shows it).
     #[serde(default)]
-    pub password: Option<String>,
+    pub password: Option<Secret<String>>,
     /// PEM private key (PKCS#8 or PKCS#1).
     #[serde(default)]
     pub key: Option<Spanned<String>>,
@@ -725,9 +726,9 @@ pub struct WsseTtlConfig {
 pub struct WsseSignConfig {
     /// The signing key: a PKCS#12 file (with `password`), or a PEM key (with `cert`).
     pub key: Spanned<String>,
-    /// Password of a PKCS#12 `key`.
+    /// Password of a PKCS#12 `key` (a secret: `/config` never shows it).
     #[serde(default)]
-    pub password: Option<String>,
+    pub password: Option<Secret<String>>,
     /// PEM certificate of a PEM `key`.
     #[serde(default)]
     pub cert: Option<Spanned<String>>,

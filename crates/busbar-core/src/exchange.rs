@@ -1,5 +1,7 @@
 //! The per-request [`Exchange`] that steps read and change.
 
+use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Instant;
 
 use http::{request, HeaderMap, Response};
@@ -39,12 +41,35 @@ pub struct Exchange {
     /// When the request arrived.
     pub started: Instant,
     /// Name of the proxy serving this exchange.
-    pub proxy: std::sync::Arc<str>,
+    pub proxy: Arc<str>,
+    /// Path parameters the router matched (`/api/product/{id}` gives `id`), in pattern order.
+    pub params: Vec<(Arc<str>, String)>,
+    /// Variables steps set and read, by name; they live as long as the exchange.
+    pub vars: BTreeMap<String, Var>,
+}
+
+/// The value of an exchange variable.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Var {
+    /// Text.
+    Text(String),
+    /// Raw bytes (a body kept for later, a binary value).
+    Bytes(bytes::Bytes),
+}
+
+impl Var {
+    /// The value as text, when it is text or UTF-8 bytes.
+    pub fn as_str(&self) -> Option<&str> {
+        match self {
+            Var::Text(s) => Some(s),
+            Var::Bytes(b) => std::str::from_utf8(b).ok(),
+        }
+    }
 }
 
 impl Exchange {
     /// A new exchange for a request received by `proxy`.
-    pub fn new(request: request::Parts, body: Body, proxy: std::sync::Arc<str>) -> Self {
+    pub fn new(request: request::Parts, body: Body, proxy: Arc<str>) -> Self {
         let format = MessageFormat::from_request_headers(&request.headers);
         Self {
             request,
@@ -53,7 +78,27 @@ impl Exchange {
             format,
             started: Instant::now(),
             proxy,
+            params: Vec::new(),
+            vars: BTreeMap::new(),
         }
+    }
+
+    /// The path parameter `name`, if the router matched one.
+    pub fn param(&self, name: &str) -> Option<&str> {
+        self.params
+            .iter()
+            .find(|(k, _)| &**k == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// The variable `name`, if a step set it.
+    pub fn var(&self, name: &str) -> Option<&Var> {
+        self.vars.get(name)
+    }
+
+    /// Sets the variable `name`.
+    pub fn set_var(&mut self, name: impl Into<String>, value: Var) {
+        self.vars.insert(name.into(), value);
     }
 
     /// The phase steps act in.

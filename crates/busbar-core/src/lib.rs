@@ -14,7 +14,7 @@ pub mod metrics;
 
 pub use body::{Body, BodyError};
 pub use error::{Blame, ErrorKind, MediationError};
-pub use exchange::{Exchange, Flow, Phase};
+pub use exchange::{Exchange, Flow, Phase, Var};
 pub use fault::{FaultCode, MessageFormat, QName, SoapVersion};
 
 /// The boxed error type carried as the source of body and mediation errors.

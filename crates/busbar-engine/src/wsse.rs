@@ -55,7 +55,7 @@ fn identity(loaded: &LoadedConfig, k: &KeySourceConfig, at: &str) -> Result<Iden
     match (&k.pkcs12, &k.key, &k.cert) {
         (Some(p12), None, None) => Identity::from_pkcs12(
             &loaded.resolve(&p12.value),
-            k.password.as_deref().unwrap_or(""),
+            k.password.as_ref().map_or("", |p| p.expose().as_str()),
         )
         .map_err(|e| (line_of(p12), format!("{at}.pkcs12"), e.to_string())),
         (None, Some(key), Some(cert)) => {
@@ -140,7 +140,7 @@ impl VerifyStep {
             users: c
                 .users
                 .iter()
-                .map(|(k, v)| (k.clone(), v.clone()))
+                .map(|(k, v)| (k.clone(), v.expose().clone()))
                 .collect::<HashMap<_, _>>(),
             limits: busbar_wssec::dom::Limits {
                 max_depth: c.max_depth,
