@@ -357,6 +357,7 @@ fn check_steps(
     let cfg = &loaded.config;
     for (i, step) in steps.iter().enumerate() {
         let here = format!("{path}[{i}].{}", step.kind());
+        let nested_at = here.clone();
         match step {
             StepConfig::Call(name) => {
                 if !cfg.endpoints.contains_key(&name.value) {
@@ -443,7 +444,7 @@ fn check_steps(
                 for (j, case) in cases.iter().enumerate() {
                     let at = format!("{here}[{j}]");
                     match (&case.when, &case.then, &case.otherwise) {
-                        (Some(when), Some(then), None) => {
+                        (Some(when), Some(_), None) => {
                             let sources = usize::from(when.header.is_some())
                                 + usize::from(when.xpath.is_some());
                             if sources != 1 {
@@ -472,13 +473,11 @@ fn check_steps(
                                     );
                                 }
                             }
-                            check_steps(loaded, then, &format!("{at}.then"), err);
                         }
-                        (None, None, Some(otherwise)) => {
+                        (None, None, Some(_)) => {
                             if j + 1 != cases.len() {
                                 err(None, at.clone(), "'otherwise' must be the last case".into());
                             }
-                            check_steps(loaded, otherwise, &format!("{at}.otherwise"), err);
                         }
                         _ => err(
                             None,
@@ -488,6 +487,9 @@ fn check_steps(
                     }
                 }
             }
+        }
+        for (below, children) in step.children() {
+            check_steps(loaded, children, &format!("{nested_at}{below}"), err);
         }
     }
 }
@@ -616,16 +618,11 @@ fn check_sequence_cycles(cfg: &Config, err: &mut impl FnMut(Option<u64>, String,
     fn refs(steps: &[StepConfig]) -> Vec<&Spanned<String>> {
         let mut out = Vec::new();
         for s in steps {
-            match s {
-                StepConfig::Sequence(n) => out.push(n),
-                StepConfig::Route(cases) => {
-                    for c in cases {
-                        for list in [&c.then, &c.otherwise].into_iter().flatten() {
-                            out.extend(refs(list));
-                        }
-                    }
-                }
-                _ => {}
+            if let StepConfig::Sequence(n) = s {
+                out.push(n);
+            }
+            for (_, children) in s.children() {
+                out.extend(refs(children));
             }
         }
         out

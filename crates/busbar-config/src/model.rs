@@ -352,6 +352,36 @@ impl StepConfig {
             StepConfig::WsseSecure(_) => "wsse_secure",
         }
     }
+
+    /// The step lists nested in this step, each with its path below the step's own
+    /// (`[0].then`, `[1].otherwise` for a `route`). The one place that knows how steps nest:
+    /// validation, the sequence-cycle check and the engine's builder all walk it.
+    pub fn children(&self) -> Vec<(String, &[StepConfig])> {
+        match self {
+            StepConfig::Route(cases) => cases
+                .iter()
+                .enumerate()
+                .flat_map(|(j, case)| {
+                    let then = case.then.as_deref().map(|s| (format!("[{j}].then"), s));
+                    let otherwise = case
+                        .otherwise
+                        .as_deref()
+                        .map(|s| (format!("[{j}].otherwise"), s));
+                    then.into_iter().chain(otherwise)
+                })
+                .collect(),
+            StepConfig::Call(_)
+            | StepConfig::Fault(_)
+            | StepConfig::Respond(_)
+            | StepConfig::SetHeader(_)
+            | StepConfig::RemoveHeader(_)
+            | StepConfig::Log(_)
+            | StepConfig::Sequence(_)
+            | StepConfig::Xslt(_)
+            | StepConfig::WsseVerify(_)
+            | StepConfig::WsseSecure(_) => Vec::new(),
+        }
+    }
 }
 
 /// The `fault` step.

@@ -104,8 +104,8 @@ pub struct MediationError {
     pub blame: Blame,
     /// True when repeating the call could succeed (nothing was sent yet).
     pub retryable: bool,
-    /// The step that failed, if any.
-    pub step: Option<&'static str>,
+    /// The config path of the step that failed (`proxies.XSLTProxy.out[0].xslt`), if any.
+    pub step: Option<std::sync::Arc<str>>,
     /// The message a client sees (the SOAP faultstring or the problem title).
     pub reason: Cow<'static, str>,
     /// For policy faults: the configured status.
@@ -118,7 +118,7 @@ pub struct MediationError {
 
 impl std::fmt::Display for MediationError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        if let Some(step) = self.step {
+        if let Some(step) = &self.step {
             write!(f, "{step}: ")?;
         }
         f.write_str(&self.reason)?;
@@ -177,9 +177,9 @@ impl MediationError {
         self
     }
 
-    /// Names the step that failed.
-    pub fn in_step(mut self, step: &'static str) -> Self {
-        self.step.get_or_insert(step);
+    /// Names the step that failed by its config path; the innermost step wins.
+    pub fn in_step(mut self, path: &std::sync::Arc<str>) -> Self {
+        self.step.get_or_insert_with(|| path.clone());
         self
     }
 

@@ -1,5 +1,6 @@
 //! The per-request [`Exchange`] that steps read and change.
 
+use std::any::Any;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Instant;
@@ -7,6 +8,7 @@ use std::time::Instant;
 use http::{request, HeaderMap, Response};
 
 use crate::body::Body;
+use crate::error::{Blame, ErrorKind, MediationError};
 use crate::fault::MessageFormat;
 
 /// What a step tells the executor to do next.
@@ -46,6 +48,21 @@ pub struct Exchange {
     pub params: Vec<(Arc<str>, String)>,
     /// Variables steps set and read, by name; they live as long as the exchange.
     pub vars: BTreeMap<String, Var>,
+    /// Parsed views of the current bodies, so that a body is parsed at most once.
+    views: Vec<View>,
+}
+
+/// A parsed form of one message's body (a JSON value, an XML document), kept until the body
+/// changes.
+struct View {
+    phase: Phase,
+    value: Box<dyn Any + Send>,
+}
+
+impl std::fmt::Debug for View {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("View").field("phase", &self.phase).finish()
+    }
 }
 
 /// The value of an exchange variable.
@@ -80,7 +97,51 @@ impl Exchange {
             proxy,
             params: Vec::new(),
             vars: BTreeMap::new(),
+            views: Vec::new(),
         }
+    }
+
+    /// Takes the cached view of type `T` of the current message's body, if there is one
+    /// (give it back with [`Exchange::put_view`] once used).
+    pub fn take_view<T: Any + Send>(&mut self) -> Option<T> {
+        let phase = self.phase();
+        let i = self
+            .views
+            .iter()
+            .position(|v| v.phase == phase && v.value.is::<T>())?;
+        let view = self.views.swap_remove(i);
+        view.value.downcast::<T>().ok().map(|b| *b)
+    }
+
+    /// Keeps `view` as the parsed form of the current message's body until the body changes.
+    pub fn put_view<T: Any + Send>(&mut self, view: T) {
+        let phase = self.phase();
+        self.views
+            .retain(|v| !(v.phase == phase && v.value.is::<T>()));
+        self.views.push(View {
+            phase,
+            value: Box::new(view),
+        });
+    }
+
+    /// The current message's body as JSON, parsed once and cached (up to `max_body` bytes).
+    /// A body that is not JSON is the client's error (for a request) or the back end's.
+    pub async fn json(&mut self, max_body: u64) -> Result<Arc<serde_json::Value>, MediationError> {
+        if let Some(v) = self.take_view::<Arc<serde_json::Value>>() {
+            self.put_view(v.clone());
+            return Ok(v);
+        }
+        let bytes = self.body_mut().bytes(max_body).await?;
+        let value = serde_json::from_slice::<serde_json::Value>(&bytes).map_err(|e| {
+            let (kind, blame) = match self.phase() {
+                Phase::Request => (ErrorKind::BadRequest, Blame::Client),
+                Phase::Response => (ErrorKind::UpstreamReset, Blame::Upstream),
+            };
+            MediationError::new(kind, blame, format!("Malformed JSON: {e}")).with_source(e)
+        })?;
+        let value = Arc::new(value);
+        self.put_view(value.clone());
+        Ok(value)
     }
 
     /// The path parameter `name`, if the router matched one.
@@ -137,9 +198,63 @@ impl Exchange {
     /// Replaces the body of the current message, dropping the length headers of the old one
     /// (a stale Content-Length would make the next hop wait for bytes that never come).
     pub fn set_body(&mut self, body: Body) {
+        let phase = self.phase();
+        self.views.retain(|v| v.phase != phase);
         let headers = self.headers_mut();
         headers.remove(http::header::CONTENT_LENGTH);
         headers.remove(http::header::TRANSFER_ENCODING);
         *self.body_mut() = body;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn exchange(body: &'static [u8]) -> Exchange {
+        let (parts, ()) = http::Request::builder()
+            .uri("/p")
+            .body(())
+            .map(http::Request::into_parts)
+            .unwrap_or_else(|e| panic!("{e}"));
+        Exchange::new(parts, Body::full(body), "P".into())
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn json_is_parsed_once_and_dropped_when_the_body_changes() {
+        let mut ex = exchange(br#"{"a": 1}"#);
+        let first = ex.json(1024).await.unwrap_or_else(|e| panic!("{e}"));
+        let second = ex.json(1024).await.unwrap_or_else(|e| panic!("{e}"));
+        assert!(Arc::ptr_eq(&first, &second), "parsed twice");
+        ex.set_body(Body::full(&br#"{"a": 2}"#[..]));
+        let third = ex.json(1024).await.unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(third["a"], 2);
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn malformed_json_in_a_request_is_the_clients_error() {
+        let mut ex = exchange(b"{\"a\": ");
+        let e = ex.json(1024).await.err();
+        assert!(e.is_some_and(|e| e.blame == Blame::Client && e.kind == ErrorKind::BadRequest));
+    }
+
+    #[test]
+    fn a_response_does_not_see_the_requests_views() {
+        let mut ex = exchange(b"x");
+        ex.put_view(7u32);
+        ex.response = Some(http::Response::new(Body::empty()));
+        assert_eq!(ex.take_view::<u32>(), None);
+        ex.response = None;
+        assert_eq!(ex.take_view::<u32>(), Some(7));
+    }
+
+    #[test]
+    fn variables_and_parameters_read_back() {
+        let mut ex = exchange(b"");
+        ex.params.push(("id".into(), "42".into()));
+        ex.set_var("tier", Var::Text("gold".into()));
+        assert_eq!(ex.param("id"), Some("42"));
+        assert_eq!(ex.param("nope"), None);
+        assert_eq!(ex.var("tier").and_then(Var::as_str), Some("gold"));
     }
 }

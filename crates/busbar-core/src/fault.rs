@@ -6,8 +6,8 @@ use http::header::{HeaderMap, HeaderValue, CONTENT_TYPE};
 const SOAP11_NS: &str = "http://schemas.xmlsoap.org/soap/envelope/";
 const SOAP12_NS: &str = "http://www.w3.org/2003/05/soap-envelope";
 
-/// SOAP envelope versions.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// SOAP envelope versions: the one enum every busbar crate uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum SoapVersion {
     /// SOAP 1.1 (`text/xml`).
     V11,
@@ -21,6 +21,14 @@ impl SoapVersion {
         match self {
             SoapVersion::V11 => SOAP11_NS,
             SoapVersion::V12 => SOAP12_NS,
+        }
+    }
+
+    /// The media type a message of this version is sent with.
+    pub fn content_type(self) -> &'static str {
+        match self {
+            SoapVersion::V11 => "text/xml; charset=utf-8",
+            SoapVersion::V12 => "application/soap+xml; charset=utf-8",
         }
     }
 

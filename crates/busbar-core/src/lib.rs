@@ -11,11 +11,13 @@ pub mod error;
 pub mod exchange;
 pub mod fault;
 pub mod metrics;
+pub mod test;
 
 pub use body::{Body, BodyError};
 pub use error::{Blame, ErrorKind, MediationError};
 pub use exchange::{Exchange, Flow, Phase, Var};
 pub use fault::{FaultCode, MessageFormat, QName, SoapVersion};
+pub use test::Test;
 
 /// The boxed error type carried as the source of body and mediation errors.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;

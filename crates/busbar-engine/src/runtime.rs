@@ -1,14 +1,16 @@
 //! Config → Runtime: everything a request needs, compiled once and immutable.
 
 use std::collections::{BTreeMap, HashMap};
+
 use std::sync::Arc;
 
-use busbar_config::{line_of, ConfigError, LoadedConfig, StepConfig};
+use busbar_config::{line_of, ConfigError, LoadedConfig};
 use busbar_core::metrics::{Counters, Registry};
-use http::{HeaderName, HeaderValue, Method, StatusCode};
+use http::Method;
 
 use crate::client::{Endpoint, EndpointSettings};
-use crate::steps::{BuiltStep, FaultStep, LogStep, RespondStep, Sequence, Step};
+use crate::offload::Offload;
+use crate::steps::{BuildCx, BuiltStep, ProxyCx};
 
 /// A proxy service, built.
 #[derive(Debug)]
@@ -17,8 +19,8 @@ pub struct Proxy {
     pub name: Arc<str>,
     /// Accepted methods; empty means any.
     pub methods: Vec<Method>,
-    /// Body limits and checks for its steps.
-    pub cx: crate::steps::StepCx,
+    /// What its steps share at run time: limits, endpoints, the CPU pool.
+    pub cx: ProxyCx,
     /// Request steps.
     pub in_seq: Vec<BuiltStep>,
     /// Response steps.
@@ -39,7 +41,7 @@ pub struct Runtime {
     /// TLS config of each listener (by index), `None` for plain HTTP.
     pub tls: Vec<Option<Arc<rustls::ServerConfig>>>,
     /// Endpoints by name.
-    pub endpoints: BTreeMap<String, Arc<Endpoint>>,
+    pub endpoints: Arc<BTreeMap<String, Arc<Endpoint>>>,
     /// The config this was built from.
     pub config: LoadedConfig,
 }
@@ -58,14 +60,8 @@ impl Runtime {
     ) -> Result<Runtime, Vec<ConfigError>> {
         let cfg = &loaded.config;
         busbar_libxml::init();
-        let mut b = Builder {
-            loaded,
-            metrics,
-            namespaces: cfg.namespaces.clone(),
-            errors: Vec::new(),
-            endpoints: BTreeMap::new(),
-            sequences: HashMap::new(),
-        };
+        let mut errors = Vec::new();
+        let mut endpoints = BTreeMap::new();
         for (name, e) in &cfg.endpoints {
             let settings = EndpointSettings {
                 connect_timeout: e.connect_timeout.0,
@@ -82,13 +78,17 @@ impl Runtime {
                 metrics.endpoint(name),
             ) {
                 Ok(ep) => {
-                    b.endpoints.insert(name.clone(), Arc::new(ep));
+                    endpoints.insert(name.clone(), Arc::new(ep));
                 }
-                Err(msg) => b.error(line_of(&e.url), format!("endpoints.{name}.url"), msg),
+                Err(msg) => {
+                    errors.push(loaded.error(line_of(&e.url), format!("endpoints.{name}.url"), msg))
+                }
             }
         }
+        let shared_endpoints = Arc::new(endpoints);
+        let mut b = BuildCx::new(loaded, metrics, &shared_endpoints);
         for name in cfg.sequences.keys() {
-            b.sequence(name, &format!("sequences.{name}"));
+            b.sequence(name);
         }
         let listener_names: Vec<String> = cfg.listeners.keys().cloned().collect();
         let mut tls = Vec::with_capacity(listener_names.len());
@@ -101,7 +101,7 @@ impl Runtime {
             match crate::tls::server_config(&cert, &key) {
                 Ok(c) => tls.push(Some(c)),
                 Err(msg) => {
-                    b.error(line_of(&t.cert), format!("listeners.{name}.tls"), msg);
+                    b.fail(line_of(&t.cert), format!("listeners.{name}.tls"), msg);
                     tls.push(None);
                 }
             }
@@ -120,9 +120,11 @@ impl Runtime {
                     .iter()
                     .filter_map(|m| Method::from_bytes(m.as_bytes()).ok())
                     .collect(),
-                cx: crate::steps::StepCx {
+                cx: ProxyCx {
                     max_body: p.max_body.0,
                     check_xml_tail: p.xml_check == busbar_config::XmlCheck::Whole,
+                    endpoints: shared_endpoints.clone(),
+                    offload: Offload::shared(),
                 },
                 in_seq: b.steps(&p.in_seq, &format!("{path}.in")),
                 out_seq: b.steps(&p.out_seq, &format!("{path}.out")),
@@ -135,295 +137,17 @@ impl Runtime {
                 }
             }
         }
-        if b.errors.is_empty() {
+        errors.extend(b.into_errors());
+        if errors.is_empty() {
             Ok(Runtime {
                 routes,
                 listener_names,
                 tls,
-                endpoints: b.endpoints,
+                endpoints: shared_endpoints,
                 config: loaded.clone(),
             })
         } else {
-            Err(b.errors)
-        }
-    }
-}
-
-struct Builder<'a> {
-    loaded: &'a LoadedConfig,
-    metrics: &'a Registry,
-    /// Namespace prefixes in scope for the steps being built.
-    namespaces: BTreeMap<String, String>,
-    errors: Vec<ConfigError>,
-    endpoints: BTreeMap<String, Arc<Endpoint>>,
-    sequences: HashMap<String, Arc<Sequence>>,
-}
-
-impl Builder<'_> {
-    fn error(&mut self, line: Option<u64>, path: String, msg: String) {
-        self.errors.push(self.loaded.error(line, path, msg));
-    }
-
-    /// Builds named sequence `name` once (validation has ruled out cycles).
-    fn sequence(&mut self, name: &str, path: &str) -> Option<Arc<Sequence>> {
-        if let Some(s) = self.sequences.get(name) {
-            return Some(s.clone());
-        }
-        let cfg = self.loaded.config.sequences.get(name)?;
-        // Named sequences see the global namespaces only, wherever they are used from.
-        let scoped = std::mem::replace(&mut self.namespaces, self.loaded.config.namespaces.clone());
-        let steps = self.steps(cfg, path);
-        self.namespaces = scoped;
-        let seq = Arc::new(Sequence {
-            name: name.to_owned(),
-            steps,
-        });
-        self.sequences.insert(name.to_owned(), seq.clone());
-        Some(seq)
-    }
-
-    fn steps(&mut self, cfgs: &[StepConfig], path: &str) -> Vec<BuiltStep> {
-        let mut out = Vec::with_capacity(cfgs.len());
-        for (i, cfg) in cfgs.iter().enumerate() {
-            let here = format!("{path}[{i}].{}", cfg.kind());
-            if let Some(step) = self.step(cfg, &here) {
-                out.push(BuiltStep {
-                    step,
-                    counters: self.metrics.step(&here),
-                });
-            }
-        }
-        out
-    }
-
-    fn step(&mut self, cfg: &StepConfig, here: &str) -> Option<Step> {
-        match cfg {
-            StepConfig::Call(name) => match self.endpoints.get(&name.value) {
-                Some(ep) => Some(Step::Call(ep.clone())),
-                None => {
-                    self.error(
-                        line_of(name),
-                        here.to_owned(),
-                        format!("unknown endpoint '{}'", name.value),
-                    );
-                    None
-                }
-            },
-            StepConfig::Sequence(name) => {
-                let seq = self.sequence(&name.value, &format!("sequences.{}", name.value));
-                if seq.is_none() {
-                    self.error(
-                        line_of(name),
-                        here.to_owned(),
-                        format!("unknown sequence '{}'", name.value),
-                    );
-                }
-                seq.map(Step::Sequence)
-            }
-            StepConfig::Fault(f) => match StatusCode::from_u16(f.status) {
-                Ok(status) => Some(Step::Fault(FaultStep {
-                    status,
-                    reason: f.reason.as_str().into(),
-                    client: f.code == busbar_config::FaultCodeConfig::Client,
-                })),
-                Err(e) => {
-                    self.error(None, format!("{here}.status"), e.to_string());
-                    None
-                }
-            },
-            StepConfig::Respond(r) => {
-                let status = r.status.and_then(|s| StatusCode::from_u16(s).ok());
-                let ct = r
-                    .content_type
-                    .as_deref()
-                    .and_then(|c| HeaderValue::from_str(c).ok());
-                Some(Step::Respond(RespondStep {
-                    status,
-                    body: r.body.as_ref().map(|b| (bytes::Bytes::from(b.clone()), ct)),
-                }))
-            }
-            StepConfig::SetHeader(h) => {
-                let name = HeaderName::from_bytes(h.name.as_bytes());
-                let value = HeaderValue::from_str(&h.value);
-                match (name, value) {
-                    (Ok(n), Ok(v)) => Some(Step::SetHeader(n, v)),
-                    _ => {
-                        self.error(None, here.to_owned(), "invalid header name or value".into());
-                        None
-                    }
-                }
-            }
-            StepConfig::RemoveHeader(name) => match HeaderName::from_bytes(name.as_bytes()) {
-                Ok(n) => Some(Step::RemoveHeader(n)),
-                Err(_) => {
-                    self.error(
-                        None,
-                        here.to_owned(),
-                        format!("invalid header name '{name}'"),
-                    );
-                    None
-                }
-            },
-            StepConfig::Route(cases) => {
-                let mut built = crate::route::RouteStep {
-                    cases: Vec::new(),
-                    otherwise: None,
-                };
-                for (j, case) in cases.iter().enumerate() {
-                    let at = format!("{here}[{j}]");
-                    if let Some(steps) = &case.otherwise {
-                        built.otherwise = Some(self.steps(steps, &format!("{at}.otherwise")));
-                        continue;
-                    }
-                    let (Some(when), Some(then)) = (&case.when, &case.then) else {
-                        continue;
-                    };
-                    let condition = self.condition(when, &format!("{at}.when"));
-                    let steps = self.steps(then, &format!("{at}.then"));
-                    if let Some(c) = condition {
-                        built.cases.push((c, steps));
-                    }
-                }
-                Some(Step::Route(built))
-            }
-            StepConfig::Xslt(x) => {
-                let file = self.loaded.resolve(&x.stylesheet.value);
-                let access = match x.document_access {
-                    busbar_config::DocumentAccessConfig::ConfigDir => {
-                        busbar_libxml::DocumentAccess::UnderDir(self.loaded.base_dir.clone())
-                    }
-                    busbar_config::DocumentAccessConfig::None => busbar_libxml::DocumentAccess::Off,
-                };
-                match busbar_libxml::Stylesheet::compile_file(&file, access) {
-                    Ok(sheet) => Some(Step::Xslt(crate::xslt::XsltStep {
-                        sheet: Arc::new(sheet),
-                        name: x.stylesheet.value.as_str().into(),
-                        params: Arc::new(
-                            x.params
-                                .iter()
-                                .map(|(k, v)| {
-                                    let expr = match v {
-                                        busbar_config::XsltParam::String(s) => {
-                                            busbar_libxml::Param::string(s)
-                                        }
-                                        busbar_config::XsltParam::XPath { xpath } => xpath.clone(),
-                                    };
-                                    (k.clone(), expr)
-                                })
-                                .collect(),
-                        ),
-                    })),
-                    Err(e) => {
-                        let line = e.line.map(|l| format!(" (line {l})")).unwrap_or_default();
-                        self.error(
-                            line_of(&x.stylesheet),
-                            format!("{here}.stylesheet"),
-                            format!("{}: {}{line}", file.display(), e.message.trim()),
-                        );
-                        None
-                    }
-                }
-            }
-            StepConfig::WsseVerify(c) => match crate::wsse::VerifyStep::build(self.loaded, c, here)
-            {
-                Ok(step) => Some(Step::WsseVerify(step)),
-                Err((line, at, msg)) => {
-                    self.error(line, at, msg);
-                    None
-                }
-            },
-            StepConfig::WsseSecure(c) => match crate::wsse::SecureStep::build(self.loaded, c, here)
-            {
-                Ok(step) => Some(Step::WsseSecure(step)),
-                Err((line, at, msg)) => {
-                    self.error(line, at, msg);
-                    None
-                }
-            },
-            StepConfig::Log(l) => Some(Step::Log(LogStep {
-                message: l.message.clone(),
-                level: match l.level {
-                    busbar_config::LogLevel::Error => tracing::Level::ERROR,
-                    busbar_config::LogLevel::Warn => tracing::Level::WARN,
-                    busbar_config::LogLevel::Info => tracing::Level::INFO,
-                    busbar_config::LogLevel::Debug => tracing::Level::DEBUG,
-                    busbar_config::LogLevel::Trace => tracing::Level::TRACE,
-                },
-            })),
-        }
-    }
-}
-
-impl Builder<'_> {
-    fn condition(
-        &mut self,
-        when: &busbar_config::Condition,
-        at: &str,
-    ) -> Option<crate::route::Condition> {
-        use crate::route::Condition;
-        use busbar_xml::Test;
-        let test = if let Some(s) = &when.equals {
-            Test::Equals(s.clone())
-        } else if let Some(re) = &when.matches {
-            match regex::Regex::new(&re.value) {
-                Ok(r) => Test::Matches(r),
-                Err(e) => {
-                    self.error(
-                        line_of(re),
-                        format!("{at}.matches"),
-                        format!("invalid regex: {e}"),
-                    );
-                    return None;
-                }
-            }
-        } else {
-            Test::Exists
-        };
-        if let Some(h) = &when.header {
-            return match HeaderName::from_bytes(h.value.as_bytes()) {
-                Ok(name) => Some(Condition::Header(name, test)),
-                Err(_) => {
-                    self.error(
-                        line_of(h),
-                        format!("{at}.header"),
-                        format!("invalid header name '{}'", h.value),
-                    );
-                    None
-                }
-            };
-        }
-        let xpath = when.xpath.as_ref()?;
-        let ns = match busbar_xml::Namespaces::from_pairs(self.namespaces.iter()) {
-            Ok(ns) => ns,
-            Err(e) => {
-                self.error(None, "namespaces".into(), e.to_string());
-                return None;
-            }
-        };
-        match busbar_xml::compile(&xpath.value, &ns) {
-            Ok(path) => Some(Condition::Streaming(path, test)),
-            Err(busbar_xml::CompileError::NotStreamable { .. }) => {
-                let pairs: Vec<(String, String)> = self
-                    .namespaces
-                    .iter()
-                    .map(|(k, v)| (k.clone(), v.clone()))
-                    .collect();
-                match busbar_libxml::XPathExpr::compile(&xpath.value, &pairs) {
-                    Ok(expr) => Some(Condition::Full(Arc::new(expr), test)),
-                    Err(e) => {
-                        self.error(
-                            line_of(xpath),
-                            format!("{at}.xpath"),
-                            e.message.trim().to_owned(),
-                        );
-                        None
-                    }
-                }
-            }
-            Err(e) => {
-                self.error(line_of(xpath), format!("{at}.xpath"), e.to_string());
-                None
-            }
+            Err(errors)
         }
     }
 }

@@ -198,6 +198,16 @@ impl Stylesheet {
         }
     }
 
+    /// Transforms a document the caller gives up: whitespace stripping may change it in
+    /// place, so no copy is made (what [`Stylesheet::transform_bytes`] does after parsing).
+    pub fn transform_owned(
+        &self,
+        input: Document,
+        params: &[(String, String)],
+    ) -> Result<Transformed, LibxmlError> {
+        self.run(&input, params)
+    }
+
     /// Parses `input` and transforms it.
     pub fn transform_bytes(
         &self,

@@ -6,24 +6,7 @@ use crate::dom::{Document, NodeId};
 use crate::error::{fail, FaultKind, WsseError};
 use crate::ns;
 
-/// SOAP versions.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Soap {
-    /// SOAP 1.1.
-    V11,
-    /// SOAP 1.2.
-    V12,
-}
-
-impl Soap {
-    /// The envelope namespace.
-    pub fn namespace(self) -> &'static str {
-        match self {
-            Soap::V11 => ns::SOAP11,
-            Soap::V12 => ns::SOAP12,
-        }
-    }
-}
+pub use busbar_core::SoapVersion as Soap;
 
 /// The structure of an envelope: the real Header and Body, found by position.
 #[derive(Debug, Clone, Copy)]

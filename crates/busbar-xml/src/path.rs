@@ -159,18 +159,7 @@ impl fmt::Display for StreamPath {
     }
 }
 
-/// What a selected node's string-value must satisfy, with XPath 1.0's existential semantics:
-/// the condition holds when ANY selected node satisfies it.
-#[derive(Debug, Clone)]
-pub enum Test {
-    /// `boolean(PATH)`: at least one node is selected.
-    Exists,
-    /// `PATH = 'literal'`.
-    Equals(String),
-    /// Some selected node's string-value matches the regular expression (unanchored, as
-    /// `Regex::is_match`; anchor it with `^…$` for a whole-value match).
-    Matches(regex::Regex),
-}
+pub use busbar_core::Test;
 
 /// Compile `expr` against the prefix bindings `ns`.
 pub fn compile(expr: &str, ns: &Namespaces) -> Result<StreamPath, CompileError> {

@@ -5,32 +5,7 @@ use crate::error::XmlError;
 use crate::path::{SOAP11_ENV_NS, SOAP12_ENV_NS};
 use crate::reader::{Reader, Sink, StartTag};
 
-/// The SOAP version of an envelope, told by its namespace.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum SoapVersion {
-    /// `http://schemas.xmlsoap.org/soap/envelope/`
-    V11,
-    /// `http://www.w3.org/2003/05/soap-envelope`
-    V12,
-}
-
-impl SoapVersion {
-    /// The envelope namespace URI.
-    pub fn envelope_ns(self) -> &'static str {
-        match self {
-            SoapVersion::V11 => SOAP11_ENV_NS,
-            SoapVersion::V12 => SOAP12_ENV_NS,
-        }
-    }
-
-    /// The media type a message of this version is sent with.
-    pub fn content_type(self) -> &'static str {
-        match self {
-            SoapVersion::V11 => "text/xml; charset=utf-8",
-            SoapVersion::V12 => "application/soap+xml; charset=utf-8",
-        }
-    }
-}
+pub use busbar_core::SoapVersion;
 
 /// What the first start tag of a body says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

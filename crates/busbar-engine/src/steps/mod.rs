@@ -1,0 +1,396 @@
+//! Steps: one module per step, the closed set of them, the builder context and the executor.
+//!
+//! Layout: each `steps/<name>.rs` holds, in this order, a pointer to its config struct (in
+//! busbar-config's `model.rs`), `build` (compiles expressions, loads files and keys, resolves
+//! endpoint names; every problem is recorded in the [`BuildCx`] with its config path), the
+//! runtime struct, its [`Apply`] implementation, and unit tests on a hand-built `Exchange`.
+//! This module lists the steps once (the `steps!` table below: one line per step), builds
+//! nested step lists generically from `StepConfig::children()`, and runs sequences: the
+//! executor, not each step, records per-step count, latency and errors and names a failing
+//! step by its config path. See docs/contributing.md for adding a step.
+
+use std::collections::{BTreeMap, HashMap};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Instant;
+
+use busbar_config::{ConfigError, LoadedConfig, StepConfig};
+use busbar_core::metrics::{Counters, Registry};
+use busbar_core::{Blame, ErrorKind, Exchange, Flow, MediationError};
+use tracing::Instrument;
+
+use crate::client::Endpoint;
+use crate::offload::Offload;
+
+mod call;
+mod fault;
+mod keys;
+mod log;
+mod remove_header;
+mod respond;
+mod route;
+mod sequence;
+mod set_header;
+mod wsse_secure;
+mod wsse_verify;
+mod xslt;
+
+pub use route::Condition;
+pub use sequence::Sequence;
+pub use wsse_verify::RequestSigner;
+
+/// What every step does at run time: act on the current message, then say what comes next.
+pub trait Apply {
+    /// Applies the step to `ex`.
+    fn apply(
+        &self,
+        ex: &mut Exchange,
+        cx: &StepCx<'_>,
+    ) -> impl Future<Output = Result<Flow, MediationError>> + Send;
+}
+
+/// The closed set of steps: config variant → module → runtime type, one line each. It
+/// generates the [`Step`] enum, the build dispatch and the apply dispatch.
+macro_rules! steps {
+    ($($variant:ident => $module:ident :: $ty:ident),* $(,)?) => {
+        /// A built step.
+        #[derive(Debug)]
+        pub enum Step {
+            $(
+                #[doc = concat!("The `", stringify!($module), "` step.")]
+                $variant($module::$ty),
+            )*
+        }
+
+        fn build_one(cfg: &StepConfig, cx: &mut BuildCx<'_>, here: &str) -> Result<Step, Failed> {
+            match cfg {
+                $(StepConfig::$variant(c) => $module::$ty::build(c, cx, here).map(Step::$variant),)*
+            }
+        }
+
+        impl Step {
+            async fn apply(&self, ex: &mut Exchange, cx: &StepCx<'_>) -> Result<Flow, MediationError> {
+                match self {
+                    $(Step::$variant(s) => s.apply(ex, cx).await,)*
+                }
+            }
+        }
+    };
+}
+
+steps! {
+    Call => call::CallStep,
+    Fault => fault::FaultStep,
+    Respond => respond::RespondStep,
+    SetHeader => set_header::SetHeaderStep,
+    RemoveHeader => remove_header::RemoveHeaderStep,
+    Log => log::LogStep,
+    Sequence => sequence::SequenceStep,
+    Route => route::RouteStep,
+    Xslt => xslt::XsltStep,
+    WsseVerify => wsse_verify::VerifyStep,
+    WsseSecure => wsse_secure::SecureStep,
+}
+
+/// A step with what the executor keeps for it.
+#[derive(Debug)]
+pub struct BuiltStep {
+    /// The step.
+    pub step: Step,
+    /// Its config name (`call`, `route`, ...).
+    pub kind: &'static str,
+    /// Its config path, like `proxies.XSLTProxy.out[0].xslt`: in errors, logs, metrics, spans.
+    pub path: Arc<str>,
+    /// Its metrics, labelled with its config path.
+    pub counters: Arc<Counters>,
+}
+
+/// What the steps of one proxy share at run time, from the proxy's config.
+#[derive(Debug, Clone)]
+pub struct ProxyCx {
+    /// Largest body a step may buffer.
+    pub max_body: u64,
+    /// Check the rest of an XML body a streaming route decided on early (`xml_check: whole`).
+    pub check_xml_tail: bool,
+    /// Every endpoint of the runtime, by name.
+    pub endpoints: Arc<BTreeMap<String, Arc<Endpoint>>>,
+    /// The bounded pool CPU-heavy work runs on.
+    pub offload: &'static Offload,
+}
+
+/// What one step sees at run time.
+#[derive(Debug)]
+pub struct StepCx<'a> {
+    /// The proxy's limits, endpoints and CPU pool.
+    pub proxy: &'a ProxyCx,
+    /// This step's config path.
+    pub path: &'a Arc<str>,
+    /// This step's tracing span.
+    pub span: &'a tracing::Span,
+}
+
+impl StepCx<'_> {
+    /// Largest body the step may buffer.
+    pub fn max_body(&self) -> u64 {
+        self.proxy.max_body
+    }
+
+    /// Runs CPU-heavy `work` for a body of `size` bytes: inline when small, else on the
+    /// bounded pool (see [`Offload`]).
+    pub async fn offload<T: Send + 'static>(
+        &self,
+        size: u64,
+        work: impl FnOnce() -> T + Send + 'static,
+    ) -> Result<T, MediationError> {
+        self.proxy.offload.run(size, work).await
+    }
+}
+
+/// Runs `steps` in order until one answers or fails.
+pub async fn run(
+    steps: &[BuiltStep],
+    ex: &mut Exchange,
+    proxy: &ProxyCx,
+) -> Result<Flow, MediationError> {
+    use std::sync::atomic::Ordering::Relaxed;
+    for s in steps {
+        let span = tracing::trace_span!("step", kind = s.kind, path = &*s.path);
+        let cx = StepCx {
+            proxy,
+            path: &s.path,
+            span: &span,
+        };
+        let started = Instant::now();
+        s.counters.requests.fetch_add(1, Relaxed);
+        let result = s.step.apply(ex, &cx).instrument(span.clone()).await;
+        s.counters.latency.observe(started.elapsed());
+        let flow = result.map_err(|e| {
+            s.counters.error(e.kind);
+            e.in_step(&s.path)
+        })?;
+        if flow == Flow::Respond {
+            return Ok(Flow::Respond);
+        }
+    }
+    Ok(Flow::Continue)
+}
+
+/// [`run`] behind a box: what a step that runs nested steps (`route`, `sequence`) awaits, so
+/// the future of a sequence does not contain itself.
+pub fn run_nested<'a>(
+    steps: &'a [BuiltStep],
+    ex: &'a mut Exchange,
+    proxy: &'a ProxyCx,
+) -> Pin<Box<dyn Future<Output = Result<Flow, MediationError>> + Send + 'a>> {
+    Box::pin(run(steps, ex, proxy))
+}
+
+/// The error for an `in` sequence that finished without producing a response.
+pub fn no_response() -> MediationError {
+    MediationError::new(
+        ErrorKind::Internal,
+        Blame::Internal,
+        "The proxy's steps ended without a response (add a 'call' or 'respond' step)",
+    )
+}
+
+/// A build problem already recorded in the [`BuildCx`] (with its path and line).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Failed;
+
+/// What building steps needs: the config, the endpoints, namespaces in scope, the built
+/// named sequences, loaded keys; and where every problem is recorded.
+pub struct BuildCx<'a> {
+    /// The config being built.
+    pub loaded: &'a LoadedConfig,
+    metrics: &'a Registry,
+    /// The endpoints, built.
+    pub endpoints: &'a BTreeMap<String, Arc<Endpoint>>,
+    /// Namespace prefixes in scope for the steps being built.
+    pub namespaces: BTreeMap<String, String>,
+    errors: Vec<ConfigError>,
+    sequences: HashMap<String, Arc<Sequence>>,
+    /// The nested step lists of the step being built, in `StepConfig::children()` order.
+    children: Vec<Vec<BuiltStep>>,
+    /// Keys and certificates, each file read (and decrypted) once per build.
+    pub keys: keys::KeyCache,
+}
+
+impl<'a> BuildCx<'a> {
+    /// A context for building the steps of `loaded`.
+    pub fn new(
+        loaded: &'a LoadedConfig,
+        metrics: &'a Registry,
+        endpoints: &'a BTreeMap<String, Arc<Endpoint>>,
+    ) -> Self {
+        Self {
+            loaded,
+            metrics,
+            endpoints,
+            namespaces: loaded.config.namespaces.clone(),
+            errors: Vec::new(),
+            sequences: HashMap::new(),
+            children: Vec::new(),
+            keys: keys::KeyCache::default(),
+        }
+    }
+
+    /// Records a problem at `path` (and `line`, from a spanned value) and returns the proof.
+    pub fn fail(
+        &mut self,
+        line: Option<u64>,
+        path: impl Into<String>,
+        msg: impl Into<String>,
+    ) -> Failed {
+        self.errors.push(self.loaded.error(line, path, msg));
+        Failed
+    }
+
+    /// The problems recorded so far.
+    pub fn into_errors(self) -> Vec<ConfigError> {
+        self.errors
+    }
+
+    /// True when no problem was recorded.
+    pub fn is_ok(&self) -> bool {
+        self.errors.is_empty()
+    }
+
+    /// Builds a list of steps found at `path`; a step that fails is left out (its problem is
+    /// recorded) so every problem of the config is found in one pass.
+    pub fn steps(&mut self, cfgs: &[StepConfig], path: &str) -> Vec<BuiltStep> {
+        let mut out = Vec::with_capacity(cfgs.len());
+        for (i, cfg) in cfgs.iter().enumerate() {
+            let here = format!("{path}[{i}].{}", cfg.kind());
+            let nested: Vec<Vec<BuiltStep>> = cfg
+                .children()
+                .into_iter()
+                .map(|(below, list)| self.steps(list, &format!("{here}{below}")))
+                .collect();
+            let outer = std::mem::replace(&mut self.children, nested);
+            let built = build_one(cfg, self, &here);
+            self.children = outer;
+            if let Ok(step) = built {
+                out.push(BuiltStep {
+                    step,
+                    kind: cfg.kind(),
+                    counters: self.metrics.step(&here),
+                    path: here.into(),
+                });
+            }
+        }
+        out
+    }
+
+    /// The nested step lists of the step being built, in `StepConfig::children()` order
+    /// (taken: a second call returns none).
+    pub fn take_children(&mut self) -> Vec<Vec<BuiltStep>> {
+        std::mem::take(&mut self.children)
+    }
+
+    /// Builds named sequence `name` once (validation has ruled out cycles); `None` if there
+    /// is no such sequence.
+    pub fn sequence(&mut self, name: &str) -> Option<Arc<Sequence>> {
+        if let Some(s) = self.sequences.get(name) {
+            return Some(s.clone());
+        }
+        let cfg = self.loaded.config.sequences.get(name)?;
+        // Named sequences see the global namespaces only, wherever they are used from.
+        let scoped = std::mem::replace(&mut self.namespaces, self.loaded.config.namespaces.clone());
+        let children = std::mem::take(&mut self.children);
+        let steps = self.steps(cfg, &format!("sequences.{name}"));
+        self.children = children;
+        self.namespaces = scoped;
+        let seq = Arc::new(Sequence {
+            name: name.to_owned(),
+            steps,
+        });
+        self.sequences.insert(name.to_owned(), seq.clone());
+        Some(seq)
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod testing {
+    //! Hand-built exchanges and build contexts for the steps' unit tests.
+
+    use super::*;
+    use busbar_core::Body;
+
+    /// A config parsed from `yaml` (a listener is added), with `dir` as its directory.
+    pub fn loaded(yaml: &str, dir: &std::path::Path) -> LoadedConfig {
+        let text = format!("listeners:\n  http: {{ bind: \"127.0.0.1:0\" }}\n{yaml}");
+        let config = busbar_config::parse(&text, "t.yaml", |_| None)
+            .unwrap_or_else(|e| panic!("test config: {e}"));
+        LoadedConfig {
+            file: "t.yaml".into(),
+            base_dir: dir.to_path_buf(),
+            config,
+        }
+    }
+
+    /// Builds the steps of sequence `s` of `loaded`, or the problems found.
+    pub fn build(loaded: &LoadedConfig) -> Result<Vec<BuiltStep>, Vec<String>> {
+        let metrics = Registry::default();
+        let endpoints = BTreeMap::new();
+        let mut cx = BuildCx::new(loaded, &metrics, &endpoints);
+        let steps = loaded
+            .config
+            .sequences
+            .get("s")
+            .map(|s| cx.steps(s, "sequences.s"))
+            .unwrap_or_default();
+        if cx.is_ok() {
+            Ok(steps)
+        } else {
+            Err(cx.into_errors().iter().map(ToString::to_string).collect())
+        }
+    }
+
+    /// A request exchange with `headers` and `body`.
+    pub fn exchange(headers: &[(&str, &str)], body: &[u8]) -> Exchange {
+        let mut b = http::Request::builder()
+            .method("POST")
+            .uri("/service/P?x=1");
+        for (k, v) in headers {
+            b = b.header(*k, *v);
+        }
+        let (parts, ()) = b
+            .body(())
+            .map(http::Request::into_parts)
+            .unwrap_or_else(|e| panic!("{e}"));
+        Exchange::new(parts, Body::full(body.to_vec()), "P".into())
+    }
+
+    /// The proxy context steps run with in tests.
+    pub fn proxy_cx() -> ProxyCx {
+        ProxyCx {
+            max_body: 1 << 20,
+            check_xml_tail: false,
+            endpoints: Arc::new(BTreeMap::new()),
+            offload: Offload::shared(),
+        }
+    }
+
+    /// Runs `steps` on `ex`.
+    pub fn run_steps(steps: &[BuiltStep], ex: &mut Exchange) -> Result<Flow, MediationError> {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap_or_else(|e| panic!("{e}"));
+        let cx = proxy_cx();
+        rt.block_on(run(steps, ex, &cx))
+    }
+
+    /// The current message's body.
+    pub fn body_of(ex: &mut Exchange) -> Vec<u8> {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap_or_else(|e| panic!("{e}"));
+        rt.block_on(ex.body_mut().bytes(1 << 24))
+            .map(|b| b.to_vec())
+            .unwrap_or_else(|e| panic!("{e}"))
+    }
+}

@@ -1,0 +1,278 @@
+//! The `xslt` step: XSLT 1.0 through libxslt, on the request (`in`) or the response (`out`).
+//! Config: `busbar_config::XsltConfig`.
+//!
+//! Stylesheets are compiled when the config is built and shared read-only by every worker. A
+//! transform needs the whole body parsed: it takes the document an earlier full-XPath route
+//! parsed for the same message when there is one (the transform consumes it: its output
+//! replaces the body), and runs on the bounded CPU pool when the body is large.
+
+use std::sync::Arc;
+
+use busbar_config::{line_of, DocumentAccessConfig, XsltConfig, XsltParam};
+use busbar_core::{Blame, Body, ErrorKind, Exchange, Flow, MediationError, MessageFormat};
+use busbar_libxml::{Document, DocumentAccess, LibxmlError, Param, Stylesheet};
+use http::header::{HeaderValue, CONTENT_TYPE};
+
+use super::{Apply, BuildCx, Failed, StepCx};
+
+/// The current message's body parsed by libxml2: the exchange keeps it (see
+/// `Exchange::put_view`) so that full-XPath routes and a transform parse a body once.
+#[derive(Debug)]
+pub struct ParsedXml(pub Document);
+
+/// Runs `work` on the current message's body parsed by libxml2, parsing it only when no
+/// earlier step did; the document stays cached for the next step. Runs on the bounded pool
+/// for large bodies. The outer error is the body's (too large, unreadable); the inner one is
+/// the parser's or `work`'s.
+pub(crate) async fn with_document<R: Send + 'static>(
+    ex: &mut Exchange,
+    cx: &StepCx<'_>,
+    work: impl FnOnce(&Document) -> Result<R, LibxmlError> + Send + 'static,
+) -> Result<Result<R, LibxmlError>, MediationError> {
+    let cached = ex.take_view::<ParsedXml>();
+    let input = match cached {
+        Some(doc) => Ok(doc),
+        None => Err(ex.body_mut().bytes(cx.max_body()).await?),
+    };
+    let size = ex.body_mut().exact_len().unwrap_or(0);
+    let (doc, result) = cx
+        .offload(size, move || {
+            let doc = match input {
+                Ok(doc) => doc,
+                Err(bytes) => match Document::parse(&bytes) {
+                    Ok(d) => ParsedXml(d),
+                    Err(e) => return (None, Err(e)),
+                },
+            };
+            let result = work(&doc.0);
+            (Some(doc), result)
+        })
+        .await?;
+    if let Some(doc) = doc {
+        ex.put_view(doc);
+    }
+    Ok(result)
+}
+
+/// A built `xslt` step.
+#[derive(Debug)]
+pub struct XsltStep {
+    /// The compiled stylesheet.
+    sheet: Arc<Stylesheet>,
+    /// The stylesheet's path as written in the config (for faults and logs).
+    name: Arc<str>,
+    /// Parameters as XPath expressions (strings already quoted).
+    params: Arc<Vec<(String, String)>>,
+}
+
+impl XsltStep {
+    /// Compiles the stylesheet (and what it includes or imports).
+    pub fn build(cfg: &XsltConfig, cx: &mut BuildCx<'_>, here: &str) -> Result<Self, Failed> {
+        let file = cx.loaded.resolve(&cfg.stylesheet.value);
+        let access = match cfg.document_access {
+            DocumentAccessConfig::ConfigDir => DocumentAccess::UnderDir(cx.loaded.base_dir.clone()),
+            DocumentAccessConfig::None => DocumentAccess::Off,
+        };
+        let sheet = Stylesheet::compile_file(&file, access).map_err(|e| {
+            let line = e.line.map(|l| format!(" (line {l})")).unwrap_or_default();
+            cx.fail(
+                line_of(&cfg.stylesheet),
+                format!("{here}.stylesheet"),
+                format!("{}: {}{line}", file.display(), e.message.trim()),
+            )
+        })?;
+        let params = cfg
+            .params
+            .iter()
+            .map(|(k, v)| {
+                let expr = match v {
+                    XsltParam::String(s) => Param::string(s),
+                    XsltParam::XPath { xpath } => xpath.clone(),
+                };
+                (k.clone(), expr)
+            })
+            .collect();
+        Ok(Self {
+            sheet: Arc::new(sheet),
+            name: cfg.stylesheet.value.as_str().into(),
+            params: Arc::new(params),
+        })
+    }
+
+    /// `xsl:output media-type` wins; otherwise an XML message keeps its own Content-Type (a
+    /// SOAP 1.2 message stays `application/soap+xml`), and anything else gets the output
+    /// method's type.
+    fn content_type(&self, ex: &Exchange, out: &busbar_libxml::Transformed) -> Option<HeaderValue> {
+        let explicit = self.sheet.output().media_type.is_some();
+        let current = ex.headers().get(CONTENT_TYPE).and_then(|v| v.to_str().ok());
+        let current_is_xml = current.is_some_and(|c| {
+            let media = c
+                .split(';')
+                .next()
+                .unwrap_or("")
+                .trim()
+                .to_ascii_lowercase();
+            media.ends_with("/xml") || media.ends_with("+xml")
+        });
+        if !explicit && out.method == "xml" && current_is_xml {
+            return None;
+        }
+        let charset = out.encoding.as_deref().unwrap_or("UTF-8");
+        HeaderValue::from_str(&format!("{}; charset={charset}", out.media_type)).ok()
+    }
+}
+
+impl Apply for XsltStep {
+    async fn apply(&self, ex: &mut Exchange, cx: &StepCx<'_>) -> Result<Flow, MediationError> {
+        let cached = ex.take_view::<ParsedXml>();
+        let input = match cached {
+            Some(doc) => Ok(doc.0),
+            None => Err(ex.body_mut().bytes(cx.max_body()).await?),
+        };
+        let size = ex.body_mut().exact_len().unwrap_or(0);
+        let sheet = self.sheet.clone();
+        let params = self.params.clone();
+        let result = cx
+            .offload(size, move || match input {
+                Ok(doc) => sheet.transform_owned(doc, &params),
+                Err(bytes) => sheet.transform_bytes(&bytes, &params),
+            })
+            .await?;
+        let out = result.map_err(|e| {
+            let blame = match e.kind {
+                busbar_libxml::ErrorKind::Parse
+                | busbar_libxml::ErrorKind::Forbidden
+                | busbar_libxml::ErrorKind::Limit => Blame::Client,
+                _ => Blame::Internal,
+            };
+            let kind = if blame == Blame::Client {
+                ErrorKind::BadRequest
+            } else {
+                ErrorKind::Internal
+            };
+            MediationError::new(
+                kind,
+                blame,
+                format!(
+                    "XSLT transformation with {} failed: {}",
+                    self.name,
+                    e.message.trim()
+                ),
+            )
+            .with_source(e)
+        })?;
+        for m in &out.messages {
+            tracing::info!(stylesheet = &*self.name, "xsl:message: {}", m.trim());
+        }
+        let content_type = self.content_type(ex, &out);
+        // The output's SOAP version decides the fault format from here on.
+        if let busbar_xml::Sniff::Soap(v) = busbar_xml::sniff_envelope(&out.bytes) {
+            ex.format = MessageFormat::Soap(v);
+        }
+        ex.set_body(Body::full(out.bytes));
+        if let Some(ct) = content_type {
+            ex.headers_mut().insert(CONTENT_TYPE, ct);
+        }
+        Ok(Flow::Continue)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::*;
+    use super::ParsedXml;
+
+    const SHEET: &str = r#"<xsl:stylesheet version="1.0" xmlns:xsl="http://www.w3.org/1999/XSL/Transform">
+  <xsl:param name="p" select="'none'"/>
+  <xsl:template match="/a"><b n="{$p}"><xsl:value-of select="."/></b></xsl:template>
+</xsl:stylesheet>"#;
+
+    fn dir_with_sheet() -> std::path::PathBuf {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        static N: AtomicUsize = AtomicUsize::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "busbar-xslt-unit-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{e}"));
+        std::fs::write(dir.join("t.xsl"), SHEET).unwrap_or_else(|e| panic!("{e}"));
+        dir
+    }
+
+    #[test]
+    fn the_body_is_transformed_with_its_parameters_and_length_headers_dropped() {
+        let dir = dir_with_sheet();
+        let l = loaded(
+            "sequences:
+  s:
+    - xslt: { stylesheet: t.xsl, params: { p: x } }
+",
+            &dir,
+        );
+        let steps = build(&l).unwrap_or_else(|e| panic!("{e:?}"));
+        let mut ex = exchange(
+            &[("content-type", "text/xml"), ("content-length", "8")],
+            b"<a>hi</a>",
+        );
+        assert!(run_steps(&steps, &mut ex).is_ok());
+        assert!(ex.headers().get("content-length").is_none());
+        let out = String::from_utf8_lossy(&body_of(&mut ex)).into_owned();
+        assert!(out.ends_with("<b n=\"x\">hi</b>\n"), "{out}");
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
+    fn a_cached_document_is_consumed_and_not_left_behind() {
+        let dir = dir_with_sheet();
+        let l = loaded(
+            "sequences:
+  s:
+    - route:
+        - when: { xpath: 'count(/a) = 1' }
+          then: [ { xslt: { stylesheet: t.xsl } } ]
+",
+            &dir,
+        );
+        let steps = build(&l).unwrap_or_else(|e| panic!("{e:?}"));
+        let mut ex = exchange(&[], b"<a>hi</a>");
+        assert!(run_steps(&steps, &mut ex).is_ok());
+        assert!(ex.take_view::<ParsedXml>().is_none(), "stale document kept");
+        let out = String::from_utf8_lossy(&body_of(&mut ex)).into_owned();
+        assert!(out.ends_with("<b n=\"none\">hi</b>\n"), "{out}");
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
+    fn a_missing_stylesheet_is_a_build_error_at_its_key() {
+        let l = loaded(
+            "sequences:
+  s:
+    - xslt: { stylesheet: nope.xsl }
+",
+            &std::env::temp_dir(),
+        );
+        let errors = build(&l).err().unwrap_or_default();
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        assert!(
+            errors[0].starts_with("t.yaml:5: sequences.s[0].xslt.stylesheet: "),
+            "{errors:?}"
+        );
+    }
+
+    #[test]
+    fn malformed_input_is_the_clients_error() {
+        let dir = dir_with_sheet();
+        let l = loaded(
+            "sequences:
+  s:
+    - xslt: { stylesheet: t.xsl }
+",
+            &dir,
+        );
+        let steps = build(&l).unwrap_or_else(|e| panic!("{e:?}"));
+        let e = run_steps(&steps, &mut exchange(&[], b"<a>")).err();
+        assert!(e.is_some_and(|e| e.blame == busbar_core::Blame::Client));
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}
