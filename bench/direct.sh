@@ -5,12 +5,15 @@
 # Environment: SIZES (default "1024 10240 102400"), CONC ("20 320"),
 # TARGETS ("echo DirectProxy nginx": echo direct, nginx, or any busbar proxy name),
 # ROUNDS (1): each cell is measured ROUNDS times, targets alternating, for medians.
+# BASE (optional): another busbar binary (a previous commit's build) served beside this one on
+# :8290 (echo :9010, admin :9911); name its proxies `base:DirectProxy` in TARGETS.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 secs=${1:-10}
 scripts/setup.sh --bench
 cargo build --release --bin busbar
 bin=./target/release/busbar
+make -s keys
 tmp=$(mktemp -d)
 cleanup() { kill $(jobs -p) 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$tmp"; }
 trap cleanup EXIT
@@ -22,6 +25,11 @@ for size in $sizes; do $bin bench payload --size $size > "$tmp/$size.xml"; done
 
 BUSBAR_WORKERS=1 BUSBAR_LISTEN=127.0.0.1:8280 BUSBAR_ECHO=127.0.0.1:9000 BUSBAR_LOG=warn \
   taskset -c 0 $bin run examples/esb-benchmark.yaml > "$tmp/busbar.log" 2>&1 &
+if [ -n "${BASE:-}" ]; then
+  BUSBAR_WORKERS=1 BUSBAR_LISTEN=127.0.0.1:8290 BUSBAR_ECHO=127.0.0.1:9010 BUSBAR_ADMIN=127.0.0.1:9911 \
+    BUSBAR_LOG=warn taskset -c 0 "$BASE" run examples/esb-benchmark.yaml > "$tmp/base.log" 2>&1 &
+  for _ in $(seq 50); do curl -sf -o /dev/null -d x http://127.0.0.1:8290/service/DirectProxy && break; sleep 0.1; done
+fi
 mkdir -p /tmp/busbar-bench-nginx-body /tmp/busbar-bench-nginx-proxy
 taskset -c 0 nginx -p "$tmp" -c "$PWD/bench/peers/nginx.conf" &
 for _ in $(seq 50); do curl -sf -o /dev/null -d x http://127.0.0.1:8280/service/DirectProxy && \
@@ -31,6 +39,7 @@ url_of() {
   case $1 in
     echo) echo http://127.0.0.1:9000/service/EchoService ;;
     nginx) echo http://127.0.0.1:8380/service/DirectProxy ;;
+    base:*) echo "http://127.0.0.1:8290/service/${1#base:}" ;;
     *) echo "http://127.0.0.1:8280/service/$1" ;;
   esac
 }
