@@ -101,3 +101,69 @@ impl BuildCx<'_> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::path::PathBuf;
+
+    use super::super::testing::loaded;
+    use super::super::BuildCx;
+    use busbar_core::metrics::Registry;
+
+    /// Test keys made with openssl by tests/interop/keys.sh, once per test process.
+    fn keys() -> PathBuf {
+        static KEYS: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+        KEYS.get_or_init(|| {
+            // keys.sh is idempotent and serialised with a lock: one directory serves every run.
+            let dir = std::env::temp_dir().join("busbar-unit-keys");
+            let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../../tests/interop/keys.sh");
+            let status = std::process::Command::new("bash")
+                .arg(&script)
+                .arg(&dir)
+                .status()
+                .unwrap_or_else(|e| panic!("run tests/interop/keys.sh (needs openssl): {e}"));
+            assert!(status.success(), "tests/interop/keys.sh failed");
+            dir
+        })
+        .clone()
+    }
+
+    #[test]
+    fn a_key_file_named_by_several_steps_is_loaded_once() {
+        let dir = keys();
+        let yaml = "sequences:\n  s:\n    - wsse_verify: { require: [encryption], decrypt_key: { pkcs12: server.p12, password: server-pass } }\n    - wsse_secure: { sign: { key: server.p12, password: server-pass } }\n    - wsse_verify: { require: [encryption], decrypt_key: { pkcs12: server.p12, password: server-pass } }\n";
+        let l = loaded(yaml, &dir);
+        let metrics = Registry::default();
+        let endpoints = BTreeMap::new();
+        let mut cx = BuildCx::new(&l, &metrics, &endpoints);
+        let steps = l
+            .config
+            .sequences
+            .get("s")
+            .map(|s| cx.steps(s, "sequences.s"))
+            .unwrap_or_default();
+        assert!(cx.is_ok(), "{:?}", cx.into_errors());
+        assert_eq!(steps.len(), 3);
+        assert_eq!(
+            cx.keys.identities.len(),
+            1,
+            "the file was loaded more than once"
+        );
+    }
+
+    #[test]
+    fn a_wrong_password_is_reported_at_the_file_key() {
+        let dir = keys();
+        let yaml = "sequences:\n  s:\n    - wsse_verify: { require: [encryption], decrypt_key: { pkcs12: server.p12, password: wrong } }\n";
+        let errors = super::super::testing::build(&loaded(yaml, &dir))
+            .err()
+            .unwrap_or_default();
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        assert!(
+            errors[0].starts_with("t.yaml:5: sequences.s[0].wsse_verify.decrypt_key.pkcs12: "),
+            "{errors:?}"
+        );
+    }
+}
