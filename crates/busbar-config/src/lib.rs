@@ -980,4 +980,33 @@ mod tests {
         let lines: Vec<Option<u64>> = errs.iter().map(|e| e.line).collect();
         assert_eq!(lines, [Some(4), Some(9)], "{errs:#?}");
     }
+
+    #[test]
+    fn mangled_configs_never_panic_hang_or_repeat_an_error() {
+        // Every one-character change of a config with most shapes of YAML in it: errors must
+        // come back (or none), each once, on a line of the file.
+        let base = format!(
+            "{OK}      - route:\n          - when: {{ header: X-A, equals: a }}\n            then: [ {{ call: echo }}, {{ set_header: {{ name: X, value: y }} }} ]\n          - otherwise:\n              - fault: {{ reason: no, status: 500 }}\n    on_error:\n      - respond: |\n          body\nsequences:\n  s: [ {{ log: {{ message: m }} }} ]\n"
+        );
+        let chars: Vec<(usize, char)> = base.char_indices().collect();
+        for &(at, c) in &chars {
+            let next = at + c.len_utf8();
+            for with in ["", ":", "-", " ", "x", "{", "\t", "\n"] {
+                let yaml = format!("{}{with}{}", &base[..at], &base[next..]);
+                let errs = load_errors(&yaml);
+                let lines = yaml.split('\n').count() as u64;
+                let mut unique = errs.clone();
+                unique.sort();
+                unique.dedup();
+                assert_eq!(unique.len(), errs.len(), "{yaml}\n{errs:#?}");
+                for e in &errs {
+                    let line = e
+                        .strip_prefix("t.yaml:")
+                        .and_then(|r| r.split(':').next())
+                        .and_then(|n| n.parse::<u64>().ok());
+                    assert!(line.is_none_or(|l| l >= 1 && l <= lines), "{yaml}\n{e}");
+                }
+            }
+        }
+    }
 }

@@ -374,13 +374,17 @@ impl Tree {
         let mut parser = Parser::new_from_str(text);
         let mut nodes: Vec<Node> = Vec::new();
         let mut stack: Vec<Open> = Vec::new();
+        // Every offset is checked here once, so that slicing the text at node bounds later
+        // cannot fail.
         let byte = |m: granit_parser::Marker| {
-            m.byte_offset().or_else(|| {
-                text.char_indices()
-                    .nth(m.index())
-                    .map(|(i, _)| i)
-                    .or(Some(text.len()))
-            })
+            m.byte_offset()
+                .or_else(|| {
+                    text.char_indices()
+                        .nth(m.index())
+                        .map(|(i, _)| i)
+                        .or(Some(text.len()))
+                })
+                .filter(|b| text.is_char_boundary(*b))
         };
         while let Some(next) = parser.next_event() {
             let (event, span): (Event<'_>, Span) = next.ok()?;
