@@ -869,13 +869,14 @@ mod tests {
                 "stauts",
                 "proxies.P.in[1].route[1].otherwise[0].fault.stauts",
             ),
-            ("t.yaml:18:", "nme", "sequences.s[0].set_header.nme"),
-            // The misspelt key leaves the step without what it needs; both are said.
+            // The misspelt key leaves the step without what it needs; both are said, the
+            // missing field on the line of its step.
             (
-                "t.yaml:19:",
+                "t.yaml:17:",
                 "missing field `name`",
                 "sequences.s[0].set_header.name",
             ),
+            ("t.yaml:18:", "nme", "sequences.s[0].set_header.nme"),
         ];
         assert_eq!(errs.len(), expect.len(), "{errs:#?}");
         for (e, (line, what, path)) in errs.iter().zip(expect) {
@@ -904,13 +905,14 @@ mod tests {
     fn a_missing_field_is_reported_once_and_parsing_goes_on() {
         let yaml = "listeners:\n  http:\n    bnd: \"127.0.0.1:0\"\nendpoints:\n  e: { timeout: 2s }\nproxies:\n  P:\n    path: /p\n    in: [ { call: nope } ]";
         let errs = load_errors(yaml);
+        // A missing field is reported on the line of its mapping's key.
         assert_eq!(errs.len(), 4, "{errs:#?}");
         assert!(
-            errs[0].starts_with("t.yaml:3: unknown field `bnd`"),
+            errs[0].starts_with("t.yaml:2: missing field `bind`"),
             "{errs:#?}"
         );
         assert!(
-            errs[1].starts_with("t.yaml:3: missing field `bind`"),
+            errs[1].starts_with("t.yaml:3: unknown field `bnd`"),
             "{errs:#?}"
         );
         assert!(
@@ -1008,5 +1010,42 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn values_of_the_wrong_shape_are_reported_once_each_without_follow_on_errors() {
+        // Each stand-in must satisfy validation too: no "needs at least one step", no
+        // "require at least one of", no "unknown endpoint ''".
+        let yaml = format!(
+            "{OK}      - bogus: echo\n      - respond: 5\n      - wsse_verify: {{ require: [signatur] }}\n  Q:\n    path: /q\n    methods: GET\n    in: {{ call: echo }}\nworkers: lots\n"
+        );
+        let errs = load_errors(&yaml);
+        let expect = [
+            ("t.yaml:10: unknown variant `bogus`", "proxies.P.in[1]"),
+            ("t.yaml:11: ", "proxies.P.in[2].respond"),
+            (
+                "t.yaml:12: unknown variant `signatur`",
+                "proxies.P.in[3].wsse_verify.require[0]",
+            ),
+            ("t.yaml:15: ", "proxies.Q.methods"),
+            ("t.yaml:16: ", "proxies.Q.in"),
+            ("t.yaml:17: invalid workers 'lots'", "workers"),
+        ];
+        assert_eq!(errs.len(), expect.len(), "{errs:#?}");
+        for (e, (start, path)) in errs.iter().zip(expect) {
+            assert!(
+                e.starts_with(start) && e.ends_with(&format!("(at {path})")),
+                "{e} ({errs:#?})"
+            );
+        }
+    }
+
+    #[test]
+    fn a_missing_section_is_reported_for_the_whole_file() {
+        let yaml = OK.replace("listeners:\n  http: { bind: \"127.0.0.1:0\" }\n", "");
+        assert_eq!(
+            load_errors(&yaml),
+            ["t.yaml: missing field `listeners` (at listeners)"]
+        );
     }
 }

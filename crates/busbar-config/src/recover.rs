@@ -107,17 +107,19 @@ pub(crate) fn parse_all(text: &str, message: impl Fn(&YamlError) -> String) -> R
         if !seen.insert((fault.offset, fault.kind.clone(), text.clone())) {
             break;
         }
-        if !out.hides(&path) || fix.is_none() {
+        // An error about a placeholder is not the user's, even when it cannot be got past.
+        if !out.hides(&path) {
             if out.errors.len() == MAX_ERRORS {
                 out.truncated = true;
                 break;
             }
             let empty = fault.kind == FaultKind::Eof && tree.as_ref().is_none_or(Tree::is_empty);
+            let line = match fix.as_ref().and_then(|f| f.report_at) {
+                Some(at) => at.map(|at| doc.line_at(at)),
+                None => fault.line,
+            };
             out.errors.push(ParseError {
-                line: fault
-                    .line
-                    .and_then(|l| doc.original_line(l))
-                    .filter(|_| !empty),
+                line: line.and_then(|l| doc.original_line(l)).filter(|_| !empty),
                 path: path.clone(),
                 message: text,
             });
@@ -163,6 +165,12 @@ impl Doc {
             text: text.to_owned(),
             origin: (1..=lines).collect(),
         }
+    }
+
+    /// 1-based line of byte `at`.
+    fn line_at(&self, at: usize) -> u64 {
+        let before = self.text.get(..at).unwrap_or(&self.text);
+        before.matches('\n').count() as u64 + 1
     }
 
     fn original_line(&self, line: u64) -> Option<u64> {
@@ -297,6 +305,9 @@ impl Fault {
 /// A way out of one error: the node it neutralises and the edits to try, best first.
 struct Fix {
     path: String,
+    /// Where to say the error is, when not where the parser said: a missing field is
+    /// reported on the line of its mapping's key (`echo:`), or on no line for the whole file.
+    report_at: Option<Option<usize>>,
     candidates: Vec<Candidate>,
 }
 
@@ -612,6 +623,7 @@ impl Tree {
         let doc = doc.replaced(k.start..end, with);
         Some(Fix {
             path: k.path.clone(),
+            report_at: None,
             candidates: vec![Candidate {
                 edit: k.start..k.start + with.len().max(1),
                 doc,
@@ -631,6 +643,7 @@ impl Tree {
             .collect();
         Some(Fix {
             path: n.path.clone(),
+            report_at: None,
             candidates,
         })
     }
@@ -645,6 +658,11 @@ impl Tree {
             format!("{}.{field}", m.path)
         };
         let first_key = self.entries(map).next().map(|(k, _)| k);
+        let report_at = match m.role {
+            Role::Root => None,
+            Role::Value(key) => Some(self.nodes.get(key)?.start),
+            Role::Key(_) | Role::Item => Some(m.start),
+        };
         let candidates = match m.kind {
             Kind::Map { flow: true } => {
                 let at = m.start + doc.text[m.start..].find('{')? + 1;
@@ -683,7 +701,11 @@ impl Tree {
             }
             _ => return None,
         };
-        Some(Fix { path, candidates })
+        Some(Fix {
+            path,
+            report_at: Some(report_at),
+            candidates,
+        })
     }
 }
 
