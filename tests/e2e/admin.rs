@@ -62,3 +62,39 @@ fn a_broken_reload_keeps_the_old_config_serving_and_says_why() {
         .expect("new config");
     assert_eq!(r.body, b"new");
 }
+
+#[test]
+fn config_on_the_admin_api_shows_no_secret_of_any_kind() {
+    let k = test_keys().display().to_string();
+    let h = engine(&format!(
+        "endpoints:\n  e: {{ url: \"http://carol:endpoint-pw-7@127.0.0.1:9/x\" }}\nproxies:\n  S:\n    path: /s\n    in:\n      - wsse_verify:\n          require: [username_token, encryption]\n          decrypt_key: {{ pkcs12: \"{k}/server.p12\", password: server-pass }}\n          users: {{ alice: \"alice-pw-1\", bob: \"bob-pw-2\" }}\n      - call: e\n    out:\n      - wsse_secure:\n          sign: {{ key: \"{k}/client.p12\", password: client-pass }}\n"
+    ));
+    let r = Client::connect(h.admin()).get("/config").expect("config");
+    assert_eq!(r.status, 200);
+    let cfg = r.text();
+    for secret in [
+        "server-pass",
+        "client-pass",
+        "alice-pw-1",
+        "bob-pw-2",
+        "endpoint-pw-7",
+        "carol",
+    ] {
+        assert!(!cfg.contains(secret), "{secret} shows in /config:\n{cfg}");
+    }
+    // /config is pretty-printed JSON: one `"key": value` per line.
+    for shown in [
+        "\"alice\": \"<redacted>\"",
+        "\"bob\": \"<redacted>\"",
+        // The user name goes with the password: the whole user-info is replaced.
+        "\"url\": \"http://<redacted>@127.0.0.1:9/x\"",
+    ] {
+        assert!(cfg.contains(shown), "no {shown} in /config:\n{cfg}");
+    }
+    // decrypt_key.password and sign.password.
+    assert_eq!(
+        cfg.matches("\"password\": \"<redacted>\"").count(),
+        2,
+        "{cfg}"
+    );
+}

@@ -144,3 +144,96 @@ fn every_example_validates_and_boots() {
     }
     assert!(seen > 0, "no example configs found");
 }
+
+#[test]
+fn validate_reports_an_unknown_key_an_unknown_step_and_an_unknown_endpoint_at_once() {
+    let yaml = format!(
+        "{}      - bogus_step: {{}}\n      - call: nope\n",
+        OK.replace("timeout: 2s", "timout: 2s")
+    );
+    let (code, err) = validate(&yaml);
+    assert_eq!(code, 1, "{err}");
+    let lines: Vec<&str> = err.lines().collect();
+    assert_eq!(lines.len(), 4, "{err}");
+    assert_eq!(lines[3], "c.yaml: 3 problem(s)");
+    assert!(
+        lines[0].starts_with("c.yaml:4: unknown field `timout`")
+            && lines[0].ends_with("(at endpoints.echo.timout)"),
+        "{err}"
+    );
+    assert!(
+        lines[1].starts_with("c.yaml:10: unknown variant `bogus_step`")
+            && lines[1].ends_with("(at proxies.DirectProxy.in[1])"),
+        "{err}"
+    );
+    assert_eq!(
+        lines[2],
+        "c.yaml:11: proxies.DirectProxy.in[2].call: unknown endpoint 'nope'"
+    );
+}
+
+#[test]
+fn validate_gives_broken_files_one_clear_line_each() {
+    let cases = [
+        ("", "c.yaml: the config is empty"),
+        (
+            "- listeners\n",
+            "c.yaml:1: a config is a mapping of sections",
+        ),
+        ("listeners:\n\thttp: {}\n", "c.yaml:2: tabs"),
+        (
+            &format!("{OK}proxies:\n  Q: {{ path: /q, in: [ {{ call: echo }} ] }}\n")[..],
+            "c.yaml:10: duplicate key 'proxies'",
+        ),
+    ];
+    for (yaml, start) in cases {
+        let (code, err) = validate(yaml);
+        assert_eq!(code, 1, "{yaml:?}: {err}");
+        assert_eq!(err.lines().count(), 2, "{yaml:?}: {err}");
+        assert!(err.starts_with(start), "{yaml:?}: {err}");
+        assert!(err.ends_with("c.yaml: 1 problem(s)\n"), "{yaml:?}: {err}");
+    }
+}
+
+#[test]
+fn validate_stops_after_a_hundred_errors() {
+    let mut yaml = OK.to_owned();
+    yaml.push_str("log:\n");
+    for i in 0..200 {
+        yaml.push_str(&format!("  level{i}: x\n"));
+    }
+    let started = std::time::Instant::now();
+    let (code, err) = validate(&yaml);
+    assert!(started.elapsed() < Duration::from_secs(20));
+    assert_eq!(code, 1, "{err}");
+    assert_eq!(err.lines().count(), 102, "{err}");
+    assert!(err.contains("c.yaml:110: unknown field `level99`"), "{err}");
+    assert!(
+        err.ends_with("c.yaml: more errors follow; stopped after 100\nc.yaml: 101 problem(s)\n"),
+        "{err}"
+    );
+}
+
+#[test]
+fn validate_takes_a_bare_file_name_from_the_config_directory() {
+    let dir = temp_dir("validate-bare");
+    std::fs::write(
+        dir.join("t.xsl"),
+        "<xsl:stylesheet version='1.0' xmlns:xsl='http://www.w3.org/1999/XSL/Transform'/>",
+    )
+    .expect("write");
+    let yaml = OK.replace(
+        "      - call: echo\n",
+        "      - xslt: { stylesheet: t.xsl }\n      - call: echo\n",
+    );
+    std::fs::write(dir.join("c.yaml"), yaml).expect("write");
+    let out = busbar()
+        .arg("validate")
+        .arg("c.yaml")
+        .current_dir(&dir)
+        .output()
+        .expect("run");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

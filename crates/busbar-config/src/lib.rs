@@ -8,6 +8,7 @@
 
 pub mod interpolate;
 pub mod model;
+mod recover;
 pub mod secret;
 pub mod units;
 
@@ -109,28 +110,57 @@ pub fn line_of<T>(s: &Spanned<T>) -> Option<u64> {
     (line > 0).then_some(line)
 }
 
-/// Reads, interpolates, parses and validates the config at `file`.
+/// Reads, interpolates, parses and validates the config at `file`: every problem at once.
 pub fn load(file: &Path) -> Result<LoadedConfig, ConfigErrors> {
-    let name = file.display().to_string();
     let text = std::fs::read_to_string(file).map_err(|e| {
         ConfigErrors(vec![ConfigError {
-            file: name.clone(),
+            file: file.display().to_string(),
             line: None,
             path: String::new(),
             message: format!("cannot read config: {e}"),
         }])
     })?;
+    load_text(&text, file, |k| std::env::var(k).ok())
+}
+
+/// Interpolates, parses and validates config `text`, read from `file`.
+///
+/// Every problem is reported, not only the first: after a parse error (an unknown key, an
+/// unknown step, a bad value) parsing goes on past it, and what parses is validated too.
+pub fn load_text(
+    text: &str,
+    file: &Path,
+    env: impl Fn(&str) -> Option<String>,
+) -> Result<LoadedConfig, ConfigErrors> {
+    let name = file.display().to_string();
+    let text = interpolate_text(text, &name, env)?;
+    let parsed = recover::parse_all(&text, plain_message);
+    let mut errors = parse_errors(&parsed, &name);
+    let Some(config) = parsed.config.clone() else {
+        return Err(ConfigErrors(errors));
+    };
+    // A bare file name (`busbar validate esb-benchmark.yaml`) has an empty parent: its
+    // directory is the current one, like any other relative path's.
     let base_dir = file
         .parent()
-        .map(Path::to_path_buf)
-        .unwrap_or_else(|| PathBuf::from("."));
-    let config = parse(&text, &name, |k| std::env::var(k).ok())?;
+        .filter(|p| !p.as_os_str().is_empty())
+        .map_or_else(|| PathBuf::from("."), Path::to_path_buf);
     let loaded = LoadedConfig {
         file: file.to_path_buf(),
         base_dir,
         config,
     };
-    let errors = validate(&loaded);
+    // Errors about the placeholders that stand in for bad parts are not the user's.
+    let had_parse_errors = !errors.is_empty();
+    errors.extend(
+        validate(&loaded)
+            .into_iter()
+            .filter(|e| !parsed.hides(&e.path)),
+    );
+    if had_parse_errors {
+        // Both kinds together, in the order of the file.
+        errors.sort_by_key(|e| e.line.unwrap_or(u64::MAX));
+    }
     if errors.is_empty() {
         Ok(loaded)
     } else {
@@ -138,13 +168,28 @@ pub fn load(file: &Path) -> Result<LoadedConfig, ConfigErrors> {
     }
 }
 
-/// Interpolates and parses config `text`; `file` names it in errors.
+/// Interpolates and parses config `text`; `file` names it in errors. Every parse error is
+/// reported; validation is [`validate`]'s (or [`load_text`]'s) job.
 pub fn parse(
     text: &str,
     file: &str,
     env: impl Fn(&str) -> Option<String>,
 ) -> Result<Config, ConfigErrors> {
-    let text = interpolate::interpolate(text, env).map_err(|missing| {
+    let text = interpolate_text(text, file, env)?;
+    let parsed = recover::parse_all(&text, plain_message);
+    let errors = parse_errors(&parsed, file);
+    match parsed.config {
+        Some(config) if errors.is_empty() => Ok(config),
+        _ => Err(ConfigErrors(errors)),
+    }
+}
+
+fn interpolate_text(
+    text: &str,
+    file: &str,
+    env: impl Fn(&str) -> Option<String>,
+) -> Result<String, ConfigErrors> {
+    interpolate::interpolate(text, env).map_err(|missing| {
         ConfigErrors(
             missing
                 .into_iter()
@@ -159,16 +204,37 @@ pub fn parse(
                 })
                 .collect(),
         )
-    })?;
-    serde_saphyr::from_str::<Config>(&text).map_err(|e| {
-        let line = e.location().map(|l| l.line()).filter(|l| *l > 0);
-        ConfigErrors(vec![ConfigError {
-            file: file.to_owned(),
-            line,
-            path: String::new(),
-            message: plain_message(&e),
-        }])
     })
+}
+
+/// The parse errors in [`ConfigError`] form.
+///
+/// The key path follows the message (`unknown field `timout` ... (at endpoints.echo.timout)`)
+/// rather than preceding it, so that the message still comes right after `file:line:`.
+fn parse_errors(parsed: &recover::Recovered, file: &str) -> Vec<ConfigError> {
+    let mut errors: Vec<ConfigError> = parsed
+        .errors
+        .iter()
+        .map(|e| ConfigError {
+            file: file.to_owned(),
+            line: e.line,
+            path: String::new(),
+            message: if e.path.is_empty() {
+                e.message.clone()
+            } else {
+                format!("{} (at {})", e.message, e.path)
+            },
+        })
+        .collect();
+    if parsed.truncated {
+        errors.push(ConfigError {
+            file: file.to_owned(),
+            line: None,
+            path: String::new(),
+            message: format!("more errors follow; stopped after {}", recover::MAX_ERRORS),
+        });
+    }
+    errors
 }
 
 /// The parser's message without its rendered source snippet (we print file:line ourselves).
@@ -715,5 +781,270 @@ mod tests {
         let errs = check(&yaml);
         assert_eq!(errs.len(), 2, "{errs:#?}");
         assert!(errs[0].contains("runs itself"), "{errs:#?}");
+    }
+
+    /// Every error `load_text` reports, as printed.
+    fn load_errors(yaml: &str) -> Vec<String> {
+        match load_text(yaml, Path::new("t.yaml"), |_| None) {
+            Ok(_) => Vec::new(),
+            Err(e) => e.0.iter().map(ToString::to_string).collect(),
+        }
+    }
+
+    #[test]
+    fn an_unknown_key_an_unknown_step_and_an_unknown_endpoint_are_reported_together() {
+        let yaml = format!(
+            "{}      - bogus_step: {{}}\n      - call: nope\n",
+            OK.replace("timeout: 2s", "timout: 2s")
+        );
+        let errs = load_errors(&yaml);
+        assert_eq!(errs.len(), 3, "{errs:#?}");
+        assert!(
+            errs[0].starts_with("t.yaml:4: unknown field `timout`")
+                && errs[0].ends_with("(at endpoints.echo.timout)"),
+            "{errs:#?}"
+        );
+        assert!(
+            errs[1].starts_with("t.yaml:10: unknown variant `bogus_step`")
+                && errs[1].ends_with("(at proxies.P.in[1])"),
+            "{errs:#?}"
+        );
+        assert_eq!(
+            errs[2],
+            "t.yaml:11: proxies.P.in[2].call: unknown endpoint 'nope'"
+        );
+    }
+
+    #[test]
+    fn every_bad_value_is_reported_with_its_line_and_path() {
+        let yaml = "listeners:\n  http:\n    bind: \"127.0.0.1:0\"\n    header_read_timeout: soon\n    keep_alive: [1]\nendpoints:\n  echo: { url: \"http://127.0.0.1:9000/e\", timeout: 2 }\nlog: { level: info, format: fancy }\nproxies:\n  P:\n    path: /p\n    in:\n      - log: { message: m, level: loud }\n      - call: echo\n";
+        let errs = load_errors(yaml);
+        let lines: Vec<&str> = errs
+            .iter()
+            .map(|e| e.split(": ").next().unwrap_or(""))
+            .collect();
+        assert_eq!(
+            lines,
+            ["t.yaml:4", "t.yaml:5", "t.yaml:7", "t.yaml:8", "t.yaml:13"],
+            "{errs:#?}"
+        );
+        assert!(errs[0].contains("invalid duration 'soon'"), "{errs:#?}");
+        assert!(errs[0].ends_with("(at listeners.http.header_read_timeout)"));
+        assert!(
+            errs[1].ends_with("(at listeners.http.keep_alive)"),
+            "{errs:#?}"
+        );
+        assert!(errs[2].contains("needs a unit"), "{errs:#?}");
+        assert!(errs[3].contains("unknown variant `fancy`"), "{errs:#?}");
+        assert!(
+            errs[4].ends_with("(at proxies.P.in[0].log.level)"),
+            "{errs:#?}"
+        );
+    }
+
+    #[test]
+    fn unknown_keys_are_found_at_any_depth_and_in_flow_and_block_style() {
+        let yaml = format!(
+            "{OK}      - route:\n          - when: {{ hedaer: X-A, equals: a }}\n            then: [ {{ call: echo, extra: 1 }} ]\n          - otherwise:\n              - fault: {{ reason: no, stauts: 500 }}\nsequences:\n  s:\n    - set_header:\n        nme: X\n        value: y\n"
+        );
+        let mut errs = load_errors(&yaml);
+        assert_eq!(
+            errs.pop().as_deref(),
+            Some("t.yaml: proxies.P.in[1].route[0].when: give exactly one of 'header' or 'xpath'")
+        );
+        let expect = [
+            (
+                "t.yaml:11:",
+                "hedaer",
+                "proxies.P.in[1].route[0].when.hedaer",
+            ),
+            (
+                "t.yaml:12:",
+                "extra",
+                "proxies.P.in[1].route[0].then[0].extra",
+            ),
+            (
+                "t.yaml:14:",
+                "stauts",
+                "proxies.P.in[1].route[1].otherwise[0].fault.stauts",
+            ),
+            // The misspelt key leaves the step without what it needs; both are said, the
+            // missing field on the line of its step.
+            (
+                "t.yaml:17:",
+                "missing field `name`",
+                "sequences.s[0].set_header.name",
+            ),
+            ("t.yaml:18:", "nme", "sequences.s[0].set_header.nme"),
+        ];
+        assert_eq!(errs.len(), expect.len(), "{errs:#?}");
+        for (e, (line, what, path)) in errs.iter().zip(expect) {
+            assert!(
+                e.starts_with(line) && e.contains(what) && e.ends_with(&format!("(at {path})")),
+                "{e} ({errs:#?})"
+            );
+        }
+    }
+
+    #[test]
+    fn placeholders_for_bad_parts_never_show_in_errors() {
+        // The only step is bad: its stand-in must not make 'in' empty, nor call an unknown
+        // endpoint. A listener address of the wrong type must not be reported as invalid too.
+        let yaml = "listeners:\n  http: { bind: [1] }\nproxies:\n  P:\n    path: /p\n    in:\n      - calll: echo\n";
+        let errs = load_errors(yaml);
+        assert_eq!(errs.len(), 2, "{errs:#?}");
+        assert!(errs[0].starts_with("t.yaml:2: ") && errs[0].ends_with("(at listeners.http.bind)"));
+        assert!(
+            errs[1].starts_with("t.yaml:7: unknown variant `calll`"),
+            "{errs:#?}"
+        );
+    }
+
+    #[test]
+    fn a_missing_field_is_reported_once_and_parsing_goes_on() {
+        let yaml = "listeners:\n  http:\n    bnd: \"127.0.0.1:0\"\nendpoints:\n  e: { timeout: 2s }\nproxies:\n  P:\n    path: /p\n    in: [ { call: nope } ]";
+        let errs = load_errors(yaml);
+        // A missing field is reported on the line of its mapping's key.
+        assert_eq!(errs.len(), 4, "{errs:#?}");
+        assert!(
+            errs[0].starts_with("t.yaml:2: missing field `bind`"),
+            "{errs:#?}"
+        );
+        assert!(
+            errs[1].starts_with("t.yaml:3: unknown field `bnd`"),
+            "{errs:#?}"
+        );
+        assert!(
+            errs[2].starts_with("t.yaml:5: missing field `url`"),
+            "{errs:#?}"
+        );
+        assert_eq!(
+            errs[3],
+            "t.yaml:9: proxies.P.in[0].call: unknown endpoint 'nope'"
+        );
+    }
+
+    #[test]
+    fn broken_files_give_one_clear_error() {
+        let cases = [
+            ("", "t.yaml: the config is empty"),
+            ("# nothing\n", "t.yaml: the config is empty"),
+            ("- a\n- b\n", "t.yaml:1: a config is a mapping of sections"),
+            ("just text", "t.yaml:1: a config is a mapping of sections"),
+            ("listeners:\n\thttp: 1\n", "t.yaml:2: tabs"),
+            ("listeners: {\n", "t.yaml:"),
+        ];
+        for (yaml, start) in cases {
+            let errs = load_errors(yaml);
+            assert_eq!(errs.len(), 1, "{yaml:?}: {errs:#?}");
+            assert!(errs[0].starts_with(start), "{yaml:?}: {errs:#?}");
+        }
+    }
+
+    #[test]
+    fn a_duplicate_key_is_reported_at_its_second_place() {
+        let yaml = format!("{OK}  P:\n    path: /q\n    in: [ {{ call: nope }} ]\n");
+        assert_eq!(
+            load_errors(&yaml),
+            ["t.yaml:10: duplicate key 'P' (at proxies.P)"]
+        );
+    }
+
+    #[test]
+    fn hundreds_of_errors_stop_at_the_bound_quickly() {
+        let mut yaml = OK.to_owned();
+        yaml.push_str("log:\n");
+        for i in 0..200 {
+            yaml.push_str(&format!("  unknown{i}: {i}\n"));
+        }
+        let started = std::time::Instant::now();
+        let errs = load_errors(&yaml);
+        assert!(started.elapsed() < std::time::Duration::from_secs(20));
+        assert_eq!(errs.len(), recover::MAX_ERRORS + 1, "{errs:#?}");
+        assert!(
+            errs[0].starts_with("t.yaml:11: unknown field `unknown0`"),
+            "{errs:#?}"
+        );
+        assert!(errs[99].starts_with("t.yaml:110: unknown field `unknown99`"));
+        assert_eq!(errs[100], "t.yaml: more errors follow; stopped after 100");
+    }
+
+    #[test]
+    fn parse_reports_every_parse_error_but_does_not_validate() {
+        let yaml = OK
+            .replace("timeout: 2s", "timout: 2s")
+            .replace("call: echo", "cal: echo");
+        let errs = match parse(&yaml, "t.yaml", |_| None) {
+            Ok(_) => Vec::new(),
+            Err(e) => e.0,
+        };
+        let lines: Vec<Option<u64>> = errs.iter().map(|e| e.line).collect();
+        assert_eq!(lines, [Some(4), Some(9)], "{errs:#?}");
+    }
+
+    #[test]
+    fn mangled_configs_never_panic_hang_or_repeat_an_error() {
+        // Every one-character change of a config with most shapes of YAML in it: errors must
+        // come back (or none), each once, on a line of the file.
+        let base = format!(
+            "{OK}      - route:\n          - when: {{ header: X-A, equals: a }}\n            then: [ {{ call: echo }}, {{ set_header: {{ name: X, value: y }} }} ]\n          - otherwise:\n              - fault: {{ reason: no, status: 500 }}\n    on_error:\n      - respond: |\n          body\nsequences:\n  s: [ {{ log: {{ message: m }} }} ]\n"
+        );
+        let chars: Vec<(usize, char)> = base.char_indices().collect();
+        for &(at, c) in &chars {
+            let next = at + c.len_utf8();
+            for with in ["", ":", "-", " ", "x", "{", "\t", "\n"] {
+                let yaml = format!("{}{with}{}", &base[..at], &base[next..]);
+                let errs = load_errors(&yaml);
+                let lines = yaml.split('\n').count() as u64;
+                let mut unique = errs.clone();
+                unique.sort();
+                unique.dedup();
+                assert_eq!(unique.len(), errs.len(), "{yaml}\n{errs:#?}");
+                for e in &errs {
+                    let line = e
+                        .strip_prefix("t.yaml:")
+                        .and_then(|r| r.split(':').next())
+                        .and_then(|n| n.parse::<u64>().ok());
+                    assert!(line.is_none_or(|l| l >= 1 && l <= lines), "{yaml}\n{e}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn values_of_the_wrong_shape_are_reported_once_each_without_follow_on_errors() {
+        // Each stand-in must satisfy validation too: no "needs at least one step", no
+        // "require at least one of", no "unknown endpoint ''".
+        let yaml = format!(
+            "{OK}      - bogus: echo\n      - respond: 5\n      - wsse_verify: {{ require: [signatur] }}\n  Q:\n    path: /q\n    methods: GET\n    in: {{ call: echo }}\nworkers: lots\n"
+        );
+        let errs = load_errors(&yaml);
+        let expect = [
+            ("t.yaml:10: unknown variant `bogus`", "proxies.P.in[1]"),
+            ("t.yaml:11: ", "proxies.P.in[2].respond"),
+            (
+                "t.yaml:12: unknown variant `signatur`",
+                "proxies.P.in[3].wsse_verify.require[0]",
+            ),
+            ("t.yaml:15: ", "proxies.Q.methods"),
+            ("t.yaml:16: ", "proxies.Q.in"),
+            ("t.yaml:17: invalid workers 'lots'", "workers"),
+        ];
+        assert_eq!(errs.len(), expect.len(), "{errs:#?}");
+        for (e, (start, path)) in errs.iter().zip(expect) {
+            assert!(
+                e.starts_with(start) && e.ends_with(&format!("(at {path})")),
+                "{e} ({errs:#?})"
+            );
+        }
+    }
+
+    #[test]
+    fn a_missing_section_is_reported_for_the_whole_file() {
+        let yaml = OK.replace("listeners:\n  http: { bind: \"127.0.0.1:0\" }\n", "");
+        assert_eq!(
+            load_errors(&yaml),
+            ["t.yaml: missing field `listeners` (at listeners)"]
+        );
     }
 }

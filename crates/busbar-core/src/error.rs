@@ -279,6 +279,52 @@ mod tests {
     }
 
     #[test]
+    fn every_kind_is_in_all_exactly_once_at_its_index() {
+        // The list must name every variant, or the exhaustive match it expands to does not
+        // compile: a new kind fails here until it is listed, then below until it is in ALL.
+        macro_rules! every_kind {
+            ($($kind:ident),* $(,)?) => {{
+                fn exhaustive(k: ErrorKind) {
+                    match k {
+                        $(ErrorKind::$kind => {})*
+                    }
+                }
+                let _ = exhaustive;
+                [$(ErrorKind::$kind),*]
+            }};
+        }
+        let every = every_kind!(
+            ConnectRefused,
+            ConnectTimeout,
+            Connect,
+            ResponseTimeout,
+            UpstreamReset,
+            ClientBody,
+            BodyTooLarge,
+            BadRequest,
+            NotFound,
+            MethodNotAllowed,
+            Fault,
+            Security,
+            Internal,
+        );
+        assert_eq!(
+            ErrorKind::ALL.len(),
+            every.len(),
+            "ALL misses or repeats a kind"
+        );
+        for kind in every {
+            let times = ErrorKind::ALL.iter().filter(|k| **k == kind).count();
+            assert_eq!(times, 1, "{kind:?} is in ALL {times} times");
+            assert_eq!(ErrorKind::ALL.get(kind.index()), Some(&kind), "{kind:?}");
+        }
+        let mut names: Vec<&str> = every.iter().map(|k| k.as_str()).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), every.len(), "two kinds share a metrics name");
+    }
+
+    #[test]
     fn policy_faults_keep_their_status() {
         let e = MediationError::policy(StatusCode::FORBIDDEN, "no");
         assert_eq!(e.status(MessageFormat::Soap(SoapVersion::V11)), 403);
