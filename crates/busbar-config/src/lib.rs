@@ -8,6 +8,7 @@
 
 pub mod interpolate;
 pub mod model;
+pub mod pattern;
 mod recover;
 pub mod secret;
 pub mod units;
@@ -274,12 +275,34 @@ pub fn validate(loaded: &LoadedConfig) -> Vec<ConfigError> {
             );
         }
     }
-    if let Some(echo) = &cfg.echo {
+    let echoes = cfg.echo.iter().map(|e| ("echo".to_owned(), e));
+    let named = cfg.echoes.iter().map(|(k, e)| (format!("echoes.{k}"), e));
+    for (path, echo) in echoes.chain(named) {
         if let Err(e) = echo.bind.parse::<SocketAddr>() {
             err(
                 None,
-                "echo.bind".into(),
+                format!("{path}.bind"),
                 format!("invalid address '{}': {e}", echo.bind),
+            );
+        }
+        if let Some(name) = &echo.name {
+            if http::HeaderValue::from_str(name).is_err() {
+                err(
+                    None,
+                    format!("{path}.name"),
+                    format!("'{name}' is not a valid header value"),
+                );
+            }
+        }
+    }
+    for name in cfg.echoes.keys() {
+        if http::HeaderValue::from_str(name).is_err() {
+            err(
+                None,
+                format!("echoes.{name}"),
+                format!(
+                    "'{name}' is not a valid header value (it names the instance in x-echo-name)"
+                ),
             );
         }
     }
@@ -336,16 +359,18 @@ pub fn validate(loaded: &LoadedConfig) -> Vec<ConfigError> {
         check_steps(loaded, steps, &format!("sequences.{name}"), &mut err);
     }
     check_sequence_cycles(cfg, &mut err);
-    let mut paths: BTreeMap<(String, String), String> = BTreeMap::new();
+    // Per listener: the patterns served so far, with their proxy and methods.
+    type Served<'a> = Vec<(pattern::PathPattern, &'a str, &'a [String])>;
+    let mut served: BTreeMap<String, Served<'_>> = BTreeMap::new();
     for (name, p) in &cfg.proxies {
         let path = format!("proxies.{name}");
-        if !p.path.value.starts_with('/') {
-            err(
-                line_of(&p.path),
-                format!("{path}.path"),
-                format!("path '{}' must start with '/'", p.path.value),
-            );
-        }
+        let parsed = match pattern::PathPattern::parse(&p.path.value) {
+            Ok(parsed) => Some(parsed),
+            Err(msg) => {
+                err(line_of(&p.path), format!("{path}.path"), msg);
+                None
+            }
+        };
         for m in &p.methods {
             if http::Method::from_bytes(m.as_bytes()).is_err() {
                 err(
@@ -369,16 +394,28 @@ pub fn validate(loaded: &LoadedConfig) -> Vec<ConfigError> {
             }
             p.listeners.iter().map(|l| l.value.clone()).collect()
         };
-        for l in listeners {
-            if let Some(other) = paths.insert((l.clone(), p.path.value.clone()), name.clone()) {
-                err(
-                    line_of(&p.path),
-                    format!("{path}.path"),
-                    format!(
-                        "path '{}' is already served by proxy '{other}' on listener '{l}'",
-                        p.path.value
-                    ),
-                );
+        if let Some(parsed) = parsed {
+            for l in listeners {
+                let on = served.entry(l.clone()).or_default();
+                // Two proxies may share a pattern when their methods do not overlap.
+                let clash = on.iter().find(|(other, _, methods)| {
+                    other.same_shape(&parsed) && methods_overlap(methods, &p.methods)
+                });
+                if let Some((other, other_name, _)) = clash {
+                    let what = if other.to_string() == parsed.to_string() {
+                        format!("path '{}'", p.path.value)
+                    } else {
+                        format!("path '{}' (the same pattern as '{other}')", p.path.value)
+                    };
+                    err(
+                        line_of(&p.path),
+                        format!("{path}.path"),
+                        format!(
+                            "{what} is already served by proxy '{other_name}' on listener '{l}'"
+                        ),
+                    );
+                }
+                on.push((parsed.clone(), name, &p.methods));
             }
         }
         if p.in_seq.is_empty() {
@@ -393,6 +430,11 @@ pub fn validate(loaded: &LoadedConfig) -> Vec<ConfigError> {
         check_steps(loaded, &p.on_error, &format!("{path}.on_error"), &mut err);
     }
     errors
+}
+
+/// True when a request method could reach both proxies (no `methods` means any).
+fn methods_overlap(a: &[String], b: &[String]) -> bool {
+    a.is_empty() || b.is_empty() || a.iter().any(|m| b.contains(m))
 }
 
 fn check_url(url: &str) -> Result<(), String> {

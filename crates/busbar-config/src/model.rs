@@ -24,6 +24,10 @@ pub struct Config {
     /// An embedded echo back end started with the engine (for examples and benchmarks).
     #[serde(default)]
     pub echo: Option<EchoConfig>,
+    /// Named embedded echo back ends, each on its own address and answering with the header
+    /// `x-echo-name: NAME` (to see which instance a load balancer or a route picked).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub echoes: BTreeMap<String, EchoConfig>,
     /// Shutdown behaviour.
     #[serde(default)]
     pub shutdown: ShutdownConfig,
@@ -157,6 +161,10 @@ pub struct EchoConfig {
     /// A fixed delay before each answer.
     #[serde(default)]
     pub delay: Option<Duration>,
+    /// The value of the `x-echo-name` header on every answer. Under `echoes` it defaults to
+    /// the instance's key; the single `echo` sends no such header unless this is set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
 }
 
 fn default_echo_bind() -> String {
@@ -270,7 +278,12 @@ fn default_keep_alive() -> Duration {
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct ProxyConfig {
-    /// The request path served, like `/service/DirectProxy` (query strings are ignored).
+    /// The request path served (query strings are ignored): an exact path like
+    /// `/service/DirectProxy`, a pattern with parameters like `/api/product/{id}` (each matches
+    /// one non-empty segment, percent-decoded, and steps read it as a path parameter), or a
+    /// prefix like `/api/orders/*` (`/api/orders/` and everything below it, not `/api/orders`).
+    /// The most specific pattern wins: compared segment by segment from the left, a literal
+    /// beats a parameter and a parameter beats the `*` of a prefix.
     pub path: Spanned<String>,
     /// HTTP methods accepted; empty means any.
     #[serde(default)]

@@ -1,7 +1,5 @@
 //! The admin listener: `/healthz`, `/readyz`, `/metrics`, `/config` and `POST /reload`.
 
-use std::convert::Infallible;
-use std::net::TcpListener as StdListener;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
@@ -9,57 +7,22 @@ use busbar_core::Body;
 use http::header::{HeaderValue, CONTENT_TYPE};
 use http::{Method, Request, Response, StatusCode};
 use hyper::body::Incoming;
-use hyper::server::conn::http1;
-use hyper::service::service_fn;
-use hyper_util::rt::TokioIo;
 use serde_json::Value;
-use tokio::sync::watch;
 
 use crate::engine::Control;
+use crate::serve::{ConnInfo, Handler, ResponseBody};
 
-/// Serves the admin API on `listener` until shutdown.
-pub fn run(listener: StdListener, control: Arc<Control>, mut shutdown: watch::Receiver<bool>) {
-    let rt = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            tracing::error!(error = %e, "cannot start the admin event loop");
-            return;
-        }
-    };
-    rt.block_on(async move {
-        let listener = match tokio::net::TcpListener::from_std(listener) {
-            Ok(l) => l,
-            Err(e) => {
-                tracing::error!(error = %e, "cannot register the admin listener");
-                return;
-            }
-        };
-        loop {
-            let (stream, _) = tokio::select! {
-                r = listener.accept() => match r {
-                    Ok(s) => s,
-                    Err(e) => {
-                        tracing::warn!(error = %e, "admin accept failed");
-                        continue;
-                    }
-                },
-                _ = shutdown.wait_for(|s| *s) => return,
-            };
-            let control = control.clone();
-            tokio::spawn(async move {
-                let svc = service_fn(move |req| {
-                    let control = control.clone();
-                    async move { Ok::<_, Infallible>(handle(&control, req).await) }
-                });
-                let _ = http1::Builder::new()
-                    .serve_connection(TokioIo::new(stream), svc)
-                    .await;
-            });
-        }
-    });
+/// The admin API as a [`Handler`], served on its own thread by the engine.
+#[derive(Debug, Clone)]
+pub struct AdminHandler {
+    /// Reload and the engine state.
+    pub control: Arc<Control>,
+}
+
+impl Handler for AdminHandler {
+    async fn handle(&self, req: Request<Incoming>, _conn: &ConnInfo) -> Response<ResponseBody> {
+        handle(&self.control, req).await.map(ResponseBody::plain)
+    }
 }
 
 fn text(status: StatusCode, ct: &'static str, body: impl Into<bytes::Bytes>) -> Response<Body> {

@@ -12,7 +12,7 @@ use http::header::{HeaderName, HeaderValue, CONTENT_TYPE};
 use http::{Request, Response};
 use hyper::body::Incoming;
 
-use crate::server::ResponseBody;
+use crate::serve::{ConnInfo, ConnSettings, Handler, Job, ResponseBody};
 
 /// Options of the echo back end.
 #[derive(Debug, Clone, Default)]
@@ -21,12 +21,22 @@ pub struct EchoOptions {
     pub delay: Option<Duration>,
     /// Answer with this fixed JSON body instead of echoing.
     pub json: Option<Bytes>,
-    /// Add `X-Backend: NAME` to every response (to check which instance answered).
+    /// Add `x-echo-name: NAME` to every response (to check which instance answered).
     pub name: Option<HeaderValue>,
 }
 
 /// The header naming the echo instance.
-pub static BACKEND_HEADER: HeaderName = HeaderName::from_static("x-backend");
+pub static NAME_HEADER: HeaderName = HeaderName::from_static("x-echo-name");
+
+/// The echo back end as a [`Handler`].
+#[derive(Debug, Clone, Default)]
+pub struct EchoHandler(pub EchoOptions);
+
+impl Handler for EchoHandler {
+    async fn handle(&self, req: Request<Incoming>, _conn: &ConnInfo) -> Response<ResponseBody> {
+        handle(&self.0, req).await
+    }
+}
 
 /// Answers one request.
 pub async fn handle(opts: &EchoOptions, req: Request<Incoming>) -> Response<ResponseBody> {
@@ -56,8 +66,7 @@ pub async fn handle(opts: &EchoOptions, req: Request<Incoming>) -> Response<Resp
         }
     };
     if let Some(name) = &opts.name {
-        resp.headers_mut()
-            .insert(BACKEND_HEADER.clone(), name.clone());
+        resp.headers_mut().insert(NAME_HEADER.clone(), name.clone());
     }
     resp
 }
@@ -96,17 +105,16 @@ pub fn start(
         .unwrap_or(addr);
     let (tx, _) = tokio::sync::watch::channel(false);
     let tx = std::sync::Arc::new(tx);
-    let service = crate::server::Service::Echo(std::sync::Arc::new(opts));
-    let mut threads = Vec::new();
-    for (i, s) in sockets.into_iter().enumerate() {
-        let jobs = vec![(s, service.clone(), crate::engine::default_conn_settings())];
-        let rx = tx.subscribe();
-        threads.push(
-            std::thread::Builder::new()
-                .name(format!("busbar-echo-{i}"))
-                .spawn(move || crate::engine::worker(i, jobs, rx, Duration::from_secs(5)))?,
-        );
-    }
+    let handler = std::sync::Arc::new(EchoHandler(opts));
+    let mut per_worker: Vec<Vec<Job>> = (0..workers.max(1)).map(|_| Vec::new()).collect();
+    crate::serve::spread(sockets, &handler, &ConnSettings::default(), &mut per_worker)?;
+    let threads = crate::serve::spawn_workers(
+        "busbar-echo",
+        per_worker,
+        &tx,
+        Duration::from_secs(5),
+        |_| {},
+    )?;
     Ok(EchoServer {
         addr,
         shutdown: tx,

@@ -1,25 +1,63 @@
-//! Starting, reloading and stopping the engine.
+//! Building, serving, reloading and stopping the engine.
+//!
+//! [`Engine::build`] checks and builds a config; [`Engine::bind`] binds its addresses;
+//! [`Engine::serve`] serves already-bound sockets until a shutdown signal (tests bind port 0
+//! themselves); [`Engine::start`] does all three for a config file, as `busbar run` does.
 
 use std::collections::BTreeMap;
+use std::future::Future;
 use std::net::{SocketAddr, TcpListener as StdListener};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::Duration;
 
+use arc_swap::ArcSwap;
 use busbar_config::{ConfigErrors, LoadedConfig, Workers};
 use busbar_core::metrics::Registry;
+use http::HeaderValue;
 use tokio::sync::watch;
 
-use crate::echo::EchoOptions;
+use crate::admin::AdminHandler;
+use crate::echo::{EchoHandler, EchoOptions};
+use crate::proxy::ProxyHandler;
 use crate::runtime::Runtime;
-use crate::server::{accept_loop, ConnSettings, ConnTracker, Service, Shared};
+use crate::serve::{spawn_workers, spread, ConnSettings, Job};
 
-/// Entry points of the engine.
+/// State shared by every worker: the current runtime and the metrics.
 #[derive(Debug)]
-pub struct Engine;
+pub struct Shared {
+    /// The runtime serving new requests; swapped whole on reload.
+    pub runtime: ArcSwap<Runtime>,
+    /// Metrics of the process.
+    pub metrics: Arc<Registry>,
+    /// True once shutdown started (readiness turns false).
+    pub draining: AtomicBool,
+}
+
+/// A built engine, not serving yet.
+#[derive(Debug)]
+pub struct Engine {
+    loaded: LoadedConfig,
+    shared: Arc<Shared>,
+    workers: usize,
+}
+
+/// Sockets to serve, already bound (and listening), by what they serve.
+#[derive(Debug, Default)]
+pub struct Listeners {
+    /// Client listeners by their config name. With fewer sockets than workers, the workers
+    /// share clones of them; [`Engine::bind`] gives one `SO_REUSEPORT` socket per worker.
+    /// A configured listener missing here is not served.
+    pub listeners: BTreeMap<String, Vec<StdListener>>,
+    /// The admin listener.
+    pub admin: Option<StdListener>,
+    /// The embedded echo back end (`echo:`).
+    pub echo: Vec<StdListener>,
+    /// The named echo back ends (`echoes:`), by name.
+    pub echoes: BTreeMap<String, Vec<StdListener>>,
+}
 
 /// A started engine: its addresses, and the handles to reload and stop it.
 #[derive(Debug)]
@@ -30,6 +68,8 @@ pub struct RunningEngine {
     pub admin: Option<SocketAddr>,
     /// Bound address of the embedded echo back end.
     pub echo: Option<SocketAddr>,
+    /// Bound address of each named echo back end.
+    pub echoes: BTreeMap<String, SocketAddr>,
     /// Worker threads serving traffic.
     pub workers: usize,
     control: Arc<Control>,
@@ -80,183 +120,234 @@ fn bind_error(loaded: &LoadedConfig, path: &str, a: SocketAddr, e: std::io::Erro
     )])
 }
 
+fn local_addr(sockets: &[StdListener]) -> Option<SocketAddr> {
+    sockets.first().and_then(|s| s.local_addr().ok())
+}
+
+/// The echo options of `echo:` or of `echoes.NAME` (`key`), which names itself by default.
+fn echo_options(e: &busbar_config::EchoConfig, key: Option<&str>) -> EchoOptions {
+    EchoOptions {
+        delay: e.delay.map(|d| d.0),
+        // Validation checked that names are header values.
+        name: e
+            .name
+            .as_deref()
+            .or(key)
+            .and_then(|n| HeaderValue::from_str(n).ok()),
+        ..EchoOptions::default()
+    }
+}
+
 impl Engine {
     /// Loads `file`, binds every listener and starts serving on worker threads.
     pub fn start(file: &Path) -> Result<RunningEngine, ConfigErrors> {
-        let loaded = busbar_config::load(file)?;
-        let cfg = &loaded.config;
-        let workers = workers_of(cfg);
+        let engine = Engine::build(busbar_config::load(file)?)?;
+        let listeners = engine.bind()?;
+        let loaded = engine.loaded.clone();
+        engine
+            .serve(listeners, std::future::pending())
+            .map_err(|e| {
+                ConfigErrors(vec![loaded.error(
+                    None,
+                    "workers",
+                    format!("cannot start worker threads: {e}"),
+                )])
+            })
+    }
+
+    /// Validates and builds `loaded` (compiling every expression, loading every key): every
+    /// problem at once.
+    pub fn build(loaded: LoadedConfig) -> Result<Engine, ConfigErrors> {
+        let errors = busbar_config::validate(&loaded);
+        if !errors.is_empty() {
+            return Err(ConfigErrors(errors));
+        }
+        let workers = workers_of(&loaded.config);
         let metrics = Arc::new(Registry::default());
         let runtime = Runtime::build(&loaded, &metrics, workers).map_err(ConfigErrors)?;
-
-        // Bind everything before starting threads, so a taken port fails the start cleanly.
-        let mut sockets: Vec<(Vec<StdListener>, Service, ConnSettings)> = Vec::new();
-        let mut listeners = BTreeMap::new();
         let shared = Arc::new(Shared {
-            runtime: arc_swap::ArcSwap::from_pointee(runtime),
+            runtime: ArcSwap::from_pointee(runtime),
             metrics,
             draining: AtomicBool::new(false),
         });
-        let listener_names: Vec<String> = cfg.listeners.keys().cloned().collect();
-        for (index, name) in listener_names.iter().enumerate() {
-            let l = &cfg.listeners[name];
-            let path = format!("listeners.{name}.bind");
-            let a = addr(&loaded, &path, &l.bind.value)?;
-            let socks = crate::net::bind_reuseport(a, workers)
-                .map_err(|e| bind_error(&loaded, &path, a, e))?;
-            if let Some(first) = socks.first() {
-                listeners.insert(name.clone(), first.local_addr().unwrap_or(a));
-            }
+        Ok(Engine {
+            loaded,
+            shared,
+            workers,
+        })
+    }
+
+    /// The worker threads this engine runs.
+    pub fn workers(&self) -> usize {
+        self.workers
+    }
+
+    /// Binds every address of the config: one `SO_REUSEPORT` socket per worker for the
+    /// listeners and echo back ends, one for the admin. A taken port fails here, before any
+    /// thread starts.
+    pub fn bind(&self) -> Result<Listeners, ConfigErrors> {
+        let loaded = &self.loaded;
+        let cfg = &loaded.config;
+        let workers = self.workers;
+        let reuseport = |path: &str, text: &str| -> Result<Vec<StdListener>, ConfigErrors> {
+            let a = addr(loaded, path, text)?;
+            crate::net::bind_reuseport(a, workers).map_err(|e| bind_error(loaded, path, a, e))
+        };
+        let mut out = Listeners::default();
+        for (name, l) in &cfg.listeners {
+            let sockets = reuseport(&format!("listeners.{name}.bind"), &l.bind.value)?;
+            out.listeners.insert(name.clone(), sockets);
+        }
+        if let Some(e) = &cfg.echo {
+            out.echo = reuseport("echo.bind", &e.bind)?;
+        }
+        for (name, e) in &cfg.echoes {
+            let sockets = reuseport(&format!("echoes.{name}.bind"), &e.bind)?;
+            out.echoes.insert(name.clone(), sockets);
+        }
+        if cfg.admin.enabled {
+            let a = addr(loaded, "admin.bind", &cfg.admin.bind)?;
+            out.admin =
+                Some(crate::net::bind_one(a).map_err(|e| bind_error(loaded, "admin.bind", a, e))?);
+        }
+        Ok(out)
+    }
+
+    /// Serves `listeners` until `shutdown` completes (or [`Control::shutdown`] is called), then
+    /// drains: in-flight requests get `shutdown.drain_timeout` to finish.
+    pub fn serve(
+        self,
+        listeners: Listeners,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> std::io::Result<RunningEngine> {
+        let Engine {
+            loaded,
+            shared,
+            workers,
+        } = self;
+        let cfg = &loaded.config;
+        let (shutdown_tx, _) = watch::channel(false);
+        let control = Arc::new(Control {
+            shared: shared.clone(),
+            file: loaded.file.clone(),
+            workers,
+            reload_lock: Mutex::new(()),
+            shutdown: shutdown_tx,
+            stopped: AtomicBool::new(false),
+        });
+        let mut per_worker: Vec<Vec<Job>> = (0..workers.max(1)).map(|_| Vec::new()).collect();
+        let names = shared.runtime.load().listener_names.clone();
+        let mut bound = BTreeMap::new();
+        for (name, sockets) in listeners.listeners {
+            let Some(index) = names.iter().position(|n| *n == name) else {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::InvalidInput,
+                    format!("no listener '{name}' in the config"),
+                ));
+            };
+            let l = &cfg.listeners[&name];
             let settings = ConnSettings {
                 max_header_size: usize::try_from(l.max_header_size.0).unwrap_or(usize::MAX),
                 header_read_timeout: l.header_read_timeout.0,
                 keep_alive: l.keep_alive,
             };
-            sockets.push((
-                socks,
-                Service::Proxy {
-                    shared: shared.clone(),
-                    index,
-                },
-                settings,
-            ));
+            if let Some(a) = local_addr(&sockets) {
+                bound.insert(name.clone(), a);
+            }
+            let handler = Arc::new(ProxyHandler {
+                shared: shared.clone(),
+                index,
+            });
+            spread(sockets, &handler, &settings, &mut per_worker)?;
         }
-        let mut echo = None;
+        let echo = local_addr(&listeners.echo);
         if let Some(e) = &cfg.echo {
-            let a = addr(&loaded, "echo.bind", &e.bind)?;
-            let socks = crate::net::bind_reuseport(a, workers)
-                .map_err(|err| bind_error(&loaded, "echo.bind", a, err))?;
-            echo = socks.first().and_then(|s| s.local_addr().ok());
-            let opts = EchoOptions {
-                delay: e.delay.map(|d| d.0),
-                ..EchoOptions::default()
-            };
-            sockets.push((
-                socks,
-                Service::Echo(Arc::new(opts)),
-                default_conn_settings(),
-            ));
+            let handler = Arc::new(EchoHandler(echo_options(e, None)));
+            spread(
+                listeners.echo,
+                &handler,
+                &ConnSettings::default(),
+                &mut per_worker,
+            )?;
         }
-        let admin_socket = if cfg.admin.enabled {
-            let a = addr(&loaded, "admin.bind", &cfg.admin.bind)?;
-            Some(crate::net::bind_one(a).map_err(|e| bind_error(&loaded, "admin.bind", a, e))?)
-        } else {
-            None
-        };
-        let admin = admin_socket.as_ref().and_then(|s| s.local_addr().ok());
-
-        let (shutdown, _) = watch::channel(false);
-        let control = Arc::new(Control {
-            shared: shared.clone(),
-            file: file.to_path_buf(),
-            workers,
-            reload_lock: Mutex::new(()),
-            shutdown,
-            stopped: AtomicBool::new(false),
-        });
+        let mut echoes = BTreeMap::new();
+        for (name, sockets) in listeners.echoes {
+            let Some(e) = cfg.echoes.get(&name) else {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::InvalidInput,
+                    format!("no echo back end '{name}' in the config"),
+                ));
+            };
+            if let Some(a) = local_addr(&sockets) {
+                echoes.insert(name.clone(), a);
+            }
+            let handler = Arc::new(EchoHandler(echo_options(e, Some(&name))));
+            spread(sockets, &handler, &ConnSettings::default(), &mut per_worker)?;
+        }
+        let c = control.clone();
+        if let Some(first) = per_worker.first_mut() {
+            first.push(Job::task(async move {
+                shutdown.await;
+                c.shutdown();
+            }));
+        }
+        let admin = listeners.admin.as_ref().and_then(|s| s.local_addr().ok());
         let drain = cfg.shutdown.drain_timeout.0;
-        let mut per_worker: Vec<Vec<(StdListener, Service, ConnSettings)>> =
-            (0..workers).map(|_| Vec::new()).collect();
-        for (socks, service, settings) in sockets {
-            for (i, s) in socks.into_iter().enumerate() {
-                per_worker[i].push((s, service.clone(), settings.clone()));
+        // The admin runs on its own thread, so it answers (readiness, metrics) even when the
+        // workers are saturated, and a reload blocks nobody's traffic.
+        let mut admin_jobs = vec![Vec::new()];
+        if let Some(sock) = listeners.admin {
+            let handler = Arc::new(AdminHandler {
+                control: control.clone(),
+            });
+            spread(
+                vec![sock],
+                &handler,
+                &ConnSettings::default(),
+                &mut admin_jobs,
+            )?;
+        }
+        let mut threads = spawn_workers(
+            "busbar-worker",
+            per_worker,
+            &control.shutdown,
+            drain,
+            crate::client::set_worker_index,
+        );
+        if admin.is_some() {
+            if let Ok(t) = &mut threads {
+                match spawn_workers("busbar-admin", admin_jobs, &control.shutdown, drain, |_| {}) {
+                    Ok(more) => t.extend(more),
+                    Err(e) => threads = Err(e),
+                }
             }
         }
-        let mut threads = Vec::with_capacity(workers + 1);
-        for (i, jobs) in per_worker.into_iter().enumerate() {
-            let rx = control.shutdown.subscribe();
-            let t = std::thread::Builder::new()
-                .name(format!("busbar-worker-{i}"))
-                .spawn(move || worker(i, jobs, rx, drain))
-                .map_err(|e| {
-                    ConfigErrors(vec![loaded.error(
-                        None,
-                        "workers",
-                        format!("cannot start worker thread: {e}"),
-                    )])
-                })?;
-            threads.push(t);
-        }
-        if let Some(sock) = admin_socket {
-            let rx = control.shutdown.subscribe();
-            let c = control.clone();
-            let t = std::thread::Builder::new()
-                .name("busbar-admin".into())
-                .spawn(move || crate::admin::run(sock, c, rx))
-                .map_err(|e| {
-                    ConfigErrors(vec![loaded.error(
-                        None,
-                        "admin",
-                        format!("cannot start admin thread: {e}"),
-                    )])
-                })?;
-            threads.push(t);
-        }
+        let threads = match threads {
+            Ok(t) => t,
+            Err(e) => {
+                // Stop whatever started.
+                control.shutdown();
+                return Err(e);
+            }
+        };
         tracing::info!(
             workers,
-            listeners = ?listeners,
+            listeners = ?bound,
             admin = ?admin,
             echo = ?echo,
+            echoes = ?echoes,
             "busbar started"
         );
         Ok(RunningEngine {
-            listeners,
+            listeners: bound,
             admin,
             echo,
+            echoes,
             workers,
             control,
             threads,
         })
     }
-}
-
-pub(crate) fn default_conn_settings() -> ConnSettings {
-    ConnSettings {
-        max_header_size: 64 * 1024,
-        header_read_timeout: Duration::from_secs(30),
-        keep_alive: true,
-    }
-}
-
-pub(crate) fn worker(
-    index: usize,
-    jobs: Vec<(StdListener, Service, ConnSettings)>,
-    mut shutdown: watch::Receiver<bool>,
-    drain: Duration,
-) {
-    crate::client::set_worker_index(index);
-    let rt = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            tracing::error!(error = %e, worker = index, "cannot start worker event loop");
-            return;
-        }
-    };
-    rt.block_on(async move {
-        let tracker = Arc::new(ConnTracker::default());
-        for (listener, service, settings) in jobs {
-            tokio::spawn(accept_loop(
-                listener,
-                service,
-                settings,
-                shutdown.clone(),
-                tracker.clone(),
-            ));
-        }
-        let _ = shutdown.wait_for(|stop| *stop).await;
-        if tokio::time::timeout(drain, tracker.wait_idle())
-            .await
-            .is_err()
-        {
-            tracing::warn!(
-                worker = index,
-                "drain timeout: closing the remaining connections"
-            );
-        }
-    });
 }
 
 impl Control {
@@ -301,6 +392,15 @@ impl Control {
         }
         if before.echo.as_ref().map(|e| &e.bind) != after.echo.as_ref().map(|e| &e.bind) {
             restart.push("echo");
+        }
+        let echo_binds = |c: &busbar_config::Config| -> Vec<(String, String)> {
+            c.echoes
+                .iter()
+                .map(|(k, v)| (k.clone(), v.bind.clone()))
+                .collect()
+        };
+        if echo_binds(before) != echo_binds(after) {
+            restart.push("echoes");
         }
         if !restart.is_empty() {
             return Err(ConfigErrors(vec![loaded.error(

@@ -1,12 +1,14 @@
 //! The busbar engine: builds a runtime from a config and serves it.
 //!
 //! Layout: [`runtime`] turns a checked config into an immutable [`runtime::Runtime`] (proxies,
-//! compiled steps, endpoints); [`steps`] holds one module per step, the closed set of them and
-//! the executor; [`offload`] is the one bounded pool for CPU-heavy step work;
-//! [`client`] is the pooled keep-alive back-end client; [`server`] runs one event loop per
-//! worker thread, each with its own `SO_REUSEPORT` listener socket, and the request handler;
-//! [`engine`] ties them together with reload and graceful shutdown; [`admin`] serves health,
-//! metrics, the effective config and reload; [`echo`] is the benchmark back end.
+//! compiled steps, endpoints, one [`router::Router`] per listener); [`steps`] holds one module
+//! per step, the closed set of them and the executor; [`offload`] is the one bounded pool for
+//! CPU-heavy step work; [`client`] is the pooled keep-alive back-end client;
+//! [`serve`] runs one event loop per worker thread, each with its own `SO_REUSEPORT` socket,
+//! over a [`serve::Handler`]; [`proxy`] is the request path of a proxy listener (match →
+//! sequences → reply or error answer); [`engine`] builds, binds and serves, with reload and
+//! graceful shutdown; [`admin`] (health, metrics, the effective config, reload) and [`echo`]
+//! (the benchmark back end) are handlers too.
 
 pub mod admin;
 pub mod client;
@@ -15,8 +17,10 @@ pub mod engine;
 pub mod headers;
 pub mod net;
 pub mod offload;
+pub mod proxy;
+pub mod router;
 pub mod runtime;
-pub mod server;
+pub mod serve;
 pub mod steps;
 pub mod tls;
 

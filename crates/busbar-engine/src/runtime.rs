@@ -1,6 +1,6 @@
 //! Config → Runtime: everything a request needs, compiled once and immutable.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 use std::sync::Arc;
 
@@ -10,6 +10,7 @@ use http::Method;
 
 use crate::client::{Endpoint, EndpointSettings};
 use crate::offload::Offload;
+use crate::router::{Match, Router};
 use crate::steps::{BuildCx, BuiltStep, ProxyCx};
 
 /// A proxy service, built.
@@ -34,8 +35,8 @@ pub struct Proxy {
 /// Everything built from one config; replaced whole on reload.
 #[derive(Debug)]
 pub struct Runtime {
-    /// Proxies by listener index, then by path.
-    routes: Vec<HashMap<String, Arc<Proxy>>>,
+    /// Proxies by listener index, then by method and path pattern.
+    routes: Vec<Router<Arc<Proxy>>>,
     /// Listener names, in the order listener indexes use.
     pub listener_names: Vec<String>,
     /// TLS config of each listener (by index), `None` for plain HTTP.
@@ -47,9 +48,12 @@ pub struct Runtime {
 }
 
 impl Runtime {
-    /// The proxy serving `path` on listener `listener`.
-    pub fn route(&self, listener: usize, path: &str) -> Option<&Arc<Proxy>> {
-        self.routes.get(listener)?.get(path)
+    /// The proxy serving `method` and `path` on listener `listener`, with the path parameters.
+    pub fn route(&self, listener: usize, method: &Method, path: &str) -> Match<'_, Arc<Proxy>> {
+        match self.routes.get(listener) {
+            Some(router) => router.find(method, path),
+            None => Match::NotFound,
+        }
     }
 
     /// Builds a runtime; every problem is reported, with its path and line.
@@ -106,8 +110,8 @@ impl Runtime {
                 }
             }
         }
-        let mut routes: Vec<HashMap<String, Arc<Proxy>>> =
-            vec![HashMap::new(); listener_names.len()];
+        let mut routes: Vec<Router<Arc<Proxy>>> =
+            listener_names.iter().map(|_| Router::default()).collect();
         for (name, p) in &cfg.proxies {
             let path = format!("proxies.{name}");
             b.namespaces = cfg.namespaces.clone();
@@ -133,7 +137,9 @@ impl Runtime {
             });
             for (i, l) in listener_names.iter().enumerate() {
                 if p.listeners.is_empty() || p.listeners.iter().any(|x| &x.value == l) {
-                    routes[i].insert(p.path.value.clone(), proxy.clone());
+                    if let Err(msg) = routes[i].add(&p.path.value, &proxy.methods, proxy.clone()) {
+                        b.fail(line_of(&p.path), format!("{path}.path"), msg);
+                    }
                 }
             }
         }

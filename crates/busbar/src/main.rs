@@ -46,7 +46,7 @@ enum Command {
         /// Answer every request with this JSON file's content instead of echoing.
         #[arg(long, value_name = "FILE")]
         json: Option<PathBuf>,
-        /// Add `X-Backend: NAME` to every response.
+        /// Add `x-echo-name: NAME` to every response (to see which instance answered).
         #[arg(long)]
         name: Option<String>,
         /// Worker threads (default: one per available core).
@@ -135,6 +135,9 @@ fn run(config: &std::path::Path) -> ExitCode {
     }
     if let Some(a) = engine.echo {
         println!("echo back end on http://{a}");
+    }
+    for (name, a) in &engine.echoes {
+        println!("echo back end {name} on http://{a}");
     }
     if let Some(a) = engine.admin {
         println!("admin on http://{a}");

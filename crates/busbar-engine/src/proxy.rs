@@ -1,0 +1,185 @@
+//! The request path of a proxy listener, top to bottom: match (router) → Exchange (with the
+//! path parameters) → `in` sequence → `out` sequence → reply; or `on_error` → the error
+//! answer, rendered in one place ([`MediationError::render`]).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use busbar_core::body::Origin;
+use busbar_core::{Blame, Body, ErrorKind, Exchange, Flow, MediationError, MessageFormat};
+use http::header::{HeaderValue, ALLOW, CONNECTION, CONTENT_TYPE};
+use http::{Method, Request, Response};
+use hyper::body::Incoming;
+
+use crate::engine::Shared;
+use crate::headers::strip_hop_by_hop;
+use crate::router::Match;
+use crate::runtime::Proxy;
+use crate::serve::{ConnInfo, Handler, Meter, Metered, ResponseBody};
+use crate::steps;
+
+/// Serves the proxies of listener number `index` in the current runtime.
+#[derive(Debug, Clone)]
+pub struct ProxyHandler {
+    /// Engine state: the runtime is read per request, so a reload applies to the next one.
+    pub shared: Arc<Shared>,
+    /// Listener index in the runtime.
+    pub index: usize,
+}
+
+impl Handler for ProxyHandler {
+    async fn handle(&self, req: Request<Incoming>, _conn: &ConnInfo) -> Response<ResponseBody> {
+        handle(&self.shared, self.index, req).await
+    }
+
+    fn tls(&self) -> Option<Arc<rustls::ServerConfig>> {
+        self.shared
+            .runtime
+            .load()
+            .tls
+            .get(self.index)
+            .cloned()
+            .flatten()
+    }
+}
+
+/// Handles one request on listener `index`.
+pub async fn handle(
+    shared: &Shared,
+    index: usize,
+    req: Request<Incoming>,
+) -> Response<ResponseBody> {
+    let runtime = shared.runtime.load_full();
+    let (proxy, params) = match runtime.route(index, req.method(), req.uri().path()) {
+        Match::Found { target, params } => (target.clone(), params),
+        Match::MethodNotAllowed { target, allow } => {
+            let meter = Meter::start(target.counters.clone());
+            let e = MediationError::new(
+                ErrorKind::MethodNotAllowed,
+                Blame::Client,
+                format!("Method {} is not allowed here", req.method()),
+            );
+            target.counters.error(e.kind);
+            let format = MessageFormat::from_request_headers(req.headers());
+            let mut resp = error_response(&e, format, Some(meter));
+            if let Some(allow) = allow_header(&allow) {
+                resp.headers_mut().insert(ALLOW, allow);
+            }
+            return resp;
+        }
+        Match::NotFound => {
+            let e = MediationError::new(
+                ErrorKind::NotFound,
+                Blame::Client,
+                format!("No service at {}", req.uri().path()),
+            );
+            let format = MessageFormat::from_request_headers(req.headers());
+            return error_response(&e, format, None);
+        }
+    };
+    let meter = Meter::start(proxy.counters.clone());
+    let (parts, incoming) = req.into_parts();
+    let exact = http_body::Body::size_hint(&incoming).exact();
+    let counted = Metered::request(incoming, proxy.counters.clone());
+    let body = Body::stream(counted, exact, Origin::Client);
+    let mut ex = Exchange::new(parts, body, proxy.name.clone());
+    ex.params = params;
+    match run_proxy(&proxy, &mut ex).await {
+        Ok(mut resp) => {
+            strip_hop_by_hop(resp.headers_mut());
+            resp.map(|inner| ResponseBody::response(inner, meter))
+        }
+        Err(e) => {
+            proxy.counters.error(e.kind);
+            log_error(&proxy, &ex, &e);
+            drain_small_body(&mut ex.request_body).await;
+            error_response(&e, ex.format, Some(meter))
+        }
+    }
+}
+
+/// `in`, then `out` unless a step answered; on an error, `on_error` decides the answer.
+async fn run_proxy(proxy: &Proxy, ex: &mut Exchange) -> Result<Response<Body>, MediationError> {
+    let result = async {
+        let flow = steps::run(&proxy.in_seq, ex, &proxy.cx).await?;
+        if ex.response.is_none() {
+            return Err(steps::no_response());
+        }
+        if flow == Flow::Continue {
+            steps::run(&proxy.out_seq, ex, &proxy.cx).await?;
+        }
+        Ok(())
+    }
+    .await;
+    match result {
+        Ok(()) => ex.response.take().ok_or_else(steps::no_response),
+        Err(e) if proxy.on_error.is_empty() => Err(e),
+        Err(e) => {
+            // The error sequence decides the answer when it ends in `respond` or `fault`;
+            // otherwise the original error is answered as usual.
+            log_error(proxy, ex, &e);
+            match steps::run(&proxy.on_error, ex, &proxy.cx).await {
+                Ok(Flow::Respond) => ex.response.take().ok_or(e),
+                Ok(Flow::Continue) => Err(e),
+                Err(handled) => Err(handled),
+            }
+        }
+    }
+}
+
+/// Largest unread request body read and discarded before an error answer, so the client's
+/// keep-alive connection survives a fault (larger ones close the connection instead).
+const DRAIN_MAX: u64 = 64 * 1024;
+
+/// Reads and discards the rest of a small request body that no step consumed.
+async fn drain_small_body(body: &mut Body) {
+    if body.is_buffered() || body.exact_len().is_some_and(|n| n > DRAIN_MAX) {
+        return;
+    }
+    let drain = async { while let Ok(Some(_)) = body.read_chunk(DRAIN_MAX).await {} };
+    // A client that stops sending mid-body must not hold the answer back for long.
+    let _ = tokio::time::timeout(Duration::from_secs(1), drain).await;
+}
+
+/// Logs an error once, where it is handled: back-end and internal failures as warnings,
+/// client and policy errors at debug level.
+fn log_error(proxy: &Proxy, ex: &Exchange, e: &MediationError) {
+    let proxy = &*proxy.name;
+    let path = ex.request.uri.path();
+    match e.blame {
+        Blame::Upstream | Blame::Internal => {
+            tracing::warn!(proxy, path, kind = e.kind.as_str(), "{e}")
+        }
+        _ => tracing::debug!(proxy, path, kind = e.kind.as_str(), "{e}"),
+    }
+}
+
+/// The answer to an error: a SOAP fault or a JSON problem ([`MediationError::render`]).
+fn error_response(
+    e: &MediationError,
+    format: MessageFormat,
+    meter: Option<Meter>,
+) -> Response<ResponseBody> {
+    let (status, rendered) = e.render(format);
+    let body = Body::full(rendered.body);
+    let mut resp = Response::new(match meter {
+        Some(meter) => ResponseBody::response(body, meter),
+        None => ResponseBody::plain(body),
+    });
+    *resp.status_mut() = status;
+    resp.headers_mut()
+        .insert(CONTENT_TYPE, rendered.content_type);
+    if e.kind == ErrorKind::BodyTooLarge || e.kind == ErrorKind::ClientBody {
+        // The rest of the request body was not read: the connection cannot carry another
+        // request.
+        resp.headers_mut()
+            .insert(CONNECTION, HeaderValue::from_static("close"));
+    }
+    resp
+}
+
+/// `GET, PUT` from the methods a path accepts.
+fn allow_header(methods: &[Method]) -> Option<HeaderValue> {
+    let list: Vec<&str> = methods.iter().map(Method::as_str).collect();
+    HeaderValue::from_str(&list.join(", ")).ok()
+}

@@ -1,0 +1,468 @@
+//! Serving HTTP/1.1 over a [`Handler`]: worker threads with one `current_thread` event loop
+//! each, accept loops (with TLS on accept), connection tracking for a graceful drain, and the
+//! one body that meters traffic.
+//!
+//! Layout: a [`Handler`] answers requests (the proxy path, admin, echo); a [`Job`] is what one
+//! worker runs (an accept loop over one socket, or a task); [`spawn_workers`] starts the
+//! threads; [`Metered`] counts the bytes of a request or response body and, on the response,
+//! records latency and in-flight requests when dropped.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::io;
+use std::net::{SocketAddr, TcpListener as StdListener};
+use std::pin::{pin, Pin};
+use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use busbar_core::metrics::Counters;
+use busbar_core::{Body, ErrorKind};
+use bytes::Bytes;
+use http::{Request, Response};
+use http_body::{Frame, SizeHint};
+use hyper::body::Incoming;
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::net::TcpListener;
+use tokio::sync::{watch, Notify};
+
+/// Answers the requests of one kind of listener.
+pub trait Handler: Send + Sync + 'static {
+    /// Answers one request. Errors are answers too: a handler never fails.
+    fn handle(
+        &self,
+        req: Request<Incoming>,
+        conn: &ConnInfo,
+    ) -> impl Future<Output = Response<ResponseBody>> + Send;
+
+    /// The TLS config for a new connection, if the listener speaks HTTPS. Asked on every
+    /// accept, so a reload that renews certificates takes effect for new connections.
+    fn tls(&self) -> Option<Arc<rustls::ServerConfig>> {
+        None
+    }
+}
+
+/// What a handler knows about the connection a request came on.
+#[derive(Debug, Clone)]
+pub struct ConnInfo {
+    /// The client's address.
+    pub peer: Option<SocketAddr>,
+    /// True when the connection is TLS.
+    pub tls: bool,
+}
+
+/// Per-connection HTTP settings of a listener.
+#[derive(Debug, Clone)]
+pub struct ConnSettings {
+    /// Read buffer limit (largest request head).
+    pub max_header_size: usize,
+    /// Time allowed for a request head (and for a TLS handshake).
+    pub header_read_timeout: Duration,
+    /// Keep connections alive between requests.
+    pub keep_alive: bool,
+}
+
+impl Default for ConnSettings {
+    fn default() -> Self {
+        Self {
+            max_header_size: 64 * 1024,
+            header_read_timeout: Duration::from_secs(30),
+            keep_alive: true,
+        }
+    }
+}
+
+/// Counts a worker's open connections so shutdown can wait for them.
+#[derive(Debug, Default)]
+pub struct ConnTracker {
+    open: AtomicUsize,
+    idle: Notify,
+}
+
+impl ConnTracker {
+    fn enter(self: &Arc<Self>) -> ConnGuard {
+        self.open.fetch_add(1, Relaxed);
+        ConnGuard(self.clone())
+    }
+
+    /// Waits until every tracked connection has closed.
+    pub async fn wait_idle(&self) {
+        loop {
+            let notified = self.idle.notified();
+            if self.open.load(Relaxed) == 0 {
+                return;
+            }
+            notified.await;
+        }
+    }
+}
+
+struct ConnGuard(Arc<ConnTracker>);
+
+impl Drop for ConnGuard {
+    fn drop(&mut self) {
+        if self.0.open.fetch_sub(1, Relaxed) == 1 {
+            self.0.idle.notify_waiters();
+        }
+    }
+}
+
+/// What a worker's event loop gets to start its part.
+pub struct WorkerCx {
+    /// Turns true when shutdown starts.
+    pub shutdown: watch::Receiver<bool>,
+    /// The worker's open connections.
+    pub tracker: Arc<ConnTracker>,
+}
+
+/// One thing a worker runs: an accept loop, or a task.
+pub struct Job(Box<dyn FnOnce(&WorkerCx) + Send>);
+
+impl std::fmt::Debug for Job {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Job")
+    }
+}
+
+impl Job {
+    /// Accepts connections on `listener` and serves them with `handler`.
+    pub fn accept<H: Handler>(
+        listener: StdListener,
+        handler: Arc<H>,
+        settings: ConnSettings,
+    ) -> Job {
+        Job(Box::new(move |cx: &WorkerCx| {
+            tokio::spawn(accept_loop(
+                listener,
+                handler,
+                settings,
+                cx.shutdown.clone(),
+                cx.tracker.clone(),
+            ));
+        }))
+    }
+
+    /// Runs `task` on the worker's event loop (it ends with the loop).
+    pub fn task(task: impl Future<Output = ()> + Send + 'static) -> Job {
+        Job(Box::new(move |_: &WorkerCx| {
+            tokio::spawn(task);
+        }))
+    }
+}
+
+/// Spreads the sockets of one listener over `workers` workers: socket `i` goes to worker
+/// `i % workers`; workers left without one share a clone of a socket (one accept queue).
+pub fn spread<H: Handler>(
+    sockets: Vec<StdListener>,
+    handler: &Arc<H>,
+    settings: &ConnSettings,
+    per_worker: &mut [Vec<Job>],
+) -> io::Result<()> {
+    let workers = per_worker.len();
+    if sockets.is_empty() || workers == 0 {
+        return Ok(());
+    }
+    let n = sockets.len();
+    let mut clones = Vec::new();
+    for i in n..workers {
+        clones.push(sockets[i % n].try_clone()?);
+    }
+    for (i, s) in sockets.into_iter().chain(clones).enumerate() {
+        s.set_nonblocking(true)?;
+        per_worker[i % workers].push(Job::accept(s, handler.clone(), settings.clone()));
+    }
+    Ok(())
+}
+
+/// Starts one thread per entry of `per_worker`, named `{name}-{index}`, each running its jobs
+/// on its own event loop until `shutdown` turns true, then waiting up to `drain` for open
+/// connections to finish. `init` runs first on each thread with its index.
+pub fn spawn_workers(
+    name: &str,
+    per_worker: Vec<Vec<Job>>,
+    shutdown: &watch::Sender<bool>,
+    drain: Duration,
+    init: fn(usize),
+) -> io::Result<Vec<JoinHandle<()>>> {
+    let mut threads = Vec::with_capacity(per_worker.len());
+    for (index, jobs) in per_worker.into_iter().enumerate() {
+        let rx = shutdown.subscribe();
+        let t = std::thread::Builder::new()
+            .name(format!("{name}-{index}"))
+            .spawn(move || {
+                init(index);
+                run_worker(index, jobs, rx, drain);
+            })?;
+        threads.push(t);
+    }
+    Ok(threads)
+}
+
+fn run_worker(index: usize, jobs: Vec<Job>, shutdown: watch::Receiver<bool>, drain: Duration) {
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            tracing::error!(error = %e, worker = index, "cannot start worker event loop");
+            return;
+        }
+    };
+    rt.block_on(async move {
+        let mut cx = WorkerCx {
+            shutdown,
+            tracker: Arc::new(ConnTracker::default()),
+        };
+        for job in jobs {
+            (job.0)(&cx);
+        }
+        let _ = cx.shutdown.wait_for(|stop| *stop).await;
+        if tokio::time::timeout(drain, cx.tracker.wait_idle())
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                worker = index,
+                "drain timeout: closing the remaining connections"
+            );
+        }
+    });
+}
+
+/// Accepts connections on `listener` until `shutdown` turns true.
+async fn accept_loop<H: Handler>(
+    listener: StdListener,
+    handler: Arc<H>,
+    settings: ConnSettings,
+    mut shutdown: watch::Receiver<bool>,
+    tracker: Arc<ConnTracker>,
+) {
+    let listener = match TcpListener::from_std(listener) {
+        Ok(l) => l,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot register listener");
+            return;
+        }
+    };
+    loop {
+        let accepted = tokio::select! {
+            r = listener.accept() => r,
+            _ = shutdown.wait_for(|stop| *stop) => return,
+        };
+        let (stream, peer) = match accepted {
+            Ok(s) => s,
+            Err(e) => {
+                // Out of file descriptors or a transient network error: back off briefly
+                // rather than spinning.
+                tracing::warn!(error = %e, "accept failed");
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                continue;
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        let guard = tracker.enter();
+        let tls = handler.tls();
+        let handler = handler.clone();
+        let settings = settings.clone();
+        let shutdown = shutdown.clone();
+        tokio::spawn(async move {
+            let mut info = ConnInfo {
+                peer: Some(peer),
+                tls: false,
+            };
+            match tls {
+                None => serve_connection(stream, handler, info, settings, shutdown).await,
+                Some(config) => {
+                    info.tls = true;
+                    let acceptor = tokio_rustls::TlsAcceptor::from(config);
+                    let handshake = acceptor.accept(stream);
+                    match tokio::time::timeout(settings.header_read_timeout, handshake).await {
+                        Ok(Ok(tls)) => {
+                            serve_connection(tls, handler, info, settings, shutdown).await
+                        }
+                        Ok(Err(e)) => tracing::debug!(error = %e, "TLS handshake failed"),
+                        Err(_) => tracing::debug!("TLS handshake timed out"),
+                    }
+                }
+            }
+            drop(guard);
+        });
+    }
+}
+
+async fn serve_connection<S, H>(
+    stream: S,
+    handler: Arc<H>,
+    info: ConnInfo,
+    settings: ConnSettings,
+    mut shutdown: watch::Receiver<bool>,
+) where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    H: Handler,
+{
+    let mut builder = http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(settings.header_read_timeout)
+        .keep_alive(settings.keep_alive)
+        .max_header_size(settings.max_header_size);
+    let info = Arc::new(info);
+    let svc = service_fn(move |req: Request<Incoming>| {
+        let handler = handler.clone();
+        let info = info.clone();
+        async move { Ok::<_, Infallible>(handler.handle(req, &info).await) }
+    });
+    let conn = builder.serve_connection(TokioIo::new(stream), svc);
+    let mut conn = pin!(conn);
+    if *shutdown.borrow() {
+        conn.as_mut().graceful_shutdown();
+    }
+    tokio::select! {
+        r = conn.as_mut() => log_conn_end(r),
+        _ = shutdown.changed() => {
+            conn.as_mut().graceful_shutdown();
+            log_conn_end(conn.await);
+        }
+    }
+}
+
+fn log_conn_end(result: Result<(), hyper::Error>) {
+    if let Err(e) = result {
+        // Clients that disconnect or send garbage are routine for a server: debug level.
+        tracing::debug!(error = %e, "client connection ended with an error");
+    }
+}
+
+/// Holds a request in flight: when dropped (the response body ended or was abandoned) it
+/// records the latency and the end of the request.
+pub struct Meter {
+    counters: Arc<Counters>,
+    started: Instant,
+}
+
+impl Meter {
+    /// Starts metering one request on `counters`: counts it and marks it in flight.
+    pub fn start(counters: Arc<Counters>) -> Meter {
+        counters.requests.fetch_add(1, Relaxed);
+        counters.in_flight.fetch_add(1, Relaxed);
+        Meter {
+            counters,
+            started: Instant::now(),
+        }
+    }
+
+    /// The counters this meter records into.
+    pub fn counters(&self) -> &Arc<Counters> {
+        &self.counters
+    }
+}
+
+impl Drop for Meter {
+    fn drop(&mut self) {
+        self.counters.latency.observe(self.started.elapsed());
+        self.counters.in_flight.fetch_sub(1, Relaxed);
+    }
+}
+
+/// Which byte counter a [`Metered`] body adds to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Direction {
+    In,
+    Out,
+}
+
+/// A body that counts its bytes into a proxy's metrics as they pass (chunked bodies
+/// included). As a response body it also holds the request's [`Meter`], so latency covers the
+/// whole answer, and a failing response stream counts as an upstream reset.
+pub struct Metered<B> {
+    inner: B,
+    counters: Option<Arc<Counters>>,
+    direction: Direction,
+    /// Held for its `Drop`: the request ends when the response body does.
+    _meter: Option<Meter>,
+}
+
+/// The response body sent to clients.
+pub type ResponseBody = Metered<Body>;
+
+impl ResponseBody {
+    /// A body not tied to any metrics (admin, echo, unknown paths).
+    pub fn plain(inner: Body) -> Self {
+        Self {
+            inner,
+            counters: None,
+            direction: Direction::Out,
+            _meter: None,
+        }
+    }
+
+    /// A response body counted into `meter`'s counters; the meter ends when the body is done.
+    pub fn response(inner: Body, meter: Meter) -> Self {
+        Self {
+            inner,
+            counters: Some(meter.counters.clone()),
+            direction: Direction::Out,
+            _meter: Some(meter),
+        }
+    }
+}
+
+impl<B> Metered<B> {
+    /// A request body whose bytes are counted as received into `counters`.
+    pub fn request(inner: B, counters: Arc<Counters>) -> Self {
+        Self {
+            inner,
+            counters: Some(counters),
+            direction: Direction::In,
+            _meter: None,
+        }
+    }
+}
+
+impl<B> http_body::Body for Metered<B>
+where
+    B: http_body::Body<Data = Bytes> + Unpin,
+{
+    type Data = Bytes;
+    type Error = B::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
+        let this = &mut *self;
+        let polled = Pin::new(&mut this.inner).poll_frame(cx);
+        if let Some(counters) = &this.counters {
+            match (&polled, this.direction) {
+                (Poll::Ready(Some(Ok(frame))), dir) => {
+                    if let Some(d) = frame.data_ref() {
+                        let n = d.len() as u64;
+                        match dir {
+                            Direction::In => counters.bytes_in.fetch_add(n, Relaxed),
+                            Direction::Out => counters.bytes_out.fetch_add(n, Relaxed),
+                        };
+                    }
+                }
+                (Poll::Ready(Some(Err(_))), Direction::Out) => {
+                    counters.error(ErrorKind::UpstreamReset)
+                }
+                _ => {}
+            }
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
