@@ -5,6 +5,7 @@ mod cli;
 mod direct;
 mod failures;
 mod route;
+mod router;
 mod support;
 mod tls;
 mod wsse;

@@ -1089,4 +1089,58 @@ mod tests {
             ["t.yaml: missing field `listeners` (at listeners)"]
         );
     }
+
+    #[test]
+    fn path_patterns_are_checked_with_their_line() {
+        let yaml = OK.replace("path: /p", "path: /p/{id}/{id}");
+        assert_eq!(
+            check(&yaml),
+            vec![
+                "t.yaml:7: proxies.P.path: path '/p/{id}/{id}': parameter 'id' appears twice"
+                    .to_owned()
+            ]
+        );
+        let yaml = OK.replace("path: /p", "path: /p/*/x");
+        let errs = check(&yaml);
+        assert_eq!(errs.len(), 1, "{errs:?}");
+        assert!(errs[0].contains("may only be the last segment"), "{errs:?}");
+    }
+
+    #[test]
+    fn two_proxies_share_a_pattern_only_when_their_methods_do_not_overlap() {
+        let two = |a: &str, b: &str| {
+            format!(
+                "{OK}  G:\n    path: /c/{{id}}\n{a}    in: [ {{ call: echo }} ]\n  U:\n    path: /c/{{key}}\n{b}    in: [ {{ call: echo }} ]\n"
+            )
+        };
+        assert_eq!(
+            check(&two("    methods: [GET]\n", "    methods: [PUT]\n")),
+            Vec::<String>::new()
+        );
+        assert_eq!(
+            check(&two("    methods: [GET, PUT]\n", "    methods: [PUT]\n")),
+            vec!["t.yaml:15: proxies.U.path: path '/c/{key}' (the same pattern as '/c/{id}') is already served by proxy 'G' on listener 'http'".to_owned()]
+        );
+        let errs = check(&two("", "    methods: [PUT]\n"));
+        assert_eq!(errs.len(), 1, "no methods means any: {errs:?}");
+        let same = format!("{OK}  Q:\n    path: /p\n    in: [ {{ call: echo }} ]\n");
+        assert_eq!(
+            check(&same),
+            vec!["t.yaml:11: proxies.Q.path: path '/p' is already served by proxy 'P' on listener 'http'".to_owned()]
+        );
+    }
+
+    #[test]
+    fn named_echo_back_ends_are_checked() {
+        let yaml = format!(
+            "{OK}echoes:\n  a: {{ bind: \"127.0.0.1:0\", delay: 5ms }}\n  b: {{ bind: nowhere }}\n  c: {{ bind: \"127.0.0.1:0\", name: \"bad\\nname\" }}\n"
+        );
+        let errs = check(&yaml);
+        assert_eq!(errs.len(), 2, "{errs:#?}");
+        assert!(
+            errs[0].contains("echoes.b.bind: invalid address 'nowhere'"),
+            "{errs:#?}"
+        );
+        assert!(errs[1].contains("echoes.c.name: "), "{errs:#?}");
+    }
 }
