@@ -173,3 +173,27 @@ fn the_single_echo_sends_no_name_unless_given_one() {
     let r = Client::connect(addr).post("/x", &[], b"x").expect("echo");
     assert_eq!(r.header("x-echo-name"), Some("solo"));
 }
+
+#[test]
+fn a_reload_that_moves_a_named_echo_is_refused_until_a_restart() {
+    let h = engine(
+        "echoes:\n  a: { bind: \"127.0.0.1:0\" }\nproxies:\n  P:\n    path: /p\n    in:\n      - respond: { body: old }\n",
+    );
+    let good = std::fs::read_to_string(&h.config).expect("read");
+    std::fs::write(
+        &h.config,
+        good.replace(
+            "a: { bind: \"127.0.0.1:0\" }",
+            "a: { bind: \"127.0.0.1:1\" }",
+        )
+        .replace("body: old", "body: new"),
+    )
+    .expect("write");
+    let err = h.engine().reload().expect_err("refused").to_string();
+    assert!(err.contains("echoes"), "{err}");
+    let r = request(h.http(), "GET", "/p");
+    assert_eq!(r.text(), "old");
+    let a = h.engine().echoes["a"];
+    let r = Client::connect(a).post("/x", &[], b"still").expect("echo");
+    assert_eq!(r.body, b"still");
+}
