@@ -237,3 +237,46 @@ fn validate_takes_a_bare_file_name_from_the_config_directory() {
     assert_eq!(out.status.code(), Some(0), "{stderr}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A failed step is logged once, named by its config path, whether or not `on_error` runs.
+#[test]
+fn a_failed_call_is_logged_once_with_the_steps_config_path() {
+    let dir = temp_dir("log-once");
+    let (listen, dead) = (free_port(), free_port());
+    let yaml = format!(
+        "workers: 1\nadmin: {{ enabled: false }}\nlisteners:\n  http: {{ bind: \"127.0.0.1:{listen}\" }}\nendpoints:\n  dead: {{ url: \"http://127.0.0.1:{dead}/x\", connect_timeout: 1s }}\nproxies:\n  P:\n    path: /p\n    in:\n      - call: dead\n  Q:\n    path: /q\n    in:\n      - call: dead\n    on_error:\n      - log: {{ message: handling, level: debug }}\n"
+    );
+    let file = dir.join("c.yaml");
+    std::fs::write(&file, yaml).expect("write");
+    let child = busbar()
+        .arg("run")
+        .arg(&file)
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run");
+    let addr: std::net::SocketAddr = format!("127.0.0.1:{listen}").parse().expect("addr");
+    let up = eventually(Duration::from_secs(10), || {
+        std::net::TcpStream::connect(addr).is_ok()
+    });
+    assert!(up, "did not start listening");
+    for path in ["/p", "/q"] {
+        let r = Client::connect(addr).post(path, &[], b"x").expect("answer");
+        assert_eq!(r.status, 502, "{}", r.text());
+    }
+    let _ = Command::new("kill")
+        .arg("-TERM")
+        .arg(child.id().to_string())
+        .status();
+    let out = child.wait_with_output().expect("wait");
+    let log = String::from_utf8_lossy(&out.stderr);
+    for step in ["proxies.P.in[0].call", "proxies.Q.in[0].call"] {
+        let lines = log
+            .lines()
+            .filter(|l| l.contains(step) && l.contains("refused the connection"))
+            .count();
+        assert_eq!(lines, 1, "{step} logged {lines} times:\n{log}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

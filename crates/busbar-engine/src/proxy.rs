@@ -116,12 +116,18 @@ async fn run_proxy(proxy: &Proxy, ex: &mut Exchange) -> Result<Response<Body>, M
         Err(e) if proxy.on_error.is_empty() => Err(e),
         Err(e) => {
             // The error sequence decides the answer when it ends in `respond` or `fault`;
-            // otherwise the original error is answered as usual.
-            log_error(proxy, ex, &e);
+            // otherwise the original error is answered as usual. Each error is logged once:
+            // here when `on_error` answers or fails in its turn, by the caller otherwise.
             match steps::run(&proxy.on_error, ex, &proxy.cx).await {
-                Ok(Flow::Respond) => ex.response.take().ok_or(e),
+                Ok(Flow::Respond) => {
+                    log_error(proxy, ex, &e);
+                    ex.response.take().ok_or(e)
+                }
                 Ok(Flow::Continue) => Err(e),
-                Err(handled) => Err(handled),
+                Err(handled) => {
+                    log_error(proxy, ex, &e);
+                    Err(handled)
+                }
             }
         }
     }
