@@ -336,24 +336,7 @@ pub fn validate(loaded: &LoadedConfig) -> Vec<ConfigError> {
         }
     }
     for (name, e) in &cfg.endpoints {
-        let path = format!("endpoints.{name}");
-        if let Err(msg) = check_url(&e.url.value) {
-            err(line_of(&e.url), format!("{path}.url"), msg);
-        }
-        if e.timeout.0.is_zero() {
-            err(
-                None,
-                format!("{path}.timeout"),
-                "must be greater than zero".into(),
-            );
-        }
-        if e.connect_timeout.0.is_zero() {
-            err(
-                None,
-                format!("{path}.connect_timeout"),
-                "must be greater than zero".into(),
-            );
-        }
+        check_endpoint(loaded, name, e, &mut err);
     }
     for (name, steps) in &cfg.sequences {
         check_steps(loaded, steps, &format!("sequences.{name}"), &mut err);
@@ -437,23 +420,184 @@ fn methods_overlap(a: &[String], b: &[String]) -> bool {
     a.is_empty() || b.is_empty() || a.iter().any(|m| b.contains(m))
 }
 
-fn check_url(url: &str) -> Result<(), String> {
-    let uri: http::Uri = url
-        .parse()
-        .map_err(|e| format!("invalid URL '{url}': {e}"))?;
-    match uri.scheme_str() {
-        Some("http") => {}
-        Some(other) => return Err(format!("unsupported scheme '{other}' in '{url}': use http")),
-        None => {
-            return Err(format!(
-                "invalid URL '{url}': expected http://host:port/path"
-            ))
+fn check_endpoint(
+    loaded: &LoadedConfig,
+    name: &str,
+    e: &EndpointConfig,
+    err: &mut impl FnMut(Option<u64>, String, String),
+) {
+    let path = format!("endpoints.{name}");
+    let urls = e.url_list();
+    match (&e.url, e.urls.is_empty()) {
+        (None, true) => err(None, path.clone(), "give 'url' or 'urls'".into()),
+        (Some(u), false) => err(
+            line_of(u),
+            path.clone(),
+            "give either 'url' or 'urls', not both".into(),
+        ),
+        _ => {}
+    }
+    let mut https = false;
+    for u in &urls {
+        match check_url(u.url.expose()) {
+            Ok(secure) => https |= secure,
+            Err(msg) => err(u.line, format!("{path}.{}", u.path), msg),
+        }
+        if !(1..=1000).contains(&u.weight) {
+            let at = u.path.trim_end_matches(".url");
+            err(
+                u.line,
+                format!("{path}.{at}.weight"),
+                format!("weight {} is not between 1 and 1000", u.weight),
+            );
         }
     }
-    if uri.host().is_none_or(str::is_empty) {
-        return Err(format!("invalid URL '{url}': no host"));
+    for (key, d) in [
+        ("timeout", e.timeout),
+        ("connect_timeout", e.connect_timeout),
+    ] {
+        if d.0.is_zero() {
+            err(
+                None,
+                format!("{path}.{key}"),
+                "must be greater than zero".into(),
+            );
+        }
     }
-    Ok(())
+    check_statuses(&e.retry_on_status, &format!("{path}.retry_on_status"), err);
+    if let Failover::OnStatus(f) = &e.failover {
+        check_statuses(&f.on_status, &format!("{path}.failover.on_status"), err);
+    }
+    let b = &e.retry_budget;
+    if !(0.0..=1.0).contains(&b.ratio) {
+        err(
+            None,
+            format!("{path}.retry_budget.ratio"),
+            format!("ratio {} is not between 0 and 1", b.ratio),
+        );
+    }
+    if b.window.0.is_zero() {
+        err(
+            None,
+            format!("{path}.retry_budget.window"),
+            "must be greater than zero".into(),
+        );
+    }
+    if let Some(br) = &e.breaker {
+        let at = format!("{path}.breaker");
+        if br.failures == 0 {
+            err(None, format!("{at}.failures"), "must be at least 1".into());
+        }
+        if let Some(r) = br.failure_ratio {
+            if !(r > 0.0 && r <= 1.0) {
+                err(
+                    None,
+                    format!("{at}.failure_ratio"),
+                    format!("ratio {r} is not above 0 and at most 1"),
+                );
+            }
+        }
+        if br.window.0.is_zero() {
+            err(
+                None,
+                format!("{at}.window"),
+                "must be greater than zero".into(),
+            );
+        }
+        if br.suspend.0.is_zero() {
+            err(
+                None,
+                format!("{at}.suspend"),
+                "must be greater than zero".into(),
+            );
+        }
+        if br.max_suspend.0 < br.suspend.0 {
+            err(
+                None,
+                format!("{at}.max_suspend"),
+                "must not be shorter than 'suspend'".into(),
+            );
+        }
+        check_statuses(&br.on_status, &format!("{at}.on_status"), err);
+    }
+    if e.max_connections == Some(0) {
+        err(
+            None,
+            format!("{path}.max_connections"),
+            "must be at least 1".into(),
+        );
+    }
+    if let Some(tls) = &e.tls {
+        let at = format!("{path}.tls");
+        for (key, file) in [("ca", &tls.ca), ("cert", &tls.cert), ("key", &tls.key)] {
+            if let Some(f) = file {
+                check_file(loaded, f, format!("{at}.{key}"), err);
+            }
+        }
+        match (&tls.cert, &tls.key) {
+            (Some(c), None) => err(
+                line_of(c),
+                format!("{at}.key"),
+                "a client 'cert' needs its 'key'".into(),
+            ),
+            (None, Some(k)) => err(
+                line_of(k),
+                format!("{at}.cert"),
+                "a client 'key' needs its 'cert'".into(),
+            ),
+            _ => {}
+        }
+        if let Some(sn) = &tls.server_name {
+            if sn.value.is_empty() {
+                err(
+                    line_of(sn),
+                    format!("{at}.server_name"),
+                    "must not be empty".into(),
+                );
+            }
+        }
+        if !https && !urls.is_empty() {
+            err(
+                None,
+                at,
+                "'tls' is set but no URL of this endpoint is https".into(),
+            );
+        }
+    }
+}
+
+fn check_statuses(list: &[u16], at: &str, err: &mut impl FnMut(Option<u64>, String, String)) {
+    for s in list {
+        if !(100..=599).contains(s) {
+            err(None, at.to_owned(), format!("invalid HTTP status {s}"));
+        }
+    }
+}
+
+/// Checks a back-end URL; true when it is `https`.
+fn check_url(url: &str) -> Result<bool, String> {
+    let shown = secret::redact_url(url);
+    let uri: http::Uri = url
+        .parse()
+        .map_err(|e| format!("invalid URL '{shown}': {e}"))?;
+    let https = match uri.scheme_str() {
+        Some("http") => false,
+        Some("https") => true,
+        Some(other) => {
+            return Err(format!(
+                "unsupported scheme '{other}' in '{shown}': use http or https"
+            ))
+        }
+        None => {
+            return Err(format!(
+                "invalid URL '{shown}': expected http://host:port/path"
+            ))
+        }
+    };
+    if uri.host().is_none_or(str::is_empty) {
+        return Err(format!("invalid URL '{shown}': no host"));
+    }
+    Ok(https)
 }
 
 fn check_steps(
@@ -1142,5 +1286,80 @@ mod tests {
             "{errs:#?}"
         );
         assert!(errs[1].contains("echoes.c.name: "), "{errs:#?}");
+    }
+
+    fn endpoint(body: &str) -> String {
+        format!("listeners:\n  http: {{ bind: \"127.0.0.1:0\" }}\nendpoints:\n  svc:\n{body}proxies:\n  P:\n    path: /p\n    in:\n      - call: svc\n")
+    }
+
+    #[test]
+    fn endpoints_take_a_list_of_urls_with_weights_and_a_policy() {
+        let yaml = endpoint(
+            "    urls:\n      - \"http://127.0.0.1:9001/a\"\n      - { url: \"https://user:pw@example.com/b\", weight: 3 }\n    balance: weighted\n    failover: { on_status: [502, 503] }\n    retries: 2\n    retry_on_status: [503]\n    retry_budget: { ratio: 0.1, window: 5s }\n    replay_buffer: 128KiB\n    breaker: { failures: 3, suspend: 500ms, max_suspend: 10s }\n    max_connections: 10\n    queue: 5\n",
+        );
+        assert_eq!(check(&yaml), Vec::<String>::new());
+        let config = parse(&yaml, "t.yaml", |_| None).expect("parse");
+        let e = &config.endpoints["svc"];
+        let urls = e.url_list();
+        assert_eq!(urls.len(), 2);
+        assert_eq!(urls[1].path, "urls[1].url");
+        assert_eq!(urls[1].weight, 3);
+        assert_eq!(urls[1].url.expose(), "https://user:pw@example.com/b");
+        assert_eq!(urls[1].line, Some(7));
+        // /config shows no credentials.
+        let shown = serde_json::to_string(&config.endpoints).expect("json");
+        assert!(
+            shown.contains("https://<redacted>@example.com/b"),
+            "{shown}"
+        );
+        assert!(!shown.contains("pw"), "{shown}");
+    }
+
+    #[test]
+    fn endpoint_problems_are_reported_with_their_paths() {
+        let yaml = endpoint(
+            "    urls: [ \"http://127.0.0.1:1/a\", \"ftp://h/b\", { url: \"http://h/c\", weight: 0 } ]\n    retry_on_status: [42]\n    breaker: { failures: 0, suspend: 2s, max_suspend: 1s }\n    tls: { ca: missing-ca.pem }\n",
+        );
+        let errs = check(&yaml);
+        let has = |needle: &str| errs.iter().any(|e| e.contains(needle));
+        assert!(
+            has("endpoints.svc.urls[1]: unsupported scheme 'ftp'"),
+            "{errs:#?}"
+        );
+        assert!(has("endpoints.svc.urls[2].weight: weight 0"), "{errs:#?}");
+        assert!(
+            has("endpoints.svc.retry_on_status: invalid HTTP status 42"),
+            "{errs:#?}"
+        );
+        assert!(has("endpoints.svc.breaker.failures"), "{errs:#?}");
+        assert!(has("endpoints.svc.breaker.max_suspend"), "{errs:#?}");
+        assert!(has("endpoints.svc.tls.ca: file not found"), "{errs:#?}");
+        assert!(
+            has("endpoints.svc.tls: 'tls' is set but no URL"),
+            "{errs:#?}"
+        );
+        assert_eq!(errs.len(), 7, "{errs:#?}");
+    }
+
+    #[test]
+    fn an_endpoint_needs_exactly_one_of_url_and_urls() {
+        let none = check(&endpoint("    timeout: 1s\n"));
+        assert_eq!(
+            none,
+            vec!["t.yaml:4: missing field `url` (at endpoints.svc.url)".to_owned()]
+        );
+        let both = check(&endpoint(
+            "    url: \"http://h/a\"\n    urls: [ \"http://h/b\" ]\n",
+        ));
+        assert_eq!(both.len(), 1, "{both:#?}");
+        assert!(both[0].contains("either 'url' or 'urls'"), "{both:#?}");
+    }
+
+    #[test]
+    fn credentials_in_a_bad_url_are_not_shown_in_the_error() {
+        let errs = check(&endpoint("    url: \"gopher://user:secret@h/a\"\n"));
+        assert_eq!(errs.len(), 1, "{errs:#?}");
+        assert!(!errs[0].contains("secret"), "{errs:#?}");
+        assert!(errs[0].contains("<redacted>"), "{errs:#?}");
     }
 }

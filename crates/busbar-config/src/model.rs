@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use serde_saphyr::Spanned;
 
-use crate::secret::Secret;
+use crate::secret::{Secret, SecretUrl};
 use crate::units::{ByteSize, Duration};
 
 /// A whole config file.
@@ -231,31 +231,341 @@ pub struct TlsConfig {
     pub key: Spanned<String>,
 }
 
-/// A back-end endpoint.
+/// A back-end endpoint: one URL, or several with load balancing and failover, wrapped in
+/// a policy (timeout, retry, failover, circuit breaker, connection limit). Its fields are
+/// those of [`EndpointFields`]; one of `url` and `urls` is required.
+#[derive(Debug, Clone, Serialize)]
+#[serde(transparent)]
+pub struct EndpointConfig(pub EndpointFields);
+
+impl std::ops::Deref for EndpointConfig {
+    type Target = EndpointFields;
+    fn deref(&self) -> &EndpointFields {
+        &self.0
+    }
+}
+
+impl<'de> Deserialize<'de> for EndpointConfig {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Fields;
+        impl<'de> serde::de::Visitor<'de> for Fields {
+            type Value = EndpointConfig;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("an endpoint: a mapping with `url` or `urls`")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                map: A,
+            ) -> Result<EndpointConfig, A::Error> {
+                let fields =
+                    EndpointFields::deserialize(serde::de::value::MapAccessDeserializer::new(map))?;
+                // Without either, the endpoint has nowhere to send: said (inside the mapping,
+                // so with its line and path) the way serde says a required field is missing,
+                // and recovered from like one.
+                if fields.url.is_none() && fields.urls.is_empty() {
+                    return Err(serde::de::Error::missing_field("url"));
+                }
+                Ok(EndpointConfig(fields))
+            }
+        }
+        d.deserialize_map(Fields)
+    }
+}
+
+/// The fields of an endpoint.
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
-pub struct EndpointConfig {
-    /// The back end's URL (`http://host:port/path`); the request goes to this path, with the
-    /// client's query string appended.
-    pub url: Spanned<String>,
-    /// Time allowed to open a connection.
+pub struct EndpointFields {
+    /// The back end's URL (`http://host:port/path` or `https://...`); the request goes to this
+    /// path, with the client's query string appended. `user:password@` in the URL is sent as
+    /// HTTP Basic authentication (when the request has no `Authorization`) and never shown by
+    /// `/config`. Give either `url` or `urls`.
+    #[serde(default)]
+    pub url: Option<Spanned<SecretUrl>>,
+    /// Several URLs of the same service: each a string, or `{ url, weight }`. Requests are
+    /// spread over them by `balance`; `failover` moves a failed request to the next one.
+    #[serde(default)]
+    pub urls: Vec<Spanned<UrlEntry>>,
+    /// How requests are spread over `urls`: `round_robin` (the default), `weighted` (in
+    /// proportion to each URL's `weight`) or `least_pending` (the URL with the fewest
+    /// requests in progress).
+    #[serde(default)]
+    pub balance: Balance,
+    /// Failover to the next URL: `true` (the default) on connection failures (nothing was
+    /// sent, so this is always safe), `false` never, or `{ on_status: [502, 503, 504] }` also
+    /// when a back end answers with one of these statuses (and the request can be sent again).
+    #[serde(default)]
+    pub failover: Failover,
+    /// Time allowed to open a connection (and, for `https`, to finish the TLS handshake).
     #[serde(default = "default_connect_timeout")]
     pub connect_timeout: Duration,
     /// Time allowed for the back end to start answering once the request is sent, and for
     /// each pause while its response body streams.
     #[serde(default = "default_timeout")]
     pub timeout: Duration,
-    /// Idle keep-alive connections kept per worker thread.
+    /// Idle keep-alive connections kept per worker thread and URL.
     #[serde(default = "default_pool_size")]
     pub pool_size: usize,
     /// How long an idle pooled connection is kept; keep it below the back end's own
     /// keep-alive timeout.
     #[serde(default = "default_keep_alive")]
     pub keep_alive: Duration,
-    /// Retries of a failed call (connect errors, or errors before any response byte on a
-    /// request whose body can be sent again). None unless configured.
+    /// Retries of a failed call: at most this many more attempts (failovers to untried URLs
+    /// come on top). A call is retried when nothing was sent, or when its method is idempotent
+    /// (GET, HEAD, PUT, DELETE, OPTIONS, TRACE) and its body can be sent again, or when the
+    /// back end answered a status of `retry_on_status`. None unless configured.
     #[serde(default)]
     pub retries: u32,
+    /// Response statuses that are retried (the back end said it did not process the request,
+    /// like 503), when `retries` allows and the body can be sent again.
+    #[serde(default)]
+    pub retry_on_status: Vec<u16>,
+    /// Caps retries to a share of the requests, so a failing back end does not get a storm of
+    /// retries on top of its load.
+    #[serde(default)]
+    pub retry_budget: RetryBudgetConfig,
+    /// How much of a streamed request body is kept as it goes out, so a retry or failover can
+    /// send it again. A request whose body is larger is not retried once its body started to
+    /// go out (the error says so). Bodies already in memory are always kept.
+    #[serde(default = "default_replay_buffer")]
+    pub replay_buffer: ByteSize,
+    /// Circuit breaker per URL: after repeated failures the URL is suspended and skipped;
+    /// when every URL is suspended, calls fail at once with 503.
+    #[serde(default)]
+    pub breaker: Option<BreakerConfig>,
+    /// Requests in progress at once to one URL (each holds its own connection); more wait in
+    /// the queue. Unlimited when not set.
+    #[serde(default)]
+    pub max_connections: Option<usize>,
+    /// Requests that may wait for one of `max_connections` (at most `connect_timeout` each);
+    /// when the queue is full a call fails at once with 503.
+    #[serde(default = "default_queue")]
+    pub queue: usize,
+    /// TLS settings for `https` URLs. Without them the system's trusted roots are used and the
+    /// server name is the URL's host.
+    #[serde(default)]
+    pub tls: Option<EndpointTlsConfig>,
+}
+
+impl EndpointFields {
+    /// Every URL in order: its config path (`url`, `urls[1]`, `urls[2].url`), the URL, the
+    /// line it is on when known, and its weight.
+    pub fn url_list(&self) -> Vec<UrlRef<'_>> {
+        fn line<T>(s: &Spanned<T>) -> Option<u64> {
+            let line = s.referenced.line();
+            (line > 0).then_some(line)
+        }
+        let mut out = Vec::new();
+        if let Some(u) = &self.url {
+            out.push(UrlRef {
+                path: "url".to_owned(),
+                url: &u.value,
+                line: line(u),
+                weight: 1,
+            });
+        }
+        for (i, entry) in self.urls.iter().enumerate() {
+            let (path, url, weight) = match &entry.value {
+                UrlEntry::Plain(u) => (format!("urls[{i}]"), u, 1),
+                UrlEntry::Weighted(w) => (format!("urls[{i}].url"), &w.url, w.weight),
+            };
+            out.push(UrlRef {
+                path,
+                url,
+                line: line(entry),
+                weight,
+            });
+        }
+        out
+    }
+}
+
+/// One URL of an endpoint, as [`EndpointFields::url_list`] lists it.
+#[derive(Debug, Clone)]
+pub struct UrlRef<'a> {
+    /// Config path below the endpoint, like `urls[1]`.
+    pub path: String,
+    /// The URL.
+    pub url: &'a SecretUrl,
+    /// Its line in the file, when known.
+    pub line: Option<u64>,
+    /// Its weight.
+    pub weight: u32,
+}
+
+/// One entry of `urls`: a URL, or a URL with a weight.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(untagged)]
+pub enum UrlEntry {
+    /// Just the URL (weight 1).
+    Plain(SecretUrl),
+    /// `{ url, weight }`.
+    Weighted(WeightedUrl),
+}
+
+/// A URL with its share of the requests under `balance: weighted`.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct WeightedUrl {
+    /// The URL.
+    pub url: SecretUrl,
+    /// Its relative share of the requests (1 to 1000).
+    #[serde(default = "default_weight")]
+    pub weight: u32,
+}
+
+fn default_weight() -> u32 {
+    1
+}
+
+/// How requests are spread over an endpoint's URLs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Balance {
+    /// Each URL in turn.
+    #[default]
+    RoundRobin,
+    /// In proportion to the URLs' weights, interleaved.
+    Weighted,
+    /// The URL with the fewest requests in progress.
+    LeastPending,
+}
+
+/// When a failed request moves on to the next URL.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(untagged)]
+pub enum Failover {
+    /// `true`: on connection failures; `false`: never.
+    Enabled(bool),
+    /// On connection failures, and on these response statuses.
+    OnStatus(FailoverConfig),
+}
+
+impl Default for Failover {
+    fn default() -> Self {
+        Failover::Enabled(true)
+    }
+}
+
+/// Failover settings.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct FailoverConfig {
+    /// Response statuses that also move the request to the next URL (like 502, 503, 504).
+    pub on_status: Vec<u16>,
+}
+
+/// The retry budget: retries allowed in a sliding window.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RetryBudgetConfig {
+    /// Retries allowed as a share of the requests in the window (0.2: one retry per five
+    /// requests).
+    #[serde(default = "default_budget_ratio")]
+    pub ratio: f64,
+    /// Retries always allowed per window on top of the ratio, so a quiet endpoint can retry.
+    #[serde(default = "default_budget_min")]
+    pub min_retries: u32,
+    /// The sliding window.
+    #[serde(default = "default_budget_window")]
+    pub window: Duration,
+}
+
+impl Default for RetryBudgetConfig {
+    fn default() -> Self {
+        Self {
+            ratio: default_budget_ratio(),
+            min_retries: default_budget_min(),
+            window: default_budget_window(),
+        }
+    }
+}
+
+fn default_budget_ratio() -> f64 {
+    0.2
+}
+
+fn default_budget_min() -> u32 {
+    10
+}
+
+fn default_budget_window() -> Duration {
+    Duration(std::time::Duration::from_secs(10))
+}
+
+fn default_replay_buffer() -> ByteSize {
+    ByteSize(64 * 1024)
+}
+
+fn default_queue() -> usize {
+    1024
+}
+
+/// The circuit breaker of each URL of an endpoint.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct BreakerConfig {
+    /// Consecutive failures (connection errors, timeouts, resets, `on_status` answers) that
+    /// open the breaker.
+    #[serde(default = "default_breaker_failures")]
+    pub failures: u32,
+    /// Also open when this share of the calls in `window` failed (0.5: half), once at least
+    /// `min_calls` were made. Off when not set.
+    #[serde(default)]
+    pub failure_ratio: Option<f64>,
+    /// The window of `failure_ratio`.
+    #[serde(default = "default_budget_window")]
+    pub window: Duration,
+    /// Calls needed in `window` before `failure_ratio` is considered.
+    #[serde(default = "default_min_calls")]
+    pub min_calls: u32,
+    /// How long the URL is suspended when the breaker opens; then one probe call is let
+    /// through (half-open). A failed probe suspends it again for twice as long, up to
+    /// `max_suspend`; a successful probe closes the breaker.
+    #[serde(default = "default_suspend")]
+    pub suspend: Duration,
+    /// The longest suspension.
+    #[serde(default = "default_max_suspend")]
+    pub max_suspend: Duration,
+    /// Response statuses counted as failures (like 502, 503, 504); none by default.
+    #[serde(default)]
+    pub on_status: Vec<u16>,
+}
+
+fn default_breaker_failures() -> u32 {
+    5
+}
+
+fn default_min_calls() -> u32 {
+    20
+}
+
+fn default_suspend() -> Duration {
+    Duration(std::time::Duration::from_secs(1))
+}
+
+fn default_max_suspend() -> Duration {
+    Duration(std::time::Duration::from_secs(60))
+}
+
+/// TLS settings of an endpoint (for its `https` URLs).
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct EndpointTlsConfig {
+    /// PEM file of the CA certificates the back end's certificate must chain to, instead of
+    /// the system's trusted roots.
+    #[serde(default)]
+    pub ca: Option<Spanned<String>>,
+    /// PEM certificate chain presented to the back end (mutual TLS); needs `key`.
+    #[serde(default)]
+    pub cert: Option<Spanned<String>>,
+    /// PEM private key of `cert`.
+    #[serde(default)]
+    pub key: Option<Spanned<String>>,
+    /// The name sent in SNI and checked against the back end's certificate, instead of the
+    /// URL's host.
+    #[serde(default)]
+    pub server_name: Option<Spanned<String>>,
 }
 
 fn default_connect_timeout() -> Duration {

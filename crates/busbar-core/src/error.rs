@@ -50,11 +50,14 @@ pub enum ErrorKind {
     Security,
     /// Any other failure inside busbar.
     Internal,
+    /// A back end is unavailable on purpose: its circuit breaker is open, or its connection
+    /// limit and queue are full (503).
+    Unavailable,
 }
 
 impl ErrorKind {
     /// Every kind, in the order metrics list them.
-    pub const ALL: [ErrorKind; 13] = [
+    pub const ALL: [ErrorKind; 14] = [
         ErrorKind::ConnectRefused,
         ErrorKind::ConnectTimeout,
         ErrorKind::Connect,
@@ -68,6 +71,7 @@ impl ErrorKind {
         ErrorKind::Fault,
         ErrorKind::Security,
         ErrorKind::Internal,
+        ErrorKind::Unavailable,
     ];
 
     /// A stable snake_case name, used as a metrics label.
@@ -86,6 +90,7 @@ impl ErrorKind {
             ErrorKind::Fault => "fault",
             ErrorKind::Security => "security",
             ErrorKind::Internal => "internal",
+            ErrorKind::Unavailable => "unavailable",
         }
     }
 
@@ -102,7 +107,9 @@ pub struct MediationError {
     pub kind: ErrorKind,
     /// Who is to blame.
     pub blame: Blame,
-    /// True when repeating the call could succeed (nothing was sent yet).
+    /// True when repeating the call could succeed: nothing was sent yet, or the request is
+    /// idempotent and its body can be sent again. Set where the error is made, read by the
+    /// endpoint's retry policy.
     pub retryable: bool,
     /// The config path of the step that failed (`proxies.XSLTProxy.out[0].xslt`), if any.
     pub step: Option<std::sync::Arc<str>>,
@@ -165,6 +172,12 @@ impl MediationError {
         Self::new(ErrorKind::Internal, Blame::Internal, reason)
     }
 
+    /// Marks the error as worth a retry (or not).
+    pub fn retryable(mut self, retryable: bool) -> Self {
+        self.retryable = retryable;
+        self
+    }
+
     /// Attaches the underlying cause.
     pub fn with_source(mut self, source: impl Into<BoxError>) -> Self {
         self.source = Some(source.into());
@@ -195,6 +208,7 @@ impl MediationError {
             ErrorKind::NotFound => Some(StatusCode::NOT_FOUND),
             ErrorKind::MethodNotAllowed => Some(StatusCode::METHOD_NOT_ALLOWED),
             ErrorKind::BodyTooLarge => Some(StatusCode::PAYLOAD_TOO_LARGE),
+            ErrorKind::Unavailable => Some(StatusCode::SERVICE_UNAVAILABLE),
             _ => None,
         };
         if let Some(status) = by_kind {
@@ -307,6 +321,7 @@ mod tests {
             Fault,
             Security,
             Internal,
+            Unavailable,
         );
         assert_eq!(
             ErrorKind::ALL.len(),
@@ -322,6 +337,18 @@ mod tests {
         names.sort_unstable();
         names.dedup();
         assert_eq!(names.len(), every.len(), "two kinds share a metrics name");
+    }
+
+    #[test]
+    fn unavailable_is_503_for_soap_and_json() {
+        let e = MediationError::new(ErrorKind::Unavailable, Blame::Upstream, "breaker open");
+        assert_eq!(e.status(MessageFormat::Soap(SoapVersion::V11)), 503);
+        assert_eq!(e.status(MessageFormat::Problem), 503);
+        assert!(ErrorKind::ALL.contains(&ErrorKind::Unavailable));
+        assert_eq!(
+            ErrorKind::ALL[ErrorKind::Unavailable.index()],
+            ErrorKind::Unavailable
+        );
     }
 
     #[test]

@@ -75,6 +75,28 @@ pub struct Counters {
     pub latency: Histogram,
     /// New connections opened (endpoints only).
     pub connections: AtomicU64,
+    /// Attempts made to back ends, first tries, retries and failovers (endpoints only).
+    pub attempts: AtomicU64,
+    /// Retries made (endpoints only).
+    pub retries: AtomicU64,
+    /// Failovers to another URL (endpoints only).
+    pub failovers: AtomicU64,
+    /// Breaker state of the endpoint as a whole (endpoints only): 0 closed (some URL is
+    /// usable), 1 open (every URL suspended), 2 half-open (no URL closed, one probing).
+    pub breaker_state: AtomicU64,
+}
+
+/// Counters of one URL of an endpoint.
+#[derive(Debug, Default)]
+pub struct UpstreamCounters {
+    /// Attempts sent to this URL.
+    pub attempts: AtomicU64,
+    /// Attempts that failed (errors, and statuses counted as failures).
+    pub failures: AtomicU64,
+    /// Requests in progress to this URL (what `least_pending` balancing reads).
+    pub pending: AtomicI64,
+    /// Its circuit breaker: 0 closed, 1 open, 2 half-open.
+    pub breaker_state: AtomicU64,
 }
 
 impl Counters {
@@ -95,6 +117,7 @@ pub struct Registry {
     proxies: Mutex<BTreeMap<String, Arc<Counters>>>,
     endpoints: Mutex<BTreeMap<String, Arc<Counters>>>,
     steps: Mutex<BTreeMap<String, Arc<Counters>>>,
+    upstreams: Mutex<BTreeMap<(String, String), Arc<UpstreamCounters>>>,
     /// Config reloads that succeeded.
     pub reloads: AtomicU64,
     /// Config reloads that failed (the old config kept serving).
@@ -115,6 +138,14 @@ impl Registry {
     /// The counters of the step at config path `path` (like `proxies.P.in[0].call`).
     pub fn step(&self, path: &str) -> Arc<Counters> {
         Self::get(&self.steps, path)
+    }
+
+    /// The counters of URL `url` (shown with credentials redacted) of endpoint `endpoint`.
+    pub fn upstream(&self, endpoint: &str, url: &str) -> Arc<UpstreamCounters> {
+        let mut map = self.upstreams.lock().unwrap_or_else(|p| p.into_inner());
+        map.entry((endpoint.to_owned(), url.to_owned()))
+            .or_default()
+            .clone()
     }
 
     fn get(map: &Mutex<BTreeMap<String, Arc<Counters>>>, name: &str) -> Arc<Counters> {
@@ -176,6 +207,31 @@ impl Registry {
                     let n = c.connections.load(Relaxed);
                     let _ = writeln!(out, "{name}{{endpoint=\"{}\"}} {n}", escape(label));
                 }
+                let policy = [
+                    ("attempts_total", "counter", "Attempts sent to back ends (first tries, retries, failovers)."),
+                    ("retries_total", "counter", "Retries made."),
+                    ("failovers_total", "counter", "Failovers to another URL."),
+                    ("breaker_state", "gauge", "Circuit breaker of the endpoint as a whole: 0 closed, 1 open (every URL suspended), 2 half-open."),
+                ];
+                for (suffix, kind, help) in policy {
+                    let name = format!("busbar_endpoint_{suffix}");
+                    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+                    for (label, c) in map.iter() {
+                        let v = match suffix {
+                            "attempts_total" => &c.attempts,
+                            "retries_total" => &c.retries,
+                            "failovers_total" => &c.failovers,
+                            _ => &c.breaker_state,
+                        };
+                        let _ = writeln!(
+                            out,
+                            "{name}{{endpoint=\"{}\"}} {}",
+                            escape(label),
+                            v.load(Relaxed)
+                        );
+                    }
+                }
+                self.render_upstreams(&mut out);
             }
             let name = format!("busbar_{what}_latency_seconds");
             let _ = writeln!(out, "# HELP {name} Latency.\n# TYPE {name} histogram");
@@ -191,6 +247,44 @@ impl Registry {
             self.reload_failures.load(Relaxed)
         );
         out
+    }
+}
+
+impl Registry {
+    fn render_upstreams(&self, out: &mut String) {
+        let map = self.upstreams.lock().unwrap_or_else(|p| p.into_inner());
+        let metrics = [
+            ("attempts_total", "counter", "Attempts sent to this URL."),
+            (
+                "failures_total",
+                "counter",
+                "Attempts to this URL that failed.",
+            ),
+            ("pending", "gauge", "Requests in progress to this URL."),
+            (
+                "breaker_state",
+                "gauge",
+                "Circuit breaker of this URL: 0 closed, 1 open, 2 half-open.",
+            ),
+        ];
+        for (suffix, kind, help) in metrics {
+            let name = format!("busbar_upstream_{suffix}");
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+            for ((endpoint, url), c) in map.iter() {
+                let v = match suffix {
+                    "attempts_total" => c.attempts.load(Relaxed) as i64,
+                    "failures_total" => c.failures.load(Relaxed) as i64,
+                    "pending" => c.pending.load(Relaxed),
+                    _ => c.breaker_state.load(Relaxed) as i64,
+                };
+                let _ = writeln!(
+                    out,
+                    "{name}{{endpoint=\"{}\",url=\"{}\"}} {v}",
+                    escape(endpoint),
+                    escape(url)
+                );
+            }
+        }
     }
 }
 
@@ -219,5 +313,31 @@ mod tests {
         assert!(text.contains("busbar_proxy_latency_seconds_count{proxy=\"P\"} 2"));
         assert!(text.contains("busbar_proxy_requests_total{proxy=\"P\"} 2"));
         assert!(text.contains("busbar_proxy_errors_total{proxy=\"P\",kind=\"connect_refused\"} 1"));
+    }
+
+    #[test]
+    fn endpoint_policy_and_url_metrics_are_rendered() {
+        let r = Registry::default();
+        let e = r.endpoint("svc");
+        e.retries.fetch_add(3, Relaxed);
+        e.breaker_state.store(1, Relaxed);
+        let u = r.upstream("svc", "http://<redacted>@h:1/p");
+        u.attempts.fetch_add(7, Relaxed);
+        u.breaker_state.store(2, Relaxed);
+        let text = r.render();
+        assert!(
+            text.contains("busbar_endpoint_retries_total{endpoint=\"svc\"} 3"),
+            "{text}"
+        );
+        assert!(
+            text.contains("busbar_endpoint_breaker_state{endpoint=\"svc\"} 1"),
+            "{text}"
+        );
+        assert!(text.contains(
+            "busbar_upstream_attempts_total{endpoint=\"svc\",url=\"http://<redacted>@h:1/p\"} 7"
+        ));
+        assert!(text.contains(
+            "busbar_upstream_breaker_state{endpoint=\"svc\",url=\"http://<redacted>@h:1/p\"} 2"
+        ));
     }
 }

@@ -312,7 +312,7 @@ impl Engine {
             per_worker,
             &control.shutdown,
             drain,
-            crate::client::set_worker_index,
+            crate::endpoint::set_worker_index,
         );
         if admin.is_some() {
             if let Ok(t) = &mut threads {

@@ -3,7 +3,8 @@
 //! Layout: [`runtime`] turns a checked config into an immutable [`runtime::Runtime`] (proxies,
 //! compiled steps, endpoints, one [`router::Router`] per listener); [`steps`] holds one module
 //! per step, the closed set of them and the executor; [`offload`] is the one bounded pool for
-//! CPU-heavy step work; [`client`] is the pooled keep-alive back-end client;
+//! CPU-heavy step work; [`endpoint`] holds the back-end endpoints (pooled keep-alive clients
+//! behind retry, failover, load balancing and circuit breakers);
 //! [`serve`] runs one event loop per worker thread, each with its own `SO_REUSEPORT` socket,
 //! over a [`serve::Handler`]; [`proxy`] is the request path of a proxy listener (match →
 //! sequences → reply or error answer); [`engine`] builds, binds and serves, with reload and
@@ -11,8 +12,8 @@
 //! (the benchmark back end) are handlers too.
 
 pub mod admin;
-pub mod client;
 pub mod echo;
+pub mod endpoint;
 pub mod engine;
 pub mod headers;
 pub mod net;

@@ -8,7 +8,7 @@ use busbar_config::{line_of, ConfigError, LoadedConfig};
 use busbar_core::metrics::{Counters, Registry};
 use http::Method;
 
-use crate::client::{Endpoint, EndpointSettings};
+use crate::endpoint::Endpoint;
 use crate::offload::Offload;
 use crate::router::{Match, Router};
 use crate::steps::{BuildCx, BuiltStep, ProxyCx};
@@ -67,26 +67,11 @@ impl Runtime {
         let mut errors = Vec::new();
         let mut endpoints = BTreeMap::new();
         for (name, e) in &cfg.endpoints {
-            let settings = EndpointSettings {
-                connect_timeout: e.connect_timeout.0,
-                timeout: e.timeout.0,
-                pool_size: e.pool_size,
-                keep_alive: e.keep_alive.0,
-                retries: e.retries,
-            };
-            match Endpoint::new(
-                name,
-                &e.url.value,
-                settings,
-                workers,
-                metrics.endpoint(name),
-            ) {
+            match Endpoint::build(name, e, loaded, metrics, workers) {
                 Ok(ep) => {
-                    endpoints.insert(name.clone(), Arc::new(ep));
+                    endpoints.insert(name.clone(), ep);
                 }
-                Err(msg) => {
-                    errors.push(loaded.error(line_of(&e.url), format!("endpoints.{name}.url"), msg))
-                }
+                Err(e) => errors.extend(e),
             }
         }
         let shared_endpoints = Arc::new(endpoints);

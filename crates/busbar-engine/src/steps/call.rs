@@ -7,7 +7,7 @@ use busbar_config::{line_of, Spanned};
 use busbar_core::{Exchange, Flow, MediationError};
 
 use super::{Apply, BuildCx, Failed, StepCx};
-use crate::client::Endpoint;
+use crate::endpoint::Endpoint;
 
 /// A built `call`.
 #[derive(Debug)]

@@ -20,7 +20,7 @@ use busbar_core::metrics::{Counters, Registry};
 use busbar_core::{Blame, ErrorKind, Exchange, Flow, MediationError};
 use tracing::Instrument;
 
-use crate::client::Endpoint;
+use crate::endpoint::Endpoint;
 use crate::offload::Offload;
 
 mod call;

@@ -1,0 +1,575 @@
+//! Back-end endpoints: a policy around one or more URLs.
+//!
+//! Layout: [`upstream`] is the pooled keep-alive client to one URL (plain or TLS, with an
+//! optional connection limit and queue); [`tls`] builds its TLS settings; [`balance`] picks a
+//! URL; [`breaker`] suspends a failing URL; [`retry`] keeps the request body so it can be sent
+//! again, and caps retries with a budget. [`Endpoint`] composes them, outermost first:
+//! metrics → one retry loop (retries, failover to the next URL) → balancer and breakers →
+//! the URL's client, whose `timeout` bounds each attempt. Errors say whether a retry may help
+//! ([`MediationError::retryable`]) where they are made; the loop here reads that.
+
+pub mod balance;
+pub mod breaker;
+pub mod retry;
+pub mod tls;
+pub mod upstream;
+
+use std::cell::Cell;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use std::time::Instant;
+
+use busbar_config::{ConfigError, EndpointConfig, LoadedConfig};
+use busbar_core::metrics::{Counters, Registry};
+use busbar_core::{Blame, Body, ErrorKind, Exchange, MediationError};
+use http::{Request, Response, StatusCode};
+
+use balance::Balancer;
+use breaker::{Admit, Breaker, BreakerSettings};
+use retry::{Replay, RetryBudget};
+use upstream::{Upstream, UpstreamSettings};
+
+thread_local! {
+    static WORKER: Cell<usize> = const { Cell::new(0) };
+}
+
+/// Marks the current thread as worker `index` (its connection pools are used from here).
+pub fn set_worker_index(index: usize) {
+    WORKER.with(|w| w.set(index));
+}
+
+fn worker_index() -> usize {
+    WORKER.with(Cell::get)
+}
+
+/// One URL of an endpoint with its breaker.
+#[derive(Debug)]
+struct Member {
+    upstream: Upstream,
+    breaker: Option<Breaker>,
+}
+
+/// A back-end endpoint.
+#[derive(Debug)]
+pub struct Endpoint {
+    /// Its name in the config.
+    pub name: Arc<str>,
+    members: Vec<Member>,
+    balancer: Balancer,
+    retries: u32,
+    retry_on_status: Vec<StatusCode>,
+    failover: bool,
+    failover_on_status: Vec<StatusCode>,
+    breaker_on_status: Vec<StatusCode>,
+    replay_buffer: u64,
+    budget: RetryBudget,
+    /// Its metrics.
+    pub counters: Arc<Counters>,
+}
+
+/// Left in the request's extensions once a call took the exchange's request body and it
+/// cannot be sent again: a later call fails at once instead of sending a head whose
+/// Content-Length would lie.
+#[derive(Debug, Clone)]
+struct BodyGone(Arc<str>);
+
+/// Why an attempt failed, for the loop to decide what comes next.
+enum Failure {
+    Error(MediationError),
+    Status(Response<Body>),
+}
+
+impl Failure {
+    /// The error, if it is one; a response is dropped here, which closes its connection and
+    /// gives the request body back for the next attempt.
+    fn into_error(self) -> Option<MediationError> {
+        match self {
+            Failure::Error(e) => Some(e),
+            Failure::Status(_) => None,
+        }
+    }
+}
+
+impl Endpoint {
+    /// Built from config; every problem as a ConfigError with its path
+    /// (`endpoints.NAME.urls[1].url`) and line.
+    pub fn build(
+        name: &str,
+        cfg: &EndpointConfig,
+        loaded: &LoadedConfig,
+        metrics: &Registry,
+        workers: usize,
+    ) -> Result<Arc<Endpoint>, Vec<ConfigError>> {
+        let path = format!("endpoints.{name}");
+        let mut errors = Vec::new();
+        let endpoint_name: Arc<str> = name.into();
+        let counters = metrics.endpoint(name);
+        let urls = cfg.url_list();
+        if urls.is_empty() {
+            errors.push(loaded.error(None, path.clone(), "give 'url' or 'urls'"));
+        }
+        let tls = if urls.iter().any(|u| u.url.expose().starts_with("https:")) {
+            let t = cfg.tls.clone().unwrap_or_default();
+            let file = |f: &Option<busbar_config::Spanned<String>>| {
+                f.as_ref().map(|s| loaded.resolve(&s.value))
+            };
+            let (ca, cert, key) = (file(&t.ca), file(&t.cert), file(&t.key));
+            let cert_key = cert.as_deref().zip(key.as_deref());
+            let server_name = t.server_name.as_ref().map(|s| s.value.clone());
+            match tls::client(ca.as_deref(), cert_key, server_name) {
+                Ok(c) => Some(c),
+                Err((field, msg)) => {
+                    let (key, line) = match field {
+                        tls::TlsField::Ca => ("tls.ca", t.ca.as_ref()),
+                        tls::TlsField::Cert => ("tls.cert", t.cert.as_ref()),
+                        tls::TlsField::Key => ("tls.key", t.key.as_ref()),
+                        tls::TlsField::Section => ("tls", None),
+                    };
+                    errors.push(loaded.error(
+                        line.and_then(busbar_config::line_of),
+                        format!("{path}.{key}"),
+                        msg,
+                    ));
+                    None
+                }
+            }
+        } else {
+            None
+        };
+        let settings = UpstreamSettings {
+            connect_timeout: cfg.connect_timeout.0,
+            timeout: cfg.timeout.0,
+            pool_size: cfg.pool_size,
+            keep_alive: cfg.keep_alive.0,
+            max_connections: cfg.max_connections,
+            queue: cfg.queue,
+        };
+        let several = urls.len() > 1;
+        let mut members = Vec::with_capacity(urls.len());
+        for u in &urls {
+            let shown = u.url.redacted();
+            let stats = metrics.upstream(name, &shown);
+            let https = u.url.expose().starts_with("https:");
+            if https && tls.is_none() {
+                // The TLS error was reported above.
+                continue;
+            }
+            match Upstream::new(
+                &endpoint_name,
+                u.url.expose(),
+                &shown,
+                several,
+                tls.as_ref(),
+                settings.clone(),
+                workers,
+                counters.clone(),
+                stats.clone(),
+            ) {
+                Ok(upstream) => {
+                    let breaker = cfg.breaker.as_ref().map(|b| {
+                        Breaker::new(
+                            BreakerSettings {
+                                failures: b.failures.max(1),
+                                failure_ratio: b.failure_ratio,
+                                window: b.window.0,
+                                min_calls: b.min_calls,
+                                suspend: b.suspend.0,
+                                max_suspend: b.max_suspend.0,
+                            },
+                            stats.clone(),
+                        )
+                    });
+                    members.push(Member { upstream, breaker });
+                }
+                Err(msg) => errors.push(loaded.error(u.line, format!("{path}.{}", u.path), msg)),
+            }
+        }
+        let statuses = |list: &[u16], key: &str, errors: &mut Vec<ConfigError>| {
+            list.iter()
+                .filter_map(|s| match StatusCode::from_u16(*s) {
+                    Ok(s) => Some(s),
+                    Err(_) => {
+                        errors.push(loaded.error(
+                            None,
+                            format!("{path}.{key}"),
+                            format!("invalid HTTP status {s}"),
+                        ));
+                        None
+                    }
+                })
+                .collect::<Vec<_>>()
+        };
+        let (failover, failover_on_status) = match &cfg.failover {
+            busbar_config::Failover::Enabled(on) => (*on, Vec::new()),
+            busbar_config::Failover::OnStatus(f) => (
+                true,
+                statuses(&f.on_status, "failover.on_status", &mut errors),
+            ),
+        };
+        let retry_on_status = statuses(&cfg.retry_on_status, "retry_on_status", &mut errors);
+        let breaker_on_status = match &cfg.breaker {
+            Some(b) => statuses(&b.on_status, "breaker.on_status", &mut errors),
+            None => Vec::new(),
+        };
+        if !errors.is_empty() {
+            return Err(errors);
+        }
+        let weights: Vec<u32> = urls.iter().map(|u| u.weight.max(1)).collect();
+        let balancer = match cfg.balance {
+            busbar_config::Balance::RoundRobin => Balancer::round_robin(members.len()),
+            busbar_config::Balance::Weighted => Balancer::weighted(&weights),
+            busbar_config::Balance::LeastPending => Balancer::least_pending(members.len()),
+        };
+        counters.breaker_state.store(0, Relaxed);
+        let b = &cfg.retry_budget;
+        Ok(Arc::new(Endpoint {
+            name: endpoint_name,
+            members,
+            balancer,
+            retries: cfg.retries,
+            retry_on_status,
+            failover,
+            failover_on_status,
+            breaker_on_status,
+            replay_buffer: cfg.replay_buffer.0,
+            budget: RetryBudget::new(b.ratio, b.min_retries, b.window.0),
+            counters,
+        }))
+    }
+
+    /// The `call` step: sends the exchange's current request; the response becomes the
+    /// current message.
+    pub async fn call(self: &Arc<Self>, ex: &mut Exchange) -> Result<(), MediationError> {
+        if let Some(gone) = ex.request.extensions.get::<BodyGone>() {
+            return Err(MediationError::internal(format!(
+                "Cannot call endpoint '{}': {}",
+                self.name, gone.0
+            )));
+        }
+        let body = std::mem::take(&mut ex.request_body);
+        let replay = Replay::new(body, self.replay_buffer);
+        let head = head_of(&ex.request);
+        let result = self.measured(head, &replay).await;
+        match result {
+            Ok(response) => {
+                ex.request.extensions.insert(BodyGone(
+                    format!(
+                        "the request body was already sent to endpoint '{}'",
+                        self.name
+                    )
+                    .into(),
+                ));
+                ex.response = Some(response);
+                Ok(())
+            }
+            Err(e) => {
+                // A later call (in on_error, say) may send the request again if its body was
+                // kept whole; otherwise it fails at once, saying why.
+                match replay.body().await {
+                    Ok(body) => ex.request_body = body,
+                    Err(why) => {
+                        ex.request.extensions.insert(BodyGone(why.into()));
+                    }
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// One request through the whole policy (for future scatter-gather branches and BPEL
+    /// invoke). The request's path is replaced by the URL's; its query string is kept.
+    pub async fn send(
+        self: &Arc<Self>,
+        req: Request<Body>,
+    ) -> Result<Response<Body>, MediationError> {
+        let (parts, body) = req.into_parts();
+        let replay = Replay::new(body, self.replay_buffer);
+        self.measured(head_of(&parts), &replay).await
+    }
+
+    async fn measured(
+        &self,
+        head: Request<()>,
+        replay: &Replay,
+    ) -> Result<Response<Body>, MediationError> {
+        let started = Instant::now();
+        self.counters.requests.fetch_add(1, Relaxed);
+        self.counters.in_flight.fetch_add(1, Relaxed);
+        let result = self.attempts(&head, replay).await;
+        self.counters.in_flight.fetch_sub(1, Relaxed);
+        match &result {
+            Ok(_) => self.counters.latency.observe(started.elapsed()),
+            Err(e) => self.counters.error(e.kind),
+        }
+        result
+    }
+
+    /// The one retry loop: each attempt goes to a URL the balancer picks (or, on failover, to
+    /// the next untried one); a failed attempt is retried while `retries`, the budget and the
+    /// request body allow.
+    async fn attempts(
+        &self,
+        head: &Request<()>,
+        replay: &Replay,
+    ) -> Result<Response<Body>, MediationError> {
+        let n = self.members.len();
+        let mut tried = vec![false; n];
+        let mut retries_left = self.retries;
+        let mut failover_from: Option<usize> = None;
+        // The last failed attempt's error, answered when no URL is left for the next one.
+        let mut last_error: Option<MediationError> = None;
+        self.budget.request();
+        loop {
+            let Some((index, admit)) = self.choose(&tried, failover_from) else {
+                return Err(last_error.unwrap_or_else(|| self.unavailable()));
+            };
+            tried[index] = true;
+            let member = &self.members[index];
+            let body = match replay.body().await {
+                Ok(b) => b,
+                Err(why) => {
+                    return Err(MediationError::internal(format!(
+                        "Cannot call endpoint '{}': {why}",
+                        self.name
+                    )))
+                }
+            };
+            let mut req = Request::new(body);
+            *req.method_mut() = head.method().clone();
+            *req.uri_mut() = head.uri().clone();
+            *req.headers_mut() = head.headers().clone();
+            req.extensions_mut().insert(replay.probe());
+
+            self.counters.attempts.fetch_add(1, Relaxed);
+            let stats = &member.upstream.stats;
+            stats.attempts.fetch_add(1, Relaxed);
+            stats.pending.fetch_add(1, Relaxed);
+            let guard = ProbeGuard {
+                breaker: member.breaker.as_ref(),
+                admit,
+                done: false,
+            };
+            let outcome = member.upstream.call(req).await;
+            stats.pending.fetch_sub(1, Relaxed);
+
+            let failure = match outcome {
+                Ok(resp) => {
+                    let status = resp.status();
+                    let failed = self.breaker_on_status.contains(&status)
+                        || self.failover_on_status.contains(&status)
+                        || self.retry_on_status.contains(&status);
+                    guard.record(!failed);
+                    if failed {
+                        stats.failures.fetch_add(1, Relaxed);
+                    }
+                    self.update_breaker_gauge();
+                    if !self.failover_on_status.contains(&status)
+                        && !self.retry_on_status.contains(&status)
+                    {
+                        return Ok(resp);
+                    }
+                    Failure::Status(resp)
+                }
+                Err(e) => {
+                    // A full queue is our own limit, not the URL failing.
+                    let counts = e.blame == Blame::Upstream && e.kind != ErrorKind::Unavailable;
+                    if counts {
+                        stats.failures.fetch_add(1, Relaxed);
+                        guard.record(false);
+                    } else {
+                        guard.record(true);
+                    }
+                    self.update_breaker_gauge();
+                    Failure::Error(e)
+                }
+            };
+
+            // Failover: to an untried URL, when nothing was sent or the status asks for it.
+            let wants_failover = self.failover
+                && match &failure {
+                    Failure::Error(e) => e.retryable && is_connect(e.kind),
+                    Failure::Status(r) => self.failover_on_status.contains(&r.status()),
+                };
+            if wants_failover && self.has_untried(&tried) && replay.lost().is_none() {
+                self.counters.failovers.fetch_add(1, Relaxed);
+                failover_from = Some(index);
+                last_error = failure.into_error();
+                continue;
+            }
+            failover_from = None;
+
+            let wants_retry = match &failure {
+                Failure::Error(e) => e.retryable,
+                Failure::Status(r) => self.retry_on_status.contains(&r.status()),
+            };
+            let why_not = if retries_left == 0 {
+                None
+            } else if !wants_retry {
+                match &failure {
+                    Failure::Error(e) if e.blame == Blame::Upstream => Some(
+                        replay
+                            .lost()
+                            .unwrap_or_else(|| format!("{} is not idempotent", head.method())),
+                    ),
+                    _ => None,
+                }
+            } else if let Some(lost) = replay.lost() {
+                Some(lost)
+            } else if !self.budget.try_retry() {
+                Some("the retry budget is spent".to_owned())
+            } else {
+                retries_left -= 1;
+                self.counters.retries.fetch_add(1, Relaxed);
+                last_error = failure.into_error();
+                continue;
+            };
+            return match failure {
+                Failure::Status(r) => {
+                    if let Some(why) = why_not {
+                        tracing::debug!(endpoint = %self.name, status = %r.status(), "not retried: {why}");
+                    }
+                    Ok(r)
+                }
+                Failure::Error(mut e) => {
+                    if let Some(why) = why_not {
+                        e.reason = format!("{}; not retried: {why}", e.reason).into();
+                    }
+                    Err(e)
+                }
+            };
+        }
+    }
+
+    fn has_untried(&self, tried: &[bool]) -> bool {
+        self.members
+            .iter()
+            .zip(tried)
+            .any(|(m, t)| !t && m.breaker.as_ref().is_none_or(Breaker::available))
+    }
+
+    /// The URL for the next attempt, admitted by its breaker.
+    fn choose(&self, tried: &[bool], failover_from: Option<usize>) -> Option<(usize, Admit)> {
+        let n = self.members.len();
+        let available = |i: usize| {
+            self.members[i]
+                .breaker
+                .as_ref()
+                .is_none_or(Breaker::available)
+        };
+        for _ in 0..n {
+            let index = match failover_from {
+                // Failover goes to the next untried URL in the list.
+                Some(from) => (1..n)
+                    .map(|k| (from + k) % n)
+                    .find(|i| !tried[*i] && available(*i)),
+                None => self
+                    .balancer
+                    .pick(
+                        n,
+                        |i| !tried[i] && available(i),
+                        |i| self.members[i].upstream.stats.pending.load(Relaxed),
+                    )
+                    .or_else(|| {
+                        // Every URL was tried: a retry may use any available one.
+                        self.balancer.pick(n, available, |i| {
+                            self.members[i].upstream.stats.pending.load(Relaxed)
+                        })
+                    }),
+            }?;
+            let admit = match &self.members[index].breaker {
+                None => Admit::Yes,
+                Some(b) => b.admit(),
+            };
+            if admit != Admit::No {
+                return Some((index, admit));
+            }
+        }
+        None
+    }
+
+    fn unavailable(&self) -> MediationError {
+        let urls: Vec<&str> = self.members.iter().map(|m| &*m.upstream.label).collect();
+        MediationError::new(
+            ErrorKind::Unavailable,
+            Blame::Upstream,
+            format!(
+                "Endpoint '{}' is unavailable: its circuit breaker is open ({})",
+                self.name,
+                urls.join(", ")
+            ),
+        )
+    }
+
+    /// The endpoint's breaker gauge: open when no URL may be called, half-open when one is
+    /// probing and none is closed.
+    fn update_breaker_gauge(&self) {
+        let mut states = self.members.iter().filter_map(|m| m.breaker.as_ref());
+        let Some(first) = states.next() else {
+            return;
+        };
+        let mut any_closed = first.state() == 0;
+        let mut any_half = first.state() == 2;
+        for b in states {
+            any_closed |= b.state() == 0;
+            any_half |= b.state() == 2;
+        }
+        let state = if any_closed {
+            0
+        } else if any_half {
+            2
+        } else {
+            1
+        };
+        self.counters.breaker_state.store(state, Relaxed);
+    }
+}
+
+/// Failures where nothing reached the back end (or the request may safely go again, which
+/// `retryable` tells): worth trying another URL. A timeout is not: the back end may be busy
+/// with the request.
+fn is_connect(kind: ErrorKind) -> bool {
+    matches!(
+        kind,
+        ErrorKind::ConnectRefused
+            | ErrorKind::ConnectTimeout
+            | ErrorKind::Connect
+            | ErrorKind::Unavailable
+            | ErrorKind::UpstreamReset
+    )
+}
+
+/// The request head every attempt starts from (the URL's path and Host are set per attempt).
+fn head_of(parts: &http::request::Parts) -> Request<()> {
+    let mut head = Request::new(());
+    *head.method_mut() = parts.method.clone();
+    *head.uri_mut() = parts.uri.clone();
+    *head.headers_mut() = parts.headers.clone();
+    head
+}
+
+/// Records an attempt's outcome on its URL's breaker; a probe whose caller went away (the
+/// client disconnected mid-attempt) lets the next call probe instead.
+struct ProbeGuard<'a> {
+    breaker: Option<&'a Breaker>,
+    admit: Admit,
+    done: bool,
+}
+
+impl ProbeGuard<'_> {
+    fn record(mut self, ok: bool) {
+        self.done = true;
+        if let Some(b) = self.breaker {
+            b.record(self.admit, ok);
+        }
+    }
+}
+
+impl Drop for ProbeGuard<'_> {
+    fn drop(&mut self) {
+        if !self.done {
+            if let Some(b) = self.breaker {
+                b.abandon(self.admit);
+            }
+        }
+    }
+}

@@ -1,0 +1,681 @@
+//! The pooled client to one back-end URL: per-worker pools of keep-alive HTTP/1.1 connections,
+//! plain or TLS.
+//!
+//! Each worker thread has its own idle list (no cross-core sharing on the hot path; the mutex
+//! is uncontended). A connection goes back to its pool only when the response body has been
+//! read to its end; a response dropped early (client gone) aborts the connection, so the back
+//! end sees the cancellation. An optional semaphore caps the requests in progress, with a
+//! bounded queue in front of it.
+
+use std::pin::Pin;
+use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use busbar_core::body::Origin;
+use busbar_core::metrics::{Counters, UpstreamCounters};
+use busbar_core::{Blame, Body, BoxError, ErrorKind, MediationError};
+use bytes::Bytes;
+use http::header::{HeaderValue, AUTHORIZATION, EXPECT, HOST};
+use http::{Method, Request, Response, Uri, Version};
+use http_body::{Frame, SizeHint};
+use hyper::body::Incoming;
+use hyper::client::conn::http1;
+use hyper_util::rt::TokioIo;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::TcpStream;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::task::AbortHandle;
+
+use super::retry::ReplayProbe;
+use super::tls::TlsTarget;
+use crate::headers::strip_hop_by_hop;
+
+/// Connection settings of one URL, from its endpoint's config.
+#[derive(Debug, Clone)]
+pub struct UpstreamSettings {
+    /// Time to open a connection (TCP and TLS handshake), and the longest wait in the queue.
+    pub connect_timeout: Duration,
+    /// Time to the response head, and the longest pause while the body streams.
+    pub timeout: Duration,
+    /// Idle connections kept per worker.
+    pub pool_size: usize,
+    /// Longest idle time of a pooled connection.
+    pub keep_alive: Duration,
+    /// Requests in progress at once, when limited.
+    pub max_connections: Option<usize>,
+    /// Requests that may wait for one of `max_connections`.
+    pub queue: usize,
+}
+
+/// The pooled client to one URL.
+#[derive(Debug)]
+pub struct Upstream {
+    /// The URL with credentials redacted: what errors and metrics show.
+    pub label: Arc<str>,
+    /// Name of the endpoint this URL belongs to, for error messages.
+    endpoint: Arc<str>,
+    /// Added to error messages of endpoints with several URLs, to say which one failed.
+    suffix: String,
+    connect_addr: String,
+    host_header: HeaderValue,
+    path: String,
+    basic_auth: Option<HeaderValue>,
+    tls: Option<TlsTarget>,
+    settings: UpstreamSettings,
+    pools: Arc<Pools>,
+    limit: Option<Limit>,
+    counters: Arc<Counters>,
+    /// Counters of this URL.
+    pub stats: Arc<UpstreamCounters>,
+}
+
+#[derive(Debug)]
+struct Limit {
+    permits: Arc<Semaphore>,
+    waiting: AtomicUsize,
+    max: usize,
+    queue: usize,
+}
+
+/// The idle lists, one per worker; shared with the leases that return connections to them.
+#[derive(Debug)]
+struct Pools {
+    lists: Vec<Mutex<Vec<Idle>>>,
+    pool_size: usize,
+    keep_alive: Duration,
+}
+
+struct Idle {
+    sender: http1::SendRequest<Body>,
+    conn: AbortHandle,
+    since: Instant,
+}
+
+impl std::fmt::Debug for Idle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Idle").field("since", &self.since).finish()
+    }
+}
+
+impl Pools {
+    fn list(&self) -> &Mutex<Vec<Idle>> {
+        &self.lists[super::worker_index() % self.lists.len()]
+    }
+
+    fn put_back(&self, sender: http1::SendRequest<Body>, conn: AbortHandle) {
+        if sender.is_closed() || self.pool_size == 0 {
+            conn.abort();
+            return;
+        }
+        let mut pool = self.list().lock().unwrap_or_else(|p| p.into_inner());
+        if pool.len() >= self.pool_size {
+            conn.abort();
+            return;
+        }
+        pool.push(Idle {
+            sender,
+            conn,
+            since: Instant::now(),
+        });
+    }
+
+    fn take_idle(&self) -> Option<Idle> {
+        let mut pool = self.list().lock().unwrap_or_else(|p| p.into_inner());
+        while let Some(idle) = pool.pop() {
+            if idle.since.elapsed() < self.keep_alive
+                && !idle.sender.is_closed()
+                && idle.sender.is_ready()
+            {
+                return Some(idle);
+            }
+            idle.conn.abort();
+        }
+        None
+    }
+}
+
+impl Drop for Pools {
+    fn drop(&mut self) {
+        // Idle connections of a replaced runtime are closed, not left to time out.
+        for pool in &self.lists {
+            let pool = pool.lock().unwrap_or_else(|p| p.into_inner());
+            for idle in pool.iter() {
+                idle.conn.abort();
+            }
+        }
+    }
+}
+
+/// A connection in use: aborted on drop unless it went back to the pool. It holds the
+/// connection-limit permit, if any, until the response body ends.
+struct Lease {
+    pools: Arc<Pools>,
+    sender: Option<http1::SendRequest<Body>>,
+    conn: AbortHandle,
+    reused: bool,
+    _permit: Option<OwnedSemaphorePermit>,
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        if self.sender.take().is_some() {
+            self.conn.abort();
+        }
+    }
+}
+
+impl Lease {
+    fn release(mut self) {
+        if let Some(sender) = self.sender.take() {
+            self.pools.put_back(sender, self.conn.clone());
+        }
+    }
+}
+
+/// True for methods whose repetition has the same effect as one request (RFC 9110 9.2.2).
+pub fn idempotent(method: &Method) -> bool {
+    matches!(
+        *method,
+        Method::GET | Method::HEAD | Method::PUT | Method::DELETE | Method::OPTIONS | Method::TRACE
+    )
+}
+
+/// A parsed back-end URL.
+struct Target {
+    connect_addr: String,
+    host_header: HeaderValue,
+    path: String,
+    basic_auth: Option<HeaderValue>,
+    https: bool,
+    host: String,
+}
+
+fn parse_target(url: &str, shown: &str) -> Result<Target, String> {
+    let uri: Uri = url
+        .parse()
+        .map_err(|e| format!("invalid URL '{shown}': {e}"))?;
+    let https = match uri.scheme_str() {
+        Some("http") => false,
+        Some("https") => true,
+        _ => return Err(format!("invalid URL '{shown}': use http:// or https://")),
+    };
+    let authority = uri
+        .authority()
+        .ok_or_else(|| format!("no host in '{shown}'"))?;
+    let host = authority.host();
+    if host.is_empty() {
+        return Err(format!("no host in '{shown}'"));
+    }
+    let port = authority.port_u16().unwrap_or(if https { 443 } else { 80 });
+    // The Host header is the authority without credentials.
+    let host_port = match authority.port() {
+        Some(p) => format!("{host}:{p}"),
+        None => host.to_owned(),
+    };
+    let host_header =
+        HeaderValue::from_str(&host_port).map_err(|e| format!("invalid host in '{shown}': {e}"))?;
+    let basic_auth = match authority.as_str().rsplit_once('@') {
+        Some((userinfo, _)) => {
+            use base64::Engine as _;
+            let decoded = percent_decode(userinfo);
+            let token = base64::engine::general_purpose::STANDARD.encode(decoded);
+            let mut v = HeaderValue::from_str(&format!("Basic {token}"))
+                .map_err(|e| format!("invalid credentials in '{shown}': {e}"))?;
+            v.set_sensitive(true);
+            Some(v)
+        }
+        None => None,
+    };
+    // `[::1]` connects as `[::1]:port`; other hosts as `host:port`.
+    let connect_addr = format!("{host}:{port}");
+    let path = uri.path_and_query().map_or("/", |p| p.as_str()).to_owned();
+    Ok(Target {
+        connect_addr,
+        host_header,
+        path,
+        basic_auth,
+        https,
+        host: host
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .to_owned(),
+    })
+}
+
+/// `%XX` escapes of URL user-info decoded (RFC 3986 2.1); anything else kept as written.
+fn percent_decode(s: &str) -> Vec<u8> {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%' && i + 2 < b.len() {
+            let hex = std::str::from_utf8(&b[i + 1..i + 3])
+                .ok()
+                .and_then(|h| u8::from_str_radix(h, 16).ok());
+            if let Some(v) = hex {
+                out.push(v);
+                i += 3;
+                continue;
+            }
+        }
+        out.push(b[i]);
+        i += 1;
+    }
+    out
+}
+
+impl Upstream {
+    /// A client for `url` (`shown` is the URL with credentials redacted).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        endpoint: &Arc<str>,
+        url: &str,
+        shown: &str,
+        several: bool,
+        tls: Option<&super::tls::TlsClient>,
+        settings: UpstreamSettings,
+        workers: usize,
+        counters: Arc<Counters>,
+        stats: Arc<UpstreamCounters>,
+    ) -> Result<Self, String> {
+        let target = parse_target(url, shown)?;
+        let tls = match (target.https, tls) {
+            (false, _) => None,
+            (true, Some(client)) => Some(client.target(&target.host)?),
+            (true, None) => return Err(format!("no TLS settings for '{shown}'")),
+        };
+        let limit = settings.max_connections.map(|max| Limit {
+            permits: Arc::new(Semaphore::new(max)),
+            waiting: AtomicUsize::new(0),
+            max,
+            queue: settings.queue,
+        });
+        Ok(Self {
+            label: shown.into(),
+            endpoint: endpoint.clone(),
+            suffix: if several {
+                format!(" ({shown})")
+            } else {
+                String::new()
+            },
+            connect_addr: target.connect_addr,
+            host_header: target.host_header,
+            path: target.path,
+            basic_auth: target.basic_auth,
+            tls,
+            pools: Arc::new(Pools {
+                lists: (0..workers.max(1))
+                    .map(|_| Mutex::new(Vec::new()))
+                    .collect(),
+                pool_size: settings.pool_size,
+                keep_alive: settings.keep_alive,
+            }),
+            settings,
+            limit,
+            counters,
+            stats,
+        })
+    }
+
+    fn error(&self, kind: ErrorKind, what: impl std::fmt::Display) -> MediationError {
+        MediationError::new(
+            kind,
+            Blame::Upstream,
+            format!("Endpoint '{}' {what}{}", self.endpoint, self.suffix),
+        )
+    }
+
+    /// Sends `req` to this URL and returns the response head with a streaming body.
+    ///
+    /// The request's path is replaced by the URL's, its query string appended; hop-by-hop
+    /// headers and `Expect` are removed and `Host` is the URL's authority.
+    pub async fn call(&self, req: Request<Body>) -> Result<Response<Body>, MediationError> {
+        let permit = self.permit().await?;
+        let (mut parts, body) = req.into_parts();
+        let probe = parts.extensions.remove::<ReplayProbe>();
+        let replayable_after_send = idempotent(&parts.method)
+            && probe.map_or_else(|| body.is_buffered(), |p| p.replayable());
+        self.prepare(&mut parts)?;
+        let mut request = Request::from_parts(parts, body);
+        let mut lease = match self.pools.take_idle() {
+            Some(idle) => Lease {
+                pools: self.pools.clone(),
+                sender: Some(idle.sender),
+                conn: idle.conn,
+                reused: true,
+                _permit: permit,
+            },
+            None => self.connect(permit).await?,
+        };
+        let response = loop {
+            let Some(sender) = lease.sender.as_mut() else {
+                return Err(MediationError::internal(
+                    "connection lease without a sender",
+                ));
+            };
+            let send = sender.try_send_request(request);
+            match tokio::time::timeout(self.settings.timeout, send).await {
+                Err(_) => {
+                    return Err(self
+                        .error(
+                            ErrorKind::ResponseTimeout,
+                            format_args!("did not answer within {:?}", self.settings.timeout),
+                        )
+                        .retryable(replayable_after_send))
+                }
+                Ok(Ok(response)) => break response,
+                Ok(Err(mut e)) => {
+                    let unsent = e.take_message();
+                    let cause = e.into_error();
+                    match unsent {
+                        // A pooled connection the back end had already closed: the request
+                        // was never sent, so it goes once more on a fresh connection. This is
+                        // not a retry (nothing reached the back end), so it is not counted.
+                        Some(req) if lease.reused => {
+                            request = req;
+                            let permit = lease._permit.take();
+                            lease = self.connect(permit).await?;
+                        }
+                        Some(_) => {
+                            return Err(self
+                                .error(ErrorKind::UpstreamReset, "closed the connection")
+                                .retryable(true)
+                                .with_source(cause))
+                        }
+                        None => {
+                            return Err(self
+                                .error(ErrorKind::UpstreamReset, "closed the connection")
+                                .retryable(replayable_after_send)
+                                .with_source(cause))
+                        }
+                    }
+                }
+            }
+        };
+        let (mut parts, incoming) = response.into_parts();
+        strip_hop_by_hop(&mut parts.headers);
+        let exact = http_body::Body::size_hint(&incoming).exact();
+        let body = if http_body::Body::is_end_stream(&incoming) {
+            lease.release();
+            Body::empty()
+        } else {
+            let guarded = LeasedBody {
+                inner: incoming,
+                lease: Some(lease),
+                idle_timeout: self.settings.timeout,
+                timer: None,
+                counters: self.counters.clone(),
+            };
+            Body::stream(guarded, exact, Origin::Upstream)
+        };
+        Ok(Response::from_parts(parts, body))
+    }
+
+    /// Waits for a connection-limit permit, if the URL has a limit.
+    async fn permit(&self) -> Result<Option<OwnedSemaphorePermit>, MediationError> {
+        let Some(limit) = &self.limit else {
+            return Ok(None);
+        };
+        if let Ok(p) = limit.permits.clone().try_acquire_owned() {
+            return Ok(Some(p));
+        }
+        let full = || {
+            self.error(
+                ErrorKind::Unavailable,
+                format_args!(
+                    "is unavailable: all {} connections (max_connections) are in use and its queue of {} is full",
+                    limit.max, limit.queue
+                ),
+            )
+        };
+        if limit.waiting.fetch_add(1, Relaxed) >= limit.queue {
+            limit.waiting.fetch_sub(1, Relaxed);
+            return Err(full().retryable(true));
+        }
+        let waited = tokio::time::timeout(
+            self.settings.connect_timeout,
+            limit.permits.clone().acquire_owned(),
+        )
+        .await;
+        limit.waiting.fetch_sub(1, Relaxed);
+        match waited {
+            Ok(Ok(p)) => Ok(Some(p)),
+            _ => Err(self
+                .error(
+                    ErrorKind::Unavailable,
+                    format_args!(
+                        "is unavailable: no connection of max_connections ({}) became free within {:?}",
+                        limit.max, self.settings.connect_timeout
+                    ),
+                )
+                .retryable(true)),
+        }
+    }
+
+    fn prepare(&self, parts: &mut http::request::Parts) -> Result<(), MediationError> {
+        let uri = match parts.uri.query() {
+            Some(q) if !q.is_empty() => {
+                let sep = if self.path.contains('?') { '&' } else { '?' };
+                format!("{}{sep}{q}", self.path)
+            }
+            _ => self.path.clone(),
+        };
+        parts.uri = uri.parse().map_err(|e| {
+            MediationError::internal(format!(
+                "building the request for '{}' failed",
+                self.endpoint
+            ))
+            .with_source(e)
+        })?;
+        parts.version = Version::HTTP_11;
+        let headers = &mut parts.headers;
+        strip_hop_by_hop(headers);
+        // 100-continue was answered (or not) on the client side; the back end gets the body
+        // without waiting.
+        headers.remove(EXPECT);
+        headers.insert(HOST, self.host_header.clone());
+        if let Some(auth) = &self.basic_auth {
+            if !headers.contains_key(AUTHORIZATION) {
+                headers.insert(AUTHORIZATION, auth.clone());
+            }
+        }
+        Ok(())
+    }
+
+    async fn connect(&self, permit: Option<OwnedSemaphorePermit>) -> Result<Lease, MediationError> {
+        let opened = tokio::time::timeout(self.settings.connect_timeout, self.open()).await;
+        let sender_conn = match opened {
+            Err(_) => {
+                return Err(MediationError::new(
+                    ErrorKind::ConnectTimeout,
+                    Blame::Upstream,
+                    format!(
+                        "Connecting to endpoint '{}' timed out{}",
+                        self.endpoint, self.suffix
+                    ),
+                )
+                .retryable(true))
+            }
+            Ok(r) => r?,
+        };
+        let (sender, task) = sender_conn;
+        self.counters.connections.fetch_add(1, Relaxed);
+        Ok(Lease {
+            pools: self.pools.clone(),
+            sender: Some(sender),
+            conn: task,
+            reused: false,
+            _permit: permit,
+        })
+    }
+
+    /// Opens a connection: TCP, then TLS for https, then the HTTP/1.1 handshake.
+    async fn open(&self) -> Result<(http1::SendRequest<Body>, AbortHandle), MediationError> {
+        let stream = TcpStream::connect(&self.connect_addr).await.map_err(|e| {
+            let (kind, what) = if e.kind() == std::io::ErrorKind::ConnectionRefused {
+                (ErrorKind::ConnectRefused, "refused the connection")
+            } else {
+                (ErrorKind::Connect, "could not be reached")
+            };
+            self.error(kind, what).retryable(true).with_source(e)
+        })?;
+        // Small requests and responses must not wait for Nagle's algorithm.
+        let _ = stream.set_nodelay(true);
+        match &self.tls {
+            None => self.handshake(stream).await,
+            Some(tls) => {
+                let stream = tls.connect(stream).await.map_err(|failure| {
+                    self.error(
+                        ErrorKind::Connect,
+                        format_args!("failed the TLS handshake: {}", failure.message),
+                    )
+                    .retryable(failure.retryable)
+                    .with_source(failure.source)
+                })?;
+                self.handshake(stream).await
+            }
+        }
+    }
+
+    async fn handshake<I>(
+        &self,
+        io: I,
+    ) -> Result<(http1::SendRequest<Body>, AbortHandle), MediationError>
+    where
+        I: AsyncRead + AsyncWrite + Send + Unpin + 'static,
+    {
+        let (sender, conn) = http1::Builder::new()
+            .handshake::<_, Body>(TokioIo::new(io))
+            .await
+            .map_err(|e| {
+                MediationError::new(
+                    ErrorKind::Connect,
+                    Blame::Upstream,
+                    format!(
+                        "Connecting to endpoint '{}' failed{}",
+                        self.endpoint, self.suffix
+                    ),
+                )
+                .retryable(true)
+                .with_source(e)
+            })?;
+        let task = tokio::spawn(async move {
+            // The connection ends when the back end closes it or the lease aborts it; either
+            // way the request that used it has already seen the outcome.
+            let _ = conn.await;
+        });
+        Ok((sender, task.abort_handle()))
+    }
+}
+
+/// A back-end response body that returns its connection to the pool once read to the end,
+/// and fails if the back end stalls longer than the endpoint's timeout.
+struct LeasedBody {
+    inner: Incoming,
+    lease: Option<Lease>,
+    idle_timeout: Duration,
+    timer: Option<Pin<Box<tokio::time::Sleep>>>,
+    counters: Arc<Counters>,
+}
+
+impl http_body::Body for LeasedBody {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let this = &mut *self;
+        match Pin::new(&mut this.inner).poll_frame(cx) {
+            Poll::Ready(Some(Ok(frame))) => {
+                this.timer = None;
+                if let Some(data) = frame.data_ref() {
+                    this.counters.bytes_in.fetch_add(data.len() as u64, Relaxed);
+                }
+                if this.inner.is_end_stream() {
+                    if let Some(lease) = this.lease.take() {
+                        lease.release();
+                    }
+                }
+                Poll::Ready(Some(Ok(frame)))
+            }
+            Poll::Ready(Some(Err(e))) => {
+                this.lease = None;
+                Poll::Ready(Some(Err(e.into())))
+            }
+            Poll::Ready(None) => {
+                if let Some(lease) = this.lease.take() {
+                    lease.release();
+                }
+                Poll::Ready(None)
+            }
+            Poll::Pending => {
+                let timeout = this.idle_timeout;
+                let timer = this
+                    .timer
+                    .get_or_insert_with(|| Box::pin(tokio::time::sleep(timeout)));
+                match timer.as_mut().poll(cx) {
+                    Poll::Ready(()) => {
+                        this.lease = None;
+                        this.counters.error(ErrorKind::ResponseTimeout);
+                        Poll::Ready(Some(Err(format!(
+                            "back end paused longer than {timeout:?} while sending its response"
+                        )
+                        .into())))
+                    }
+                    Poll::Pending => Poll::Pending,
+                }
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+use std::future::Future as _;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn url_credentials_become_basic_auth_and_stay_out_of_host() {
+        let t =
+            parse_target("http://us%40er:p%3Aw@example.com:8080/svc?x=1", "shown").expect("target");
+        assert_eq!(t.host_header, "example.com:8080");
+        assert_eq!(t.connect_addr, "example.com:8080");
+        assert_eq!(t.path, "/svc?x=1");
+        // base64("us@er:p:w")
+        assert_eq!(
+            t.basic_auth.as_ref().and_then(|v| v.to_str().ok()),
+            Some("Basic dXNAZXI6cDp3")
+        );
+    }
+
+    #[test]
+    fn https_defaults_to_port_443_and_keeps_the_host_header_as_written() {
+        let t = parse_target("https://example.com/a", "shown").expect("target");
+        assert!(t.https);
+        assert_eq!(t.connect_addr, "example.com:443");
+        assert_eq!(t.host_header, "example.com");
+        assert_eq!(t.host, "example.com");
+    }
+
+    #[test]
+    fn only_safe_methods_and_put_delete_are_idempotent() {
+        assert!(idempotent(&Method::GET));
+        assert!(idempotent(&Method::PUT));
+        assert!(!idempotent(&Method::POST));
+        assert!(!idempotent(&Method::PATCH));
+    }
+}
