@@ -3,6 +3,7 @@
 mod admin;
 mod cli;
 mod direct;
+mod endpoints;
 mod failures;
 mod route;
 mod router;

@@ -1,0 +1,439 @@
+//! Endpoints as services: failover, load balancing, circuit breakers, retries with replayed
+//! bodies and a budget, and HTTPS back ends (CA, untrusted certificates, client certificates).
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Write};
+use std::net::{SocketAddr, TcpListener};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use busbar_engine::echo::{EchoOptions, BACKEND_HEADER};
+use http::HeaderValue;
+
+use crate::support::*;
+
+fn closed_port() -> SocketAddr {
+    let l = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let a = l.local_addr().expect("addr");
+    drop(l);
+    a
+}
+
+fn named_echo(name: &'static str, delay: Option<Duration>) -> busbar_engine::echo::EchoServer {
+    echo(EchoOptions {
+        name: Some(HeaderValue::from_static(name)),
+        delay,
+        ..Default::default()
+    })
+}
+
+/// One request as a raw back end saw it.
+pub struct RawRequest {
+    pub method: String,
+    pub path: String,
+    pub body: Vec<u8>,
+}
+
+/// What a raw back end does with a request: answer `(status, body)`, or close the
+/// connection without answering.
+type Answer = Option<(u16, Vec<u8>)>;
+
+/// Reads one request (Content-Length bodies); `None` when the peer closed.
+fn read_request<R: BufRead>(r: &mut R) -> Option<RawRequest> {
+    let mut line = String::new();
+    if r.read_line(&mut line).ok()? == 0 {
+        return None;
+    }
+    let mut parts = line.split_whitespace();
+    let method = parts.next()?.to_owned();
+    let path = parts.next()?.to_owned();
+    let mut len = 0usize;
+    loop {
+        let mut h = String::new();
+        if r.read_line(&mut h).ok()? == 0 {
+            return None;
+        }
+        let h = h.trim_end();
+        if h.is_empty() {
+            break;
+        }
+        if let Some(v) = h.to_ascii_lowercase().strip_prefix("content-length:") {
+            len = v.trim().parse().ok()?;
+        }
+    }
+    let mut body = vec![0; len];
+    r.read_exact(&mut body).ok()?;
+    Some(RawRequest { method, path, body })
+}
+
+fn write_answer<W: Write>(w: &mut W, status: u16, body: &[u8]) -> std::io::Result<()> {
+    let head = format!(
+        "HTTP/1.1 {status} X\r\nContent-Type: application/octet-stream\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    w.write_all(head.as_bytes())?;
+    w.write_all(body)?;
+    w.flush()
+}
+
+/// A plain-HTTP back end answering as `answer` says; counts the requests it received.
+fn raw_back_end(
+    answer: impl Fn(&RawRequest) -> Answer + Send + Sync + 'static,
+) -> (SocketAddr, Arc<AtomicUsize>) {
+    let l = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = l.local_addr().expect("addr");
+    let count = Arc::new(AtomicUsize::new(0));
+    let seen = count.clone();
+    let answer = Arc::new(answer);
+    std::thread::spawn(move || {
+        for stream in l.incoming() {
+            let Ok(stream) = stream else { continue };
+            let (answer, seen) = (answer.clone(), seen.clone());
+            std::thread::spawn(move || {
+                let mut r = BufReader::new(stream);
+                while let Some(req) = read_request(&mut r) {
+                    seen.fetch_add(1, Ordering::SeqCst);
+                    match answer(&req) {
+                        Some((status, body)) => {
+                            if write_answer(r.get_mut(), status, &body).is_err() {
+                                return;
+                            }
+                        }
+                        None => return,
+                    }
+                }
+            });
+        }
+    });
+    (addr, count)
+}
+
+fn proxy_yaml(endpoint: &str) -> String {
+    format!(
+        "endpoints:\n  svc:\n{endpoint}proxies:\n  P:\n    path: /p\n    in:\n      - call: svc\n"
+    )
+}
+
+#[test]
+fn failover_skips_a_dead_back_end_and_every_answer_is_byte_exact() {
+    let live = echo(EchoOptions::default());
+    let h = engine(&proxy_yaml(&format!(
+        "    urls: [ \"http://{}/down\", \"http://{}/up\" ]\n    connect_timeout: 1s\n",
+        closed_port(),
+        live.addr
+    )));
+    let mut c = Client::connect(h.http());
+    for i in 0..100 {
+        let body = payload(1000 + i * 37, i as u64);
+        let r = c.post("/p", &[], &body).expect("response");
+        assert_eq!(r.status, 200, "request {i}: {}", r.text());
+        assert_eq!(r.body, body, "request {i}");
+    }
+    let failovers = metric(
+        h.admin(),
+        "busbar_endpoint_failovers_total{endpoint=\"svc\"}",
+    );
+    // Round robin sends every other request to the dead URL first.
+    assert_eq!(failovers, Some(50.0));
+    live.stop();
+}
+
+/// Sends `n` requests over `threads` keep-alive connections; counts answers per back end.
+fn spread(addr: SocketAddr, n: usize, threads: usize) -> HashMap<String, usize> {
+    let counts = Arc::new(Mutex::new(HashMap::new()));
+    let workers: Vec<_> = (0..threads)
+        .map(|t| {
+            let counts = counts.clone();
+            std::thread::spawn(move || {
+                let mut c = Client::connect(addr);
+                let mut mine: HashMap<String, usize> = HashMap::new();
+                for i in 0..n / threads {
+                    let r = c.post("/p", &[], b"x").expect("response");
+                    assert_eq!(r.status, 200, "thread {t} request {i}");
+                    let name = r.header(BACKEND_HEADER.as_str()).unwrap_or("?").to_owned();
+                    *mine.entry(name).or_default() += 1;
+                }
+                let mut all = counts.lock().expect("lock");
+                for (k, v) in mine {
+                    *all.entry(k).or_default() += v;
+                }
+            })
+        })
+        .collect();
+    for w in workers {
+        w.join().expect("client thread");
+    }
+    Arc::try_unwrap(counts)
+        .expect("one owner")
+        .into_inner()
+        .expect("lock")
+}
+
+fn within_5_percent(got: usize, expected: usize) -> bool {
+    got.abs_diff(expected) * 20 <= expected
+}
+
+#[test]
+fn round_robin_and_weighted_spread_within_five_percent_over_ten_thousand_requests() {
+    let (a, b) = (named_echo("a", None), named_echo("b", None));
+    let h = engine(&format!(
+        "endpoints:\n  rr:\n    urls: [ \"http://{a}/e\", \"http://{b}/e\" ]\n  w:\n    urls: [ {{ url: \"http://{a}/e\", weight: 3 }}, {{ url: \"http://{b}/e\", weight: 1 }} ]\n    balance: weighted\nproxies:\n  P:\n    path: /p\n    in:\n      - call: rr\n  W:\n    path: /w\n    in:\n      - call: w\n",
+        a = a.addr,
+        b = b.addr
+    ));
+    let rr = spread(h.http(), 10_000, 4);
+    assert!(within_5_percent(rr["a"], 5000), "{rr:?}");
+    assert!(within_5_percent(rr["b"], 5000), "{rr:?}");
+
+    // The same over the weighted endpoint, through path /w.
+    let counts = Arc::new(Mutex::new(HashMap::<String, usize>::new()));
+    let addr = h.http();
+    let workers: Vec<_> = (0..4)
+        .map(|_| {
+            let counts = counts.clone();
+            std::thread::spawn(move || {
+                let mut c = Client::connect(addr);
+                for _ in 0..2500 {
+                    let r = c.post("/w", &[], b"x").expect("response");
+                    assert_eq!(r.status, 200);
+                    let name = r.header(BACKEND_HEADER.as_str()).unwrap_or("?").to_owned();
+                    *counts.lock().expect("lock").entry(name).or_default() += 1;
+                }
+            })
+        })
+        .collect();
+    for w in workers {
+        w.join().expect("client thread");
+    }
+    let w = counts.lock().expect("lock").clone();
+    assert!(within_5_percent(w["a"], 7500), "{w:?}");
+    assert!(within_5_percent(w["b"], 2500), "{w:?}");
+    a.stop();
+    b.stop();
+}
+
+#[test]
+fn least_pending_prefers_the_fast_back_end() {
+    let fast = named_echo("fast", None);
+    let slow = named_echo("slow", Some(Duration::from_millis(200)));
+    let h = engine(&proxy_yaml(&format!(
+        "    urls: [ \"http://{}/e\", \"http://{}/e\" ]\n    balance: least_pending\n",
+        slow.addr, fast.addr
+    )));
+    let counts = spread(h.http(), 200, 4);
+    let to_slow = counts.get("slow").copied().unwrap_or(0);
+    // Round robin would send 100 to the slow one; least pending sends it only what arrives
+    // while the fast one is busier than the slow one.
+    assert!(to_slow < 30, "{counts:?}");
+    assert_eq!(counts.values().sum::<usize>(), 200);
+    fast.stop();
+    slow.stop();
+}
+
+#[test]
+fn breaker_opens_answers_503_fast_and_closes_after_a_successful_probe() {
+    let port = closed_port();
+    let h = engine(&proxy_yaml(&format!(
+        "    url: \"http://{port}/e\"\n    breaker: {{ failures: 3, suspend: 300ms, max_suspend: 5s }}\n"
+    )));
+    let json = [("Content-Type", "application/json")];
+    let mut c = Client::connect(h.http());
+    for i in 0..3 {
+        let r = c.post("/p", &json, b"{}").expect("response");
+        assert_eq!(r.status, 502, "failure {i}: {}", r.text());
+    }
+    let started = Instant::now();
+    let r = c.post("/p", &json, b"{}").expect("response");
+    assert_eq!(r.status, 503, "{}", r.text());
+    assert!(
+        r.text()
+            .contains("Endpoint 'svc' is unavailable: its circuit breaker is open"),
+        "{}",
+        r.text()
+    );
+    assert!(started.elapsed() < Duration::from_millis(200));
+    let state = |h: &Harness| {
+        metric(h.admin(), "busbar_endpoint_breaker_state{endpoint=\"svc\"}").unwrap_or(-1.0)
+    };
+    assert_eq!(state(&h), 1.0);
+    assert_eq!(
+        metric(
+            h.admin(),
+            &format!("busbar_upstream_breaker_state{{endpoint=\"svc\",url=\"http://{port}/e\"}}")
+        ),
+        Some(1.0)
+    );
+    // The back end comes up on the same port; after the suspension a probe gets through and
+    // closes the breaker.
+    let back = busbar_engine::echo::start(port, EchoOptions::default(), 1).expect("echo");
+    assert!(eventually(Duration::from_secs(5), || {
+        c.post("/p", &json, b"{\"up\":1}")
+            .is_ok_and(|r| r.status == 200 && r.body == b"{\"up\":1}")
+    }));
+    assert_eq!(state(&h), 0.0);
+    let r = c.post("/p", &json, b"{}").expect("response");
+    assert_eq!(r.status, 200);
+    back.stop();
+}
+
+#[test]
+fn retries_are_capped_and_the_budget_stops_a_retry_storm() {
+    // A back end that reads each request and closes without answering.
+    let (addr, attempts) = raw_back_end(|_| None);
+    let h = engine(&format!(
+        "endpoints:\n  capped:\n    url: \"http://{addr}/a\"\n    retries: 2\n  storm:\n    url: \"http://{addr}/b\"\n    retries: 5\n    retry_budget: {{ ratio: 0, min_retries: 3, window: 60s }}\nproxies:\n  Capped:\n    path: /capped\n    in:\n      - call: capped\n  Storm:\n    path: /storm\n    in:\n      - call: storm\n"
+    ));
+    let mut c = Client::connect(h.http());
+    let r = c.get("/capped").expect("response");
+    assert_eq!(r.status, 502, "{}", r.text());
+    assert!(r.text().contains("closed the connection"), "{}", r.text());
+    assert_eq!(
+        attempts.load(Ordering::SeqCst),
+        3,
+        "one try and two retries"
+    );
+
+    attempts.store(0, Ordering::SeqCst);
+    let mut last = String::new();
+    for _ in 0..10 {
+        let r = Client::connect(h.http()).get("/storm").expect("response");
+        assert_eq!(r.status, 502);
+        last = r.text();
+    }
+    // Ten requests, and only the three retries the budget allows.
+    assert_eq!(attempts.load(Ordering::SeqCst), 13);
+    assert!(
+        last.contains("not retried: the retry budget is spent"),
+        "{last}"
+    );
+    assert_eq!(
+        metric(
+            h.admin(),
+            "busbar_endpoint_retries_total{endpoint=\"storm\"}"
+        ),
+        Some(3.0)
+    );
+}
+
+/// A back end that answers 503 the first time it sees a body and 200 (with the body's
+/// SHA-256) after; `/close` reads the body and closes without answering. Records the
+/// SHA-256 of every body it received.
+type Hashes = Arc<Mutex<Vec<[u8; 32]>>>;
+
+fn flaky_back_end() -> (SocketAddr, Arc<AtomicUsize>, Hashes) {
+    let hashes = Arc::new(Mutex::new(Vec::new()));
+    let seen = hashes.clone();
+    let (addr, count) = raw_back_end(move |req| {
+        let hash = sha256(&req.body);
+        let mut seen = seen.lock().expect("lock");
+        let first = !seen.contains(&hash);
+        seen.push(hash);
+        if req.path.starts_with("/close") {
+            return None;
+        }
+        assert_eq!(req.method, "POST");
+        Some(if first {
+            (503, b"busy".to_vec())
+        } else {
+            (200, hash.to_vec())
+        })
+    });
+    (addr, count, hashes)
+}
+
+#[test]
+fn a_post_is_retried_byte_exact_within_the_replay_buffer_and_not_past_it() {
+    let (addr, attempts, hashes) = flaky_back_end();
+    let h = engine(&proxy_yaml(&format!(
+        "    url: \"http://{addr}/flaky\"\n    retries: 1\n    retry_on_status: [503]\n    replay_buffer: 256KiB\n"
+    )));
+    let small = payload(100_000, 1);
+    let r = Client::connect(h.http())
+        .post("/p", &[], &small)
+        .expect("response");
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(
+        r.body,
+        sha256(&small),
+        "the back end got the body byte for byte"
+    );
+    assert_eq!(attempts.load(Ordering::SeqCst), 2);
+    assert_eq!(*hashes.lock().expect("lock"), vec![sha256(&small); 2]);
+
+    let large = payload(1024 * 1024, 2);
+    let r = Client::connect(h.http())
+        .post("/p", &[], &large)
+        .expect("response");
+    // The back end's own 503: a second attempt would have needed the whole 1 MiB again.
+    assert_eq!(r.status, 503);
+    assert_eq!(r.body, b"busy");
+    assert_eq!(
+        attempts.load(Ordering::SeqCst),
+        3,
+        "the large body went once"
+    );
+}
+
+#[test]
+fn a_large_idempotent_request_is_not_retried_and_the_error_says_why() {
+    let (addr, attempts, _) = flaky_back_end();
+    let h = engine(&proxy_yaml(&format!(
+        "    url: \"http://{addr}/close\"\n    retries: 3\n"
+    )));
+    let large = payload(300_000, 3);
+    let mut c = Client::connect(h.http());
+    c.send_raw(
+        format!(
+            "PUT /p HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+            large.len()
+        )
+        .as_bytes(),
+    );
+    c.send_raw(&large);
+    let r = c.read_response().expect("response");
+    assert_eq!(r.status, 502, "{}", r.text());
+    assert!(
+        r.text().contains("larger than replay_buffer (65536 bytes)"),
+        "{}",
+        r.text()
+    );
+    assert_eq!(attempts.load(Ordering::SeqCst), 1);
+
+    // A POST is not sent again once it went out, and the error says so.
+    let r = Client::connect(h.http())
+        .post("/p", &[], b"{}")
+        .expect("response");
+    assert_eq!(r.status, 502);
+    assert!(r.text().contains("POST is not idempotent"), "{}", r.text());
+}
+
+#[test]
+fn a_call_in_on_error_resends_a_kept_body_or_fails_at_once() {
+    let (addr, attempts, _) = flaky_back_end();
+    let (rec, seen) = recording_back_end();
+    let h = engine(&format!(
+        "endpoints:\n  broken:\n    url: \"http://{addr}/close\"\n  backup:\n    url: \"http://{rec}/ok\"\nproxies:\n  P:\n    path: /p\n    in:\n      - call: broken\n    on_error:\n      - call: backup\n      - respond: {{}}\n"
+    ));
+    let small = payload(20_000, 4);
+    let r = Client::connect(h.http())
+        .post("/p", &[], &small)
+        .expect("response");
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.body, small);
+    assert_eq!(seen.lock().expect("lock").len(), 1);
+
+    let large = payload(200_000, 5);
+    let r = Client::connect(h.http())
+        .post("/p", &[], &large)
+        .expect("response");
+    assert_eq!(r.status, 500, "{}", r.text());
+    assert!(
+        r.text().contains("Cannot call endpoint 'backup'") && r.text().contains("replay_buffer"),
+        "{}",
+        r.text()
+    );
+    // The backup never saw a request whose Content-Length lied.
+    assert_eq!(seen.lock().expect("lock").len(), 1);
+    assert_eq!(attempts.load(Ordering::SeqCst), 2);
+}
