@@ -437,3 +437,210 @@ fn a_call_in_on_error_resends_a_kept_body_or_fails_at_once() {
     assert_eq!(seen.lock().expect("lock").len(), 1);
     assert_eq!(attempts.load(Ordering::SeqCst), 2);
 }
+
+/// A CA, a server certificate for localhost and a client certificate, made with openssl.
+fn make_pki(dir: &std::path::Path) {
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new("openssl")
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .expect("openssl must be installed (Debian package openssl)");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    run(&[
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-days",
+        "1",
+        "-subj",
+        "/CN=busbar test CA",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.pem",
+        "-addext",
+        "basicConstraints=critical,CA:TRUE",
+        "-addext",
+        "keyUsage=critical,keyCertSign,cRLSign",
+    ]);
+    for (name, usage) in [("server", "serverAuth"), ("client", "clientAuth")] {
+        std::fs::write(
+            dir.join(format!("{name}.ext")),
+            format!("subjectAltName=DNS:localhost,IP:127.0.0.1\nbasicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\nextendedKeyUsage={usage}\n"),
+        )
+        .expect("write ext");
+        run(&[
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-subj",
+            &format!("/CN={name}"),
+            "-keyout",
+            &format!("{name}.key"),
+            "-out",
+            &format!("{name}.csr"),
+        ]);
+        run(&[
+            "x509",
+            "-req",
+            "-in",
+            &format!("{name}.csr"),
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-days",
+            "1",
+            "-out",
+            &format!("{name}.pem"),
+            "-extfile",
+            &format!("{name}.ext"),
+        ]);
+    }
+}
+
+/// A TLS echo back end (rustls, blocking): answers each request with its body, and tells
+/// in headers the SNI name it got and whether the client presented a certificate.
+fn tls_back_end(dir: &std::path::Path, require_client_cert: bool) -> SocketAddr {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(dir.join("server.pem"))
+        .expect("server.pem")
+        .collect::<Result<_, _>>()
+        .expect("certs");
+    let key = PrivateKeyDer::from_pem_file(dir.join("server.key")).expect("server.key");
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .expect("versions");
+    let builder = if require_client_cert {
+        let mut roots = rustls::RootCertStore::empty();
+        for ca in CertificateDer::pem_file_iter(dir.join("ca.pem")).expect("ca.pem") {
+            roots.add(ca.expect("ca")).expect("add ca");
+        }
+        let verifier =
+            rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
+                .build()
+                .expect("verifier");
+        builder.with_client_cert_verifier(verifier)
+    } else {
+        builder.with_no_client_auth()
+    };
+    let config = Arc::new(builder.with_single_cert(certs, key).expect("server config"));
+    let l = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = l.local_addr().expect("addr");
+    std::thread::spawn(move || {
+        for stream in l.incoming() {
+            let Ok(stream) = stream else { continue };
+            let config = config.clone();
+            std::thread::spawn(move || {
+                let Ok(conn) = rustls::ServerConnection::new(config) else {
+                    return;
+                };
+                let mut r = BufReader::new(rustls::StreamOwned::new(conn, stream));
+                while let Some(req) = read_request(&mut r) {
+                    let tls = &r.get_ref().conn;
+                    let sni = tls.server_name().unwrap_or("-").to_owned();
+                    let cert = if tls.peer_certificates().is_some() {
+                        "present"
+                    } else {
+                        "none"
+                    };
+                    let head = format!(
+                        "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nx-sni: {sni}\r\nx-client-cert: {cert}\r\n\r\n",
+                        req.body.len()
+                    );
+                    let w = r.get_mut();
+                    if w.write_all(head.as_bytes())
+                        .and_then(|()| w.write_all(&req.body))
+                        .and_then(|()| w.flush())
+                        .is_err()
+                    {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+#[test]
+fn https_back_ends_are_checked_against_the_configured_ca_and_failures_are_named() {
+    let pki = temp_dir("pki");
+    make_pki(&pki);
+    let plain = tls_back_end(&pki, false);
+    let mutual = tls_back_end(&pki, true);
+    let ca = pki.join("ca.pem");
+    let (cert, key) = (pki.join("client.pem"), pki.join("client.key"));
+    let (p, m) = (plain.port(), mutual.port());
+    let h = engine(&format!(
+        "endpoints:
+  trusted: {{ url: \"https://localhost:{p}/e\", tls: {{ ca: \"{ca}\" }} }}
+  system: {{ url: \"https://localhost:{p}/e\" }}
+  mismatch: {{ url: \"https://localhost:{p}/e\", tls: {{ ca: \"{ca}\", server_name: other.test }} }}
+  mtls: {{ url: \"https://localhost:{m}/e\", tls: {{ ca: \"{ca}\", cert: \"{cert}\", key: \"{key}\" }} }}
+  nocert: {{ url: \"https://localhost:{m}/e\", tls: {{ ca: \"{ca}\" }} }}
+proxies:
+  Trusted: {{ path: /trusted, in: [ {{ call: trusted }} ] }}
+  System: {{ path: /system, in: [ {{ call: system }} ] }}
+  Mismatch: {{ path: /mismatch, in: [ {{ call: mismatch }} ] }}
+  Mtls: {{ path: /mtls, in: [ {{ call: mtls }} ] }}
+  NoCert: {{ path: /nocert, in: [ {{ call: nocert }} ] }}
+",
+        ca = ca.display(),
+        cert = cert.display(),
+        key = key.display(),
+    ));
+    let json = [("Content-Type", "application/json")];
+    let mut c = Client::connect(h.http());
+    let body = payload(70_000, 9);
+    let r = c.post("/trusted", &json, &body).expect("response");
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.body, body);
+    assert_eq!(
+        r.header("x-sni"),
+        Some("localhost"),
+        "SNI from the URL's host"
+    );
+    assert_eq!(r.header("x-client-cert"), Some("none"));
+
+    let r = c.post("/system", &json, b"{}").expect("response");
+    assert_eq!(r.status, 502, "{}", r.text());
+    assert!(
+        r.text()
+            .contains("certificate not trusted for host localhost"),
+        "{}",
+        r.text()
+    );
+
+    let r = c.post("/mismatch", &json, b"{}").expect("response");
+    assert_eq!(r.status, 502, "{}", r.text());
+    assert!(
+        r.text()
+            .contains("certificate not valid for host other.test"),
+        "{}",
+        r.text()
+    );
+
+    let r = c.post("/mtls", &json, b"{\"m\":1}").expect("response");
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.header("x-client-cert"), Some("present"));
+    assert_eq!(r.body, b"{\"m\":1}");
+
+    let r = Client::connect(h.http())
+        .post("/nocert", &json, b"{}")
+        .expect("response");
+    assert_eq!(r.status, 502, "{}", r.text());
+    let _ = std::fs::remove_dir_all(&pki);
+}
