@@ -644,3 +644,88 @@ proxies:
     assert_eq!(r.status, 502, "{}", r.text());
     let _ = std::fs::remove_dir_all(&pki);
 }
+
+/// A `busbar run` child process, stopped when dropped.
+struct Running(std::process::Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn free_addr() -> SocketAddr {
+    closed_port()
+}
+
+#[test]
+fn the_resilience_example_fails_over_balances_and_breaks() {
+    let (a, b) = (named_echo("a", None), named_echo("b", None));
+    let (listen, echo, admin, dead) = (free_addr(), free_addr(), free_addr(), closed_port());
+    let example =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/resilience.yaml");
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_busbar"))
+        .arg("run")
+        .arg(&example)
+        .envs([
+            ("BUSBAR_LISTEN", listen.to_string()),
+            ("BUSBAR_ECHO", echo.to_string()),
+            ("BUSBAR_ADMIN", admin.to_string()),
+            ("BUSBAR_WORKERS", "1".to_owned()),
+            ("BUSBAR_ECHO_A", a.addr.to_string()),
+            ("BUSBAR_ECHO_B", b.addr.to_string()),
+            ("BUSBAR_DEAD", dead.to_string()),
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("busbar run");
+    let _running = Running(child);
+    assert!(
+        eventually(Duration::from_secs(10), || std::net::TcpStream::connect(
+            listen
+        )
+        .is_ok()),
+        "the example did not start listening"
+    );
+    let mut c = Client::connect(listen);
+    for i in 0..50 {
+        let body = payload(500 + i * 101, i as u64);
+        let r = c
+            .post("/service/FailoverProxy", &[], &body)
+            .expect("FailoverProxy");
+        assert_eq!(r.status, 200, "request {i}: {}", r.text());
+        assert_eq!(r.body, body, "request {i}");
+    }
+    let mut by_name: HashMap<String, usize> = HashMap::new();
+    for _ in 0..100 {
+        let r = c
+            .post("/service/BalancedProxy", &[], b"x")
+            .expect("BalancedProxy");
+        assert_eq!(r.status, 200, "{}", r.text());
+        let name = r.header(BACKEND_HEADER.as_str()).unwrap_or("?").to_owned();
+        *by_name.entry(name).or_default() += 1;
+    }
+    assert_eq!(by_name.get("a"), Some(&50), "{by_name:?}");
+    assert_eq!(by_name.get("b"), Some(&50), "{by_name:?}");
+    let json = [("Content-Type", "application/json")];
+    for i in 0..3 {
+        let r = c
+            .post("/service/BreakerProxy", &json, b"{}")
+            .expect("BreakerProxy");
+        assert_eq!(r.status, 502, "failure {i}: {}", r.text());
+    }
+    let r = c
+        .post("/service/BreakerProxy", &json, b"{}")
+        .expect("BreakerProxy");
+    assert_eq!(r.status, 503, "{}", r.text());
+    assert!(
+        r.text()
+            .contains("Endpoint 'down' is unavailable: its circuit breaker is open"),
+        "{}",
+        r.text()
+    );
+    a.stop();
+    b.stop();
+}

@@ -248,8 +248,7 @@ impl Endpoint {
         }
         let body = std::mem::take(&mut ex.request_body);
         let replay = Replay::new(body, self.replay_buffer);
-        let head = head_of(&ex.request);
-        let result = self.measured(head, &replay).await;
+        let result = self.measured(&ex.request, &replay).await;
         match result {
             Ok(response) => {
                 ex.request.extensions.insert(BodyGone(
@@ -284,18 +283,18 @@ impl Endpoint {
     ) -> Result<Response<Body>, MediationError> {
         let (parts, body) = req.into_parts();
         let replay = Replay::new(body, self.replay_buffer);
-        self.measured(head_of(&parts), &replay).await
+        self.measured(&parts, &replay).await
     }
 
     async fn measured(
         &self,
-        head: Request<()>,
+        head: &http::request::Parts,
         replay: &Replay,
     ) -> Result<Response<Body>, MediationError> {
         let started = Instant::now();
         self.counters.requests.fetch_add(1, Relaxed);
         self.counters.in_flight.fetch_add(1, Relaxed);
-        let result = self.attempts(&head, replay).await;
+        let result = self.attempts(head, replay).await;
         self.counters.in_flight.fetch_sub(1, Relaxed);
         match &result {
             Ok(_) => self.counters.latency.observe(started.elapsed()),
@@ -309,7 +308,7 @@ impl Endpoint {
     /// request body allow.
     async fn attempts(
         &self,
-        head: &Request<()>,
+        head: &http::request::Parts,
         replay: &Replay,
     ) -> Result<Response<Body>, MediationError> {
         let n = self.members.len();
@@ -335,9 +334,9 @@ impl Endpoint {
                 }
             };
             let mut req = Request::new(body);
-            *req.method_mut() = head.method().clone();
-            *req.uri_mut() = head.uri().clone();
-            *req.headers_mut() = head.headers().clone();
+            *req.method_mut() = head.method.clone();
+            *req.uri_mut() = head.uri.clone();
+            *req.headers_mut() = head.headers.clone();
             req.extensions_mut().insert(replay.probe());
 
             self.counters.attempts.fetch_add(1, Relaxed);
@@ -409,7 +408,7 @@ impl Endpoint {
                     Failure::Error(e) if e.blame == Blame::Upstream => Some(
                         replay
                             .lost()
-                            .unwrap_or_else(|| format!("{} is not idempotent", head.method())),
+                            .unwrap_or_else(|| format!("{} is not idempotent", head.method)),
                     ),
                     _ => None,
                 }
@@ -536,15 +535,6 @@ fn is_connect(kind: ErrorKind) -> bool {
             | ErrorKind::Unavailable
             | ErrorKind::UpstreamReset
     )
-}
-
-/// The request head every attempt starts from (the URL's path and Host are set per attempt).
-fn head_of(parts: &http::request::Parts) -> Request<()> {
-    let mut head = Request::new(());
-    *head.method_mut() = parts.method.clone();
-    *head.uri_mut() = parts.uri.clone();
-    *head.headers_mut() = parts.headers.clone();
-    head
 }
 
 /// Records an attempt's outcome on its URL's breaker; a probe whose caller went away (the
