@@ -642,6 +642,11 @@ proxies:
         .post("/nocert", &json, b"{}")
         .expect("response");
     assert_eq!(r.status, 502, "{}", r.text());
+    assert!(
+        r.text().contains("may require a client certificate"),
+        "{}",
+        r.text()
+    );
     let _ = std::fs::remove_dir_all(&pki);
 }
 
@@ -728,4 +733,39 @@ fn the_resilience_example_fails_over_balances_and_breaks() {
     );
     a.stop();
     b.stop();
+}
+
+#[test]
+fn max_connections_queues_then_answers_503_when_the_queue_is_full() {
+    let slow = named_echo("slow", Some(Duration::from_millis(400)));
+    let h = engine(&format!(
+        "endpoints:\n  one:\n    url: \"http://{a}/e\"\n    max_connections: 1\n    queue: 0\n  queued:\n    url: \"http://{a}/e\"\n    max_connections: 1\n    queue: 1\n    connect_timeout: 3s\nproxies:\n  One:\n    path: /one\n    in:\n      - call: one\n  Queued:\n    path: /queued\n    in:\n      - call: queued\n",
+        a = slow.addr
+    ));
+    let addr = h.http();
+    let both = |path: &'static str| {
+        let clients: Vec<_> = (0..2)
+            .map(|_| {
+                std::thread::spawn(move || {
+                    let r = Client::connect(addr)
+                        .post(path, &[("Content-Type", "application/json")], b"{}")
+                        .expect("response");
+                    (r.status, r.text())
+                })
+            })
+            .collect();
+        let mut out: Vec<(u16, String)> = clients
+            .into_iter()
+            .map(|c| c.join().expect("client"))
+            .collect();
+        out.sort();
+        out
+    };
+    let one = both("/one");
+    assert_eq!(one[0].0, 200, "{one:?}");
+    assert_eq!(one[1].0, 503, "{one:?}");
+    assert!(one[1].1.contains("max_connections"), "{one:?}");
+    let queued = both("/queued");
+    assert_eq!((queued[0].0, queued[1].0), (200, 200), "{queued:?}");
+    slow.stop();
 }

@@ -563,3 +563,100 @@ impl Drop for ProbeGuard<'_> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http_body_util::BodyExt;
+    use std::io::{BufRead, BufReader, Read, Write};
+
+    fn endpoint(yaml: &str, metrics: &Registry) -> Result<Arc<Endpoint>, Vec<ConfigError>> {
+        let text = format!(
+            "listeners: {{ http: {{ bind: \"127.0.0.1:0\" }} }}\nendpoints:\n  svc:\n{yaml}"
+        );
+        let config = busbar_config::parse(&text, "t.yaml", |_| None).map_err(|e| e.0)?;
+        let loaded = LoadedConfig {
+            file: "t.yaml".into(),
+            base_dir: ".".into(),
+            config,
+        };
+        Endpoint::build("svc", &loaded.config.endpoints["svc"], &loaded, metrics, 1)
+    }
+
+    /// Answers each request with "path|host|authorization|body".
+    fn back_end() -> std::net::SocketAddr {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let addr = l.local_addr().expect("addr");
+        std::thread::spawn(move || {
+            for s in l.incoming().flatten() {
+                let mut r = BufReader::new(s);
+                let (mut line, mut auth, mut len) = (String::new(), String::new(), 0);
+                if r.read_line(&mut line).unwrap_or(0) == 0 {
+                    continue;
+                }
+                let mut host_v = String::new();
+                loop {
+                    let mut h = String::new();
+                    if r.read_line(&mut h).unwrap_or(0) == 0 || h.trim().is_empty() {
+                        break;
+                    }
+                    let (k, v) = h.split_once(':').unwrap_or(("", ""));
+                    match k.to_ascii_lowercase().as_str() {
+                        "host" => host_v = v.trim().to_owned(),
+                        "authorization" => auth = v.trim().to_owned(),
+                        "content-length" => len = v.trim().parse().unwrap_or(0),
+                        _ => {}
+                    }
+                }
+                let mut body = vec![0; len];
+                let _ = r.read_exact(&mut body);
+                let path = line.split_whitespace().nth(1).unwrap_or("").to_owned();
+                let out = format!("{path}|{host_v}|{auth}|{}", String::from_utf8_lossy(&body));
+                let head = format!(
+                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                    out.len()
+                );
+                let _ = r.get_mut().write_all(head.as_bytes());
+                let _ = r.get_mut().write_all(out.as_bytes());
+            }
+        });
+        addr
+    }
+
+    #[tokio::test]
+    async fn send_takes_the_urls_path_keeps_the_query_and_sends_url_credentials() {
+        let addr = back_end();
+        let metrics = Registry::default();
+        let ep =
+            endpoint(&format!("    url: \"http://u:p@{addr}/svc\"\n"), &metrics).expect("endpoint");
+        let req = Request::post("/ignored?x=1")
+            .body(Body::full("hi"))
+            .expect("request");
+        let resp = ep.send(req).await.expect("send");
+        let text = resp.into_body().collect().await.expect("body").to_bytes();
+        // base64("u:p") = dTpw
+        assert_eq!(
+            &text[..],
+            format!("/svc?x=1|{addr}|Basic dTpw|hi").as_bytes()
+        );
+        assert_eq!(metrics.endpoint("svc").attempts.load(Relaxed), 1);
+    }
+
+    #[test]
+    fn an_unreadable_ca_is_a_build_error_at_its_path() {
+        let metrics = Registry::default();
+        let errors = endpoint(
+            "    url: \"https://localhost:1/a\"\n    tls: { ca: /nonexistent/ca.pem }\n",
+            &metrics,
+        )
+        .err()
+        .unwrap_or_default();
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        assert_eq!(errors[0].path, "endpoints.svc.tls.ca");
+        assert_eq!(errors[0].line, Some(5));
+        assert!(
+            errors[0].message.contains("/nonexistent/ca.pem"),
+            "{errors:?}"
+        );
+    }
+}

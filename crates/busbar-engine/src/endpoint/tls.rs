@@ -214,3 +214,23 @@ impl TlsTarget {
         }
     }
 }
+
+/// What a TLS alert found in `err`'s chain says, when the back end ended the connection with
+/// one after the handshake (TLS 1.3 servers check a client certificate only then).
+pub fn alert_in(err: &(dyn std::error::Error + 'static)) -> Option<String> {
+    let mut next = Some(err);
+    while let Some(e) = next {
+        let tls = e.downcast_ref::<rustls::Error>().or_else(|| {
+            e.downcast_ref::<std::io::Error>()
+                .and_then(|io| io.get_ref())
+                .and_then(|inner| inner.downcast_ref::<rustls::Error>())
+        });
+        if let Some(rustls::Error::AlertReceived(alert)) = tls {
+            return Some(format!(
+                "ended the TLS connection ({alert:?}); it may require a client certificate (tls.cert, tls.key)"
+            ));
+        }
+        next = e.source();
+    }
+    None
+}

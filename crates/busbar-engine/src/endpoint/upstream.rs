@@ -379,17 +379,13 @@ impl Upstream {
                             let permit = lease._permit.take();
                             lease = self.connect(permit).await?;
                         }
-                        Some(_) => {
+                        unsent => {
+                            let what = super::tls::alert_in(&cause)
+                                .unwrap_or_else(|| "closed the connection".to_owned());
                             return Err(self
-                                .error(ErrorKind::UpstreamReset, "closed the connection")
-                                .retryable(true)
-                                .with_source(cause))
-                        }
-                        None => {
-                            return Err(self
-                                .error(ErrorKind::UpstreamReset, "closed the connection")
-                                .retryable(replayable_after_send)
-                                .with_source(cause))
+                                .error(ErrorKind::UpstreamReset, what)
+                                .retryable(unsent.is_some() || replayable_after_send)
+                                .with_source(cause));
                         }
                     }
                 }
