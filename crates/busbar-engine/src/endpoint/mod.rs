@@ -376,7 +376,9 @@ impl Endpoint {
                         stats.failures.fetch_add(1, Relaxed);
                         guard.record(false);
                     } else {
-                        guard.record(true);
+                        // Says nothing about the URL's health: a probe lets the next call
+                        // probe instead.
+                        drop(guard);
                     }
                     self.update_breaker_gauge();
                     Failure::Error(e)
@@ -405,11 +407,23 @@ impl Endpoint {
                 None
             } else if !wants_retry {
                 match &failure {
-                    Failure::Error(e) if e.blame == Blame::Upstream => Some(
-                        replay
-                            .lost()
-                            .unwrap_or_else(|| format!("{} is not idempotent", head.method)),
-                    ),
+                    // Errors after the request went out; others (a certificate refused,
+                    // say) are not worth a retry and need no explanation.
+                    Failure::Error(e)
+                        if matches!(
+                            e.kind,
+                            ErrorKind::UpstreamReset | ErrorKind::ResponseTimeout
+                        ) =>
+                    {
+                        replay.lost().or_else(|| {
+                            (!upstream::idempotent(&head.method)).then(|| {
+                                format!(
+                                    "{} is not idempotent and it reached the back end",
+                                    head.method
+                                )
+                            })
+                        })
+                    }
                     _ => None,
                 }
             } else if let Some(lost) = replay.lost() {
