@@ -228,4 +228,26 @@ mod tests {
         b.record(Admit::Probe, false);
         assert_eq!(b.suspend_ms.load(Relaxed), 3000, "capped at max_suspend");
     }
+
+    #[test]
+    fn a_failure_ratio_over_the_window_opens_it_once_enough_calls_were_made() {
+        let b = Breaker::new(
+            BreakerSettings {
+                failures: 100,
+                failure_ratio: Some(0.5),
+                window: Duration::from_secs(60),
+                min_calls: 10,
+                suspend: Duration::from_secs(60),
+                max_suspend: Duration::from_secs(60),
+            },
+            Arc::default(),
+        );
+        // Alternating outcomes never make 100 in a row; half of 10 calls is enough.
+        for i in 0..9 {
+            b.record(Admit::Yes, i % 2 == 0);
+            assert_eq!(b.state(), CLOSED, "after {} calls", i + 1);
+        }
+        b.record(Admit::Yes, false);
+        assert_eq!(b.state(), OPEN);
+    }
 }
