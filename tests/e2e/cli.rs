@@ -95,6 +95,8 @@ fn every_example_validates_and_boots() {
         let envs = [
             ("BUSBAR_LISTEN", format!("127.0.0.1:{listen}")),
             ("BUSBAR_ECHO", format!("127.0.0.1:{echo}")),
+            ("BUSBAR_ECHO_A", format!("127.0.0.1:{}", free_port())),
+            ("BUSBAR_ECHO_B", format!("127.0.0.1:{}", free_port())),
             ("BUSBAR_ADMIN", format!("127.0.0.1:{admin}")),
             ("BUSBAR_WORKERS", "1".to_owned()),
             ("BUSBAR_KEYS", test_keys().display().to_string()),

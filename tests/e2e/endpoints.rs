@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use busbar_engine::echo::{EchoOptions, BACKEND_HEADER};
+use busbar_engine::echo::{EchoOptions, NAME_HEADER};
 use http::HeaderValue;
 
 use crate::support::*;
@@ -151,7 +151,7 @@ fn spread(addr: SocketAddr, n: usize, threads: usize) -> HashMap<String, usize> 
                 for i in 0..n / threads {
                     let r = c.post("/p", &[], b"x").expect("response");
                     assert_eq!(r.status, 200, "thread {t} request {i}");
-                    let name = r.header(BACKEND_HEADER.as_str()).unwrap_or("?").to_owned();
+                    let name = r.header(NAME_HEADER.as_str()).unwrap_or("?").to_owned();
                     *mine.entry(name).or_default() += 1;
                 }
                 let mut all = counts.lock().expect("lock");
@@ -197,7 +197,7 @@ fn round_robin_and_weighted_spread_within_five_percent_over_ten_thousand_request
                 for _ in 0..2500 {
                     let r = c.post("/w", &[], b"x").expect("response");
                     assert_eq!(r.status, 200);
-                    let name = r.header(BACKEND_HEADER.as_str()).unwrap_or("?").to_owned();
+                    let name = r.header(NAME_HEADER.as_str()).unwrap_or("?").to_owned();
                     *counts.lock().expect("lock").entry(name).or_default() += 1;
                 }
             })
@@ -674,8 +674,8 @@ fn free_addr() -> SocketAddr {
 
 #[test]
 fn the_resilience_example_fails_over_balances_and_breaks() {
-    let (a, b) = (named_echo("a", None), named_echo("b", None));
-    let (listen, echo, admin, dead) = (free_addr(), free_addr(), free_addr(), closed_port());
+    let (listen, echo, admin) = (free_addr(), free_addr(), free_addr());
+    let (echo_a, echo_b, dead) = (free_addr(), free_addr(), closed_port());
     let example =
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/resilience.yaml");
     let child = std::process::Command::new(env!("CARGO_BIN_EXE_busbar"))
@@ -686,8 +686,8 @@ fn the_resilience_example_fails_over_balances_and_breaks() {
             ("BUSBAR_ECHO", echo.to_string()),
             ("BUSBAR_ADMIN", admin.to_string()),
             ("BUSBAR_WORKERS", "1".to_owned()),
-            ("BUSBAR_ECHO_A", a.addr.to_string()),
-            ("BUSBAR_ECHO_B", b.addr.to_string()),
+            ("BUSBAR_ECHO_A", echo_a.to_string()),
+            ("BUSBAR_ECHO_B", echo_b.to_string()),
             ("BUSBAR_DEAD", dead.to_string()),
         ])
         .stdout(std::process::Stdio::null())
@@ -717,7 +717,7 @@ fn the_resilience_example_fails_over_balances_and_breaks() {
             .post("/service/BalancedProxy", &[], b"x")
             .expect("BalancedProxy");
         assert_eq!(r.status, 200, "{}", r.text());
-        let name = r.header(BACKEND_HEADER.as_str()).unwrap_or("?").to_owned();
+        let name = r.header(NAME_HEADER.as_str()).unwrap_or("?").to_owned();
         *by_name.entry(name).or_default() += 1;
     }
     assert_eq!(by_name.get("a"), Some(&50), "{by_name:?}");
@@ -739,8 +739,6 @@ fn the_resilience_example_fails_over_balances_and_breaks() {
         "{}",
         r.text()
     );
-    a.stop();
-    b.stop();
 }
 
 #[test]
