@@ -5,6 +5,8 @@
 # Environment: SIZES (default "1024 10240 102400"), CONC ("20 320"),
 # TARGETS ("echo DirectProxy nginx": echo direct, nginx, or any busbar proxy name),
 # ROUNDS (1): each cell is measured ROUNDS times, targets alternating, for medians.
+# CONFIG (examples/esb-benchmark.yaml): the config this build serves, e.g.
+# examples/resilience.yaml for BalancedProxy (two URLs, round robin) against DirectProxy.
 # BASE (optional): another busbar binary (a previous commit's build) served beside this one on
 # :8290 (echo :9010, admin :9911); name its proxies `base:DirectProxy` in TARGETS.
 set -euo pipefail
@@ -24,7 +26,7 @@ rounds=${ROUNDS:-1}
 for size in $sizes; do $bin bench payload --size $size > "$tmp/$size.xml"; done
 
 BUSBAR_WORKERS=1 BUSBAR_LISTEN=127.0.0.1:8280 BUSBAR_ECHO=127.0.0.1:9000 BUSBAR_LOG=warn \
-  taskset -c 0 $bin run examples/esb-benchmark.yaml > "$tmp/busbar.log" 2>&1 &
+  taskset -c 0 $bin run "${CONFIG:-examples/esb-benchmark.yaml}" > "$tmp/busbar.log" 2>&1 &
 if [ -n "${BASE:-}" ]; then
   BUSBAR_WORKERS=1 BUSBAR_LISTEN=127.0.0.1:8290 BUSBAR_ECHO=127.0.0.1:9010 BUSBAR_ADMIN=127.0.0.1:9911 \
     BUSBAR_LOG=warn taskset -c 0 "$BASE" run examples/esb-benchmark.yaml > "$tmp/base.log" 2>&1 &
