@@ -15,7 +15,7 @@
 //! can only be too high, and only for a document libxml2 refuses anyway.
 //!
 //! Encodings: structure is read from bytes where every ASCII byte is that ASCII character,
-//! which holds for UTF-8, US-ASCII, ISO-8859-n and windows-125n; UTF-16 documents (detected by
+//! which holds for UTF-8, US-ASCII, ISO-8859-n, windows-125n, EUC-JP/KR/CN and KOI8; UTF-16 documents (detected by
 //! their byte order mark or first characters, as libxml2 detects them) are narrowed to one
 //! byte per code unit first. Any other declared encoding (UTF-7, EBCDIC, ISO-2022-JP, UCS-4,
 //! ...) could hide markup from the scan and is refused.
@@ -78,7 +78,7 @@ pub(crate) fn check(bytes: &[u8], limits: &ParseLimits) -> Result<(), LibxmlErro
             return Err(LibxmlError::new(
                 ErrorKind::Parse,
                 format!(
-                "{what} documents are not accepted (UTF-8, UTF-16, ISO-8859-n, windows-125n are)"
+                "{what} documents are not accepted (UTF-8, UTF-16, ISO-8859-n, windows-125n, EUC and KOI8 are)"
             ),
             ))
         }
@@ -147,9 +147,22 @@ fn check_declared(units: &[u8], utf16: bool) -> Result<(), LibxmlError> {
     let accepted = if utf16 {
         matches!(lower.as_str(), "utf-16" | "utf16" | "utf-16le" | "utf-16be")
     } else {
+        // Encodings whose bytes below 0x80 are always ASCII characters. Shift_JIS, Big5 and
+        // GBK are not: their second bytes include `]` and `\`.
         matches!(
             lower.as_str(),
-            "utf-8" | "utf8" | "us-ascii" | "ascii" | "latin1" | "latin-1"
+            "utf-8"
+                | "utf8"
+                | "us-ascii"
+                | "ascii"
+                | "latin1"
+                | "latin-1"
+                | "euc-jp"
+                | "euc-kr"
+                | "euc-cn"
+                | "gb2312"
+                | "koi8-r"
+                | "koi8-u"
         ) || ["iso-8859-", "iso8859-", "iso_8859-", "windows-125", "cp125"]
             .iter()
             .any(|p| {
@@ -164,7 +177,7 @@ fn check_declared(units: &[u8], utf16: bool) -> Result<(), LibxmlError> {
         Err(LibxmlError::new(
             ErrorKind::Parse,
             format!(
-                "encoding '{}' is not accepted (UTF-8, UTF-16, ISO-8859-n, windows-125n are)",
+                "encoding '{}' is not accepted (UTF-8, UTF-16, ISO-8859-n, windows-125n, EUC and KOI8 are)",
                 String::from_utf8_lossy(name)
             ),
         ))
@@ -496,6 +509,18 @@ mod tests {
         assert_eq!(
             kind(b"<?xml version='1.0' encoding='UTF-7'?><a/>"),
             Some(ErrorKind::Parse)
+        );
+        assert_eq!(
+            kind(b"<?xml version='1.0' encoding='Shift_JIS'?><a/>"),
+            Some(ErrorKind::Parse)
+        );
+        assert_eq!(
+            kind(b"<?xml version=\"1.0\" encoding=\"EUC-JP\"?><a/>"),
+            None
+        );
+        assert_eq!(
+            kind(b"<?xml version='1.0' encoding='windows-1252'?><a/>"),
+            None
         );
         assert_eq!(kind(b"\0\0\0<\0\0\0a"), Some(ErrorKind::Parse));
         assert_eq!(
