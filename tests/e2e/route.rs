@@ -223,3 +223,26 @@ fn by_default_the_unread_rest_of_a_routed_document_streams_on_untouched() {
     assert_eq!(r.body, body);
     echo.stop();
 }
+
+#[test]
+fn a_full_xpath_route_refuses_an_element_with_fifty_thousand_attributes() {
+    let (backend, seen) = recording_back_end();
+    let h = engine(&format!(
+        "endpoints:\n  echo: {{ url: \"http://{backend}/e\" }}\nproxies:\n  Full:\n    path: /full\n    in:\n      - route:\n          - when: {{ xpath: \"count(//order) > 1\" }}\n            then: [ {{ call: echo }} ]\n          - otherwise: [ {{ fault: {{ status: 500, reason: few }} }} ]\n"
+    ));
+    let body = crate::xslt::wide_element_request(50_000);
+    let r = Client::connect(h.http())
+        .post("/full", &[SOAP11], &body)
+        .expect("r");
+    assert_eq!(r.status, 500, "{}", r.text());
+    let text = r.text();
+    assert!(
+        text.contains("<faultcode>soapenv:Client</faultcode>"),
+        "{text}"
+    );
+    assert!(
+        text.contains("XML limit exceeded: the document exceeds the limit of 256 attributes"),
+        "{text}"
+    );
+    assert!(seen.lock().expect("lock").is_empty(), "forwarded");
+}

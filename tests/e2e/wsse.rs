@@ -907,3 +907,210 @@ fn with_the_replay_cache_off_a_repeated_message_is_served_from_the_session_key_c
     assert_eq!(r.body, other.plain);
     echo.stop();
 }
+
+/// A Body reference of a signed message, and the message with it written `copies` times.
+fn with_body_reference_repeated(message: &[u8], copies: usize) -> Vec<u8> {
+    let text = String::from_utf8_lossy(message).into_owned();
+    let body_id = attr_after(&text, "<soapenv:Body", "wsu:Id");
+    let open = format!("<ds:Reference URI=\"#{body_id}\">");
+    let from = text.find(&open).expect("the Body's reference");
+    let to = from + text[from..].find("</ds:Reference>").expect("end") + "</ds:Reference>".len();
+    replace_once(message, &text[from..to], &text[from..to].repeat(copies))
+}
+
+#[test]
+fn a_signature_with_thousands_of_references_is_refused_before_any_digest() {
+    let keys = test_keys();
+    let (backend, seen) = recording_back_end();
+    let h = engine(&yaml(backend, &keys));
+    let plain = buy_stocks(1024, Variant::Plain).expect("payload");
+    let signer = client(Profile::Legacy, &keys, "client", false);
+    let signed = secured(&signer, &keys, &plain).message;
+    // 10,000 copies of the Body's reference and a broken SignatureValue: no key is needed to
+    // send this, and each reference would cost a canonicalization of the Body.
+    let many = with_body_reference_repeated(&signed, 10_000);
+    let text = String::from_utf8_lossy(&many).into_owned();
+    let sig_value = element_text(&text, "ds:SignatureValue");
+    let attack = replace_once(&many, &sig_value, &flip_char(&sig_value, 10));
+    // The same Body signed twice (a valid signature over both references) is refused too.
+    let twice = with_body_reference_repeated(&signed, 2);
+    for (name, message) in [
+        ("10,000 references", attack),
+        ("a duplicate reference", twice),
+    ] {
+        let r = Client::connect(h.http())
+            .post("/service/SignedProxy", &[SOAP11], &message)
+            .expect("post");
+        assert_eq!(r.status, 500, "{name}: {}", r.text());
+        assert_eq!(fault_code(&r.body), "wsse:InvalidSecurity", "{name}");
+    }
+    assert!(seen.lock().expect("lock").is_empty());
+    // The message as signed still passes.
+    let r = Client::connect(h.http())
+        .post("/service/SignedProxy", &[SOAP11], &signed)
+        .expect("post");
+    assert_eq!(r.status, 200, "{}", r.text());
+}
+
+/// A key and a certificate for `subject` (OpenSSL `-subj` syntax) issued by the test CA.
+fn issue_identity(keys: &Path, dir: &Path, name: &str, subject: &str) -> Arc<Identity> {
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new("openssl")
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .expect("openssl");
+        assert!(
+            out.status.success(),
+            "openssl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    let (key, csr, pem) = (
+        format!("{name}.key"),
+        format!("{name}.csr"),
+        format!("{name}.pem"),
+    );
+    let (ca, ca_key) = (keys.join("ca.pem"), keys.join("ca.key"));
+    run(&[
+        "req", "-new", "-newkey", "rsa:2048", "-nodes", "-keyout", &key, "-subj", subject, "-out",
+        &csr,
+    ]);
+    run(&[
+        "x509",
+        "-req",
+        "-in",
+        &csr,
+        "-CA",
+        ca.to_str().expect("path"),
+        "-CAkey",
+        ca_key.to_str().expect("path"),
+        "-set_serial",
+        "4242",
+        "-days",
+        "2",
+        "-sha256",
+        "-out",
+        &pem,
+    ]);
+    Arc::new(Identity::from_pem(&dir.join(&key), &dir.join(&pem)).expect("issued identity"))
+}
+
+fn signed_by(keys: &Path, identity: Arc<Identity>) -> Vec<u8> {
+    let mut signer = client(Profile::Legacy, keys, "client", false);
+    if let Some(sign) = signer.sign.as_mut() {
+        sign.identity = identity;
+    }
+    let plain = buy_stocks(1024, Variant::Plain).expect("payload");
+    secured(&signer, keys, &plain).message
+}
+
+fn subject_yaml(backend: std::net::SocketAddr, keys: &Path) -> String {
+    let k = keys.display();
+    let proxy = |name: &str, subject: &str| {
+        format!(
+            "  {name}:\n    path: /service/{name}\n    in:\n      - wsse_verify:\n          require: [timestamp, signature]\n          trust: {{ ca: \"{k}/ca.pem\", subject: {subject} }}\n          algorithms: legacy\n      - call: echo\n"
+        )
+    };
+    format!(
+        "endpoints:\n  echo: {{ url: \"http://{backend}/service/EchoService\" }}\nproxies:\n{}{}{}",
+        proxy("ByCn", "\"CN=client\""),
+        proxy("ByDn", "\"cn=client,o=busbar test\""),
+        proxy(
+            "ByPattern",
+            "{ pattern: \"CN=client[0-9]*,O=busbar test\" }"
+        ),
+    )
+}
+
+#[test]
+fn a_trusted_subject_is_matched_by_its_attributes_not_searched_for() {
+    let keys = test_keys();
+    let dir = temp_dir("subjects");
+    let (backend, _seen) = recording_back_end();
+    let h = engine(&subject_yaml(backend, &keys));
+    let client2 = issue_identity(&keys, &dir, "client2", "/O=busbar test/CN=client2");
+    let mallory = issue_identity(&keys, &dir, "mallory", "/O=CN=client/CN=mallory");
+    assert!(
+        mallory.cert.subject().contains("CN=client"),
+        "{}",
+        mallory.cert.subject()
+    );
+    let cases = [
+        ("client", "ByCn", None, "200"),
+        ("client", "ByDn", None, "200"),
+        ("client", "ByPattern", None, "200"),
+        (
+            "client2",
+            "ByCn",
+            Some(&client2),
+            "wsse:FailedAuthentication",
+        ),
+        (
+            "client2",
+            "ByDn",
+            Some(&client2),
+            "wsse:FailedAuthentication",
+        ),
+        ("client2", "ByPattern", Some(&client2), "200"),
+        (
+            "mallory",
+            "ByCn",
+            Some(&mallory),
+            "wsse:FailedAuthentication",
+        ),
+        (
+            "mallory",
+            "ByDn",
+            Some(&mallory),
+            "wsse:FailedAuthentication",
+        ),
+        (
+            "mallory",
+            "ByPattern",
+            Some(&mallory),
+            "wsse:FailedAuthentication",
+        ),
+    ];
+    let mut failures = Vec::new();
+    for (who, proxy, issued, want) in cases {
+        let signer = issued.cloned().unwrap_or_else(|| identity(&keys, "client"));
+        let r = Client::connect(h.http())
+            .post(
+                &format!("/service/{proxy}"),
+                &[SOAP11],
+                &signed_by(&keys, signer),
+            )
+            .expect("post");
+        let got = if r.status == 500 {
+            fault_code(&r.body)
+        } else {
+            r.status.to_string()
+        };
+        if got != want {
+            failures.push(format!("{who} at {proxy}: got {got}, want {want}"));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn a_message_accepted_by_one_secure_proxy_is_a_replay_at_another() {
+    let keys = test_keys();
+    let (backend, seen) = recording_back_end();
+    let h = engine(&subject_yaml(backend, &keys));
+    let message = signed_by(&keys, identity(&keys, "client"));
+    let first = Client::connect(h.http())
+        .post("/service/ByCn", &[SOAP11], &message)
+        .expect("post");
+    assert_eq!(first.status, 200, "{}", first.text());
+    for proxy in ["ByDn", "ByPattern", "ByCn"] {
+        let again = Client::connect(h.http())
+            .post(&format!("/service/{proxy}"), &[SOAP11], &message)
+            .expect("post");
+        assert_eq!(again.status, 500, "{proxy}: {}", again.text());
+        assert_eq!(fault_code(&again.body), "wsse:InvalidSecurity", "{proxy}");
+    }
+    assert_eq!(seen.lock().expect("lock").len(), 1);
+}

@@ -189,3 +189,39 @@ fn params_and_xsl_output_reach_the_client() {
     engine.shutdown();
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A SOAP request whose payload element carries `n` attributes (0.7 MB for 50,000).
+pub fn wide_element_request(n: usize) -> Vec<u8> {
+    let mut body = b"<soapenv:Envelope xmlns:soapenv=\"http://schemas.xmlsoap.org/soap/envelope/\"><soapenv:Body><m:buyStocks xmlns:m=\"http://services.samples/xsd\"".to_vec();
+    for i in 0..n {
+        body.extend_from_slice(format!(" attr{i}=\"x\"").as_bytes());
+    }
+    body.extend_from_slice(
+        b"><order><symbol>IBM</symbol></order></m:buyStocks></soapenv:Body></soapenv:Envelope>",
+    );
+    body
+}
+
+#[test]
+fn an_element_with_fifty_thousand_attributes_gets_a_client_fault_naming_the_limit() {
+    let (backend, seen) = recording_back_end();
+    let h = engine(&xslt_yaml(backend));
+    let body = wide_element_request(50_000);
+    assert!(body.len() > 650_000, "{}", body.len());
+    let r = Client::connect(h.http())
+        .post("/service/XSLTProxy", &[SOAP11], &body)
+        .expect("resp");
+    assert_eq!(r.status, 500, "{}", r.text());
+    let text = r.text();
+    assert!(
+        text.contains("<faultcode>soapenv:Client</faultcode>"),
+        "{text}"
+    );
+    assert!(text.contains("limit of 256 attributes"), "{text}");
+    assert!(seen.lock().expect("lock").is_empty(), "forwarded");
+    // Just under the limit, the same shape transforms.
+    let r = Client::connect(h.http())
+        .post("/service/XSLTProxy", &[SOAP11], &wide_element_request(250))
+        .expect("resp");
+    assert_eq!(r.status, 200, "{}", r.text());
+}

@@ -839,6 +839,13 @@ fn check_wsse_verify(
             "max_depth must be between 4 and 1024".into(),
         );
     }
+    if !(1..=1024).contains(&v.max_references) {
+        err(
+            None,
+            format!("{here}.max_references"),
+            "max_references must be between 1 and 1024".into(),
+        );
+    }
 }
 
 fn check_wsse_secure(

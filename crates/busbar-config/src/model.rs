@@ -896,7 +896,10 @@ pub struct WsseVerifyConfig {
     #[serde(default)]
     pub timestamp: WsseTimestampConfig,
     /// Rejects a message seen before (same `Created` and signature, or same UsernameToken
-    /// nonce) within its lifetime.
+    /// nonce) within its lifetime. One cache serves every `wsse_verify` of the config that
+    /// enables it, so a message accepted by one proxy is a replay for all of them (they may
+    /// forward to the same back end); it holds the largest `size` they ask for, and is kept
+    /// across reloads of the same config file.
     #[serde(default)]
     pub replay_cache: CacheConfig,
     /// Remembers unwrapped session keys by their encrypted form, so a repeated EncryptedKey
@@ -916,6 +919,17 @@ pub struct WsseVerifyConfig {
     /// Deepest element nesting accepted.
     #[serde(default = "default_max_depth")]
     pub max_depth: usize,
+    /// Most references a signature's SignedInfo may hold (1 to 1024). A message signs its
+    /// Body, its Timestamp and perhaps a token and a few headers; every reference costs a
+    /// canonicalization and a digest, so a signature with more is refused
+    /// (`wsse:InvalidSecurity`) before any is computed, as is one that references the same
+    /// element twice.
+    #[serde(default = "default_max_references")]
+    pub max_references: usize,
+}
+
+fn default_max_references() -> usize {
+    16
 }
 
 fn default_true() -> bool {
@@ -947,13 +961,39 @@ pub enum WsseAction {
 pub struct WsseTrustConfig {
     /// PEM file of trust anchors (CA certificates).
     pub ca: Spanned<String>,
-    /// Regular expression the signer's subject DN (as `CN=client, O=Example`) must match.
+    /// Who may sign, by certificate subject. A DN, as `"CN=client"` or
+    /// `"CN=client, O=busbar test"` (RFC 4514 syntax, RDNs in any order): for every attribute
+    /// type it names, the certificate's values of that type must be exactly the ones given
+    /// (compared ignoring case and extra white space); types it does not name are not looked
+    /// at. So `CN=client` accepts `CN=client,O=busbar test` and refuses `CN=client2`,
+    /// `CN=client+CN=mallory` and `O=CN=client,CN=mallory`. Or `{ pattern: REGEX }`: a
+    /// regular expression that must match the whole subject written as RFC 4514 does
+    /// (`CN=client,O=busbar test`: last RDN first, no space after commas), anchored at both
+    /// ends even when written without `^` and `$`.
     #[serde(default)]
-    pub subject: Option<Spanned<String>>,
+    pub subject: Option<WsseSubjectConfig>,
     /// PEM file of signer certificates that requests may refer to by key identifier or
     /// issuer and serial instead of carrying them; each must itself chain to `ca`.
     #[serde(default)]
     pub certs: Option<Spanned<String>>,
+}
+
+/// A signer subject rule: a DN, or `{ pattern: REGEX }`.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(untagged)]
+pub enum WsseSubjectConfig {
+    /// The attributes the subject must have (see `subject`).
+    Dn(Spanned<String>),
+    /// A regular expression over the whole subject.
+    Pattern(WsseSubjectPattern),
+}
+
+/// `{ pattern: REGEX }`.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct WsseSubjectPattern {
+    /// The expression; anchored at both ends.
+    pub pattern: Spanned<String>,
 }
 
 /// A private key with its certificate: a PKCS#12 file (`pkcs12` + `password`) or PEM files

@@ -5,6 +5,7 @@ use std::ptr::NonNull;
 
 use crate::error::{self, record_forbidden, ErrorKind, LibxmlError};
 use crate::ffi;
+use crate::limits::{self, ParseLimits};
 use crate::security::{init, PARSE_OPTIONS};
 
 /// Inputs larger than this are refused before parsing ([`ErrorKind::Limit`]). libxml2 itself
@@ -34,9 +35,16 @@ impl Drop for Document {
 }
 
 impl Document {
-    /// Parses `bytes` (any encoding libxml2 detects; UTF-8 by default).
+    /// Parses `bytes` (UTF-8 by default; UTF-16, ISO-8859-n and windows-125n as libxml2
+    /// detects or the XML declaration names them) within [`ParseLimits::default`].
     pub fn parse(bytes: &[u8]) -> Result<Document, LibxmlError> {
-        let ptr = parse_raw(bytes, None, ErrorKind::Parse)?;
+        Document::parse_with_limits(bytes, &ParseLimits::default())
+    }
+
+    /// Parses `bytes` after a linear pre-scan has found them within `limits` (a document over
+    /// a limit is refused with [`ErrorKind::Limit`] before libxml2 sees it).
+    pub fn parse_with_limits(bytes: &[u8], limits: &ParseLimits) -> Result<Document, LibxmlError> {
+        let ptr = parse_raw(bytes, None, ErrorKind::Parse, Some(limits))?;
         Ok(Document { ptr })
     }
 
@@ -82,11 +90,13 @@ pub(crate) unsafe fn take_xml_buffer(mem: *mut ffi::XmlChar, size: c_int) -> Vec
 }
 
 /// Parses with the crate's safe options, refusing any DOCTYPE as soon as the parser meets it.
-/// `url` becomes the document's base URI and the file named in error reports.
+/// `url` becomes the document's base URI and the file named in error reports. `limits` are
+/// checked first, for documents that come with a message (stylesheets come with the config).
 pub(crate) fn parse_raw(
     bytes: &[u8],
     url: Option<&CStr>,
     kind: ErrorKind,
+    limits: Option<&ParseLimits>,
 ) -> Result<NonNull<ffi::XmlDoc>, LibxmlError> {
     init();
     if bytes.len() > MAX_DOCUMENT_BYTES {
@@ -102,6 +112,9 @@ pub(crate) fn parse_raw(
         .map_err(|_| LibxmlError::new(ErrorKind::Limit, "document too large"))?;
     if bytes.is_empty() {
         return Err(LibxmlError::new(kind, "empty document"));
+    }
+    if let Some(limits) = limits {
+        limits::check(bytes, limits)?;
     }
     let scope = error::begin();
     // SAFETY: a fresh parser context is exclusively ours until freed below. Its first field is

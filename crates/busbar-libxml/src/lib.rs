@@ -3,7 +3,8 @@
 //!
 //! Layout: `ffi` declares by hand the few C symbols used (no bindgen) and `src/shim.c`
 //! formats the libraries' printf-style error callbacks; `security` runs the one-time set-up
-//! ([`init`]) and enforces the file/network policy; `error` turns everything the libraries
+//! ([`init`]) and enforces the file/network policy; `limits` pre-scans every message
+//! document against [`ParseLimits`]; `error` turns everything the libraries
 //! report on the calling thread into a [`LibxmlError`] (nothing is printed on stderr);
 //! `document`, `xpath` and `xslt` hold the three public types, [`Document`], [`XPathExpr`]
 //! and [`Stylesheet`].
@@ -16,8 +17,11 @@
 //! (`Send + Sync`). Error handlers are installed on each call, on whatever thread it runs.
 //!
 //! Security: documents are parsed without network access and without DTDs (a DOCTYPE is
-//! refused); stylesheets may not write files, create directories or touch the network, and
-//! read files only under the directory their [`DocumentAccess`] names.
+//! refused), after a linear pre-scan (`limits`) has checked them against [`ParseLimits`]
+//! (attributes per element, start-tag size, depth, namespaces in scope, nodes), which
+//! libxml2 would otherwise spend quadratic time on; stylesheets may not write files, create
+//! directories or touch the network, and read files only under the directory their
+//! [`DocumentAccess`] names.
 //!
 //! ```
 //! use busbar_libxml::{Document, DocumentAccess, Param, Stylesheet, XPathExpr};
@@ -44,12 +48,14 @@
 mod document;
 mod error;
 mod ffi;
+mod limits;
 mod security;
 mod xpath;
 mod xslt;
 
 pub use document::{Document, MAX_DOCUMENT_BYTES};
 pub use error::{ErrorKind, LibxmlError};
+pub use limits::ParseLimits;
 pub use security::init;
 pub use xpath::{XPathExpr, XPathValue};
 pub use xslt::{DocumentAccess, OutputSettings, Param, Stylesheet, Transformed};

@@ -142,10 +142,11 @@ impl Stylesheet {
                 "base URI contains NUL".to_owned(),
             )
         })?;
-        let doc = parse_raw(bytes, Some(&url), ErrorKind::StylesheetCompile).map_err(|mut e| {
-            e.file.get_or_insert_with(|| base_uri.to_owned());
-            e
-        })?;
+        let doc =
+            parse_raw(bytes, Some(&url), ErrorKind::StylesheetCompile, None).map_err(|mut e| {
+                e.file.get_or_insert_with(|| base_uri.to_owned());
+                e
+            })?;
         let scope = error::begin();
         // SAFETY: xsltParseStylesheetDoc takes ownership of `doc` on success and leaves it to
         // us on failure, when we free it.

@@ -4,12 +4,14 @@
 //! bytes and the lock is held for a lookup or an insert, never across I/O.
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
-/// Remembers message fingerprints until they expire; a second sighting is a replay.
+/// Remembers message fingerprints until they expire; a second sighting is a replay. One
+/// cache may serve several verifiers ([`crate::Verifier::with_replay_cache`]).
 #[derive(Debug)]
 pub struct ReplayCache {
-    capacity: usize,
+    capacity: AtomicUsize,
     inner: Mutex<Seen>,
 }
 
@@ -23,9 +25,20 @@ impl ReplayCache {
     /// A cache of at most `capacity` live entries.
     pub fn new(capacity: usize) -> Self {
         Self {
-            capacity: capacity.max(1),
+            capacity: AtomicUsize::new(capacity.max(1)),
             inner: Mutex::new(Seen::default()),
         }
+    }
+
+    /// Raises the capacity to `capacity` if it is lower (a shared cache holds what its
+    /// largest user asks for).
+    pub fn ensure_capacity(&self, capacity: usize) {
+        self.capacity.fetch_max(capacity, Ordering::Relaxed);
+    }
+
+    /// The most live entries kept.
+    pub fn capacity(&self) -> usize {
+        self.capacity.load(Ordering::Relaxed)
     }
 
     /// Records `key` as seen until `expires_ms`; false when it was already seen and is still
@@ -41,7 +54,7 @@ impl ReplayCache {
         if seen.expiry.get(&key).is_some_and(|&exp| exp > now_ms) {
             return false;
         }
-        while seen.order.len() >= self.capacity {
+        while seen.order.len() >= self.capacity() {
             seen.drop_oldest();
         }
         seen.expiry.insert(key, expires_ms);

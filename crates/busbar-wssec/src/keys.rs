@@ -21,6 +21,8 @@ use x509_parser::oid_registry::{
 use x509_parser::pem::Pem;
 
 use crate::crypto::{CryptoError, PrivateKey, PublicKey, SignatureAlg};
+use crate::dn::{read_name, Attribute};
+pub use crate::dn::{DnRule, SubjectRule};
 
 /// Why a key or certificate could not be loaded. File-related variants name the file.
 #[derive(Debug, thiserror::Error)]
@@ -58,6 +60,8 @@ pub struct Certificate(Arc<CertificateInner>);
 struct CertificateInner {
     der: Vec<u8>,
     subject: String,
+    subject_attrs: Vec<Attribute>,
+    subject_rfc4514: String,
     issuer: String,
     subject_der: Vec<u8>,
     issuer_der: Vec<u8>,
@@ -119,9 +123,12 @@ impl Certificate {
             None
         };
         let thumbprint: [u8; 20] = sha1::Sha1::digest(der).into();
+        let (subject_attrs, subject_rfc4514) = read_name(tbs.subject());
         Ok(Certificate(Arc::new(CertificateInner {
             der: der.to_vec(),
             subject: tbs.subject().to_string(),
+            subject_attrs,
+            subject_rfc4514,
             issuer: tbs.issuer().to_string(),
             subject_der: tbs.subject().as_raw().to_vec(),
             issuer_der: tbs.issuer().as_raw().to_vec(),
@@ -148,6 +155,18 @@ impl Certificate {
     /// "C=US, O=Example, CN=client".
     pub fn subject(&self) -> &str {
         &self.0.subject
+    }
+
+    /// The subject's attributes as parsed, in encoding order (what [`crate::dn::DnRule`]
+    /// compares).
+    pub fn subject_attributes(&self) -> &[Attribute] {
+        &self.0.subject_attrs
+    }
+
+    /// The subject in RFC 4514 form, e.g. `CN=client,O=busbar test` (what
+    /// [`SubjectRule::Pattern`] matches).
+    pub fn subject_rfc4514(&self) -> &str {
+        &self.0.subject_rfc4514
     }
 
     pub fn issuer(&self) -> &str {
@@ -435,7 +454,7 @@ pub enum TrustError {
     NotYetValid,
     #[error("certificate does not chain to a trusted anchor")]
     Untrusted,
-    #[error("certificate subject does not match the required pattern")]
+    #[error("certificate subject does not match the required subject")]
     SubjectMismatch,
 }
 
@@ -479,13 +498,21 @@ impl Window {
 /// cannot issue.
 pub struct TrustStore {
     anchors: Vec<Certificate>,
-    subject: Option<regex::Regex>,
+    subject: Option<SubjectRule>,
     /// SHA-256 of a trusted certificate's DER → when its chain is valid.
     cache: RwLock<HashMap<[u8; 32], Window>>,
 }
 
 impl TrustStore {
+    /// Trust in `anchors`, with `subject` searched anywhere in [`Certificate::subject`]
+    /// ([`SubjectRule::Search`]: unanchored, so `CN=client` also accepts `CN=client2`).
+    /// Prefer [`TrustStore::with_subject`] and a [`SubjectRule::Dn`].
     pub fn new(anchors: Vec<Certificate>, subject: Option<regex::Regex>) -> Self {
+        TrustStore::with_subject(anchors, subject.map(SubjectRule::Search))
+    }
+
+    /// Trust in `anchors`, for signers whose subject satisfies `subject` when one is given.
+    pub fn with_subject(anchors: Vec<Certificate>, subject: Option<SubjectRule>) -> Self {
         TrustStore {
             anchors,
             subject,
@@ -493,8 +520,8 @@ impl TrustStore {
         }
     }
 
-    /// Accepts `cert` if it is valid at `now` (unix seconds), matches the subject pattern (a
-    /// regex search over [`Certificate::subject`]) when one is set, and either is an anchor or
+    /// Accepts `cert` if it is valid at `now` (unix seconds), satisfies the [`SubjectRule`]
+    /// when one is set, and either is an anchor or
     /// chains to one through `intermediates`, every link valid at `now` and verified by
     /// exact issuer/subject Name bytes and signature.
     ///
@@ -534,8 +561,8 @@ impl TrustStore {
         now: i64,
     ) -> Result<Window, TrustError> {
         cert.valid_at(now)?;
-        if let Some(pattern) = &self.subject {
-            if !pattern.is_match(cert.subject()) {
+        if let Some(rule) = &self.subject {
+            if !rule.matches(cert) {
                 return Err(TrustError::SubjectMismatch);
             }
         }
@@ -585,7 +612,7 @@ impl fmt::Debug for TrustStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("TrustStore")
             .field("anchors", &self.anchors)
-            .field("subject", &self.subject.as_ref().map(|r| r.as_str()))
+            .field("subject", &self.subject)
             .finish_non_exhaustive()
     }
 }

@@ -1,8 +1,9 @@
 //! Receiving: checks a secured SOAP message and returns it plain.
 //!
 //! The order is fixed (docs/config.md, `wsse_verify`): limits and envelope, the one Security header
-//! for us, decryption (spliced back as bytes, then the message is parsed again), signature
-//! references and value, trust, the coverage policy, freshness and replay, and last the
+//! for us, decryption (spliced back as bytes, then the message is parsed again), the
+//! signature (its references' number and shape, its value over SignedInfo, and only then the
+//! references' digests), trust, the coverage policy, freshness and replay, and last the
 //! header's removal. Every failure is a [`WsseError`] whose fault code is all a client
 //! learns.
 
@@ -68,16 +69,31 @@ pub struct Verified {
     pub username: Option<String>,
 }
 
+/// References a SignedInfo may hold unless [`Verifier::with_max_references`] says otherwise.
+/// A message signs its Body, its Timestamp and perhaps a token and a few addressing headers;
+/// each reference costs a canonicalization and a digest of what it names.
+pub const DEFAULT_MAX_REFERENCES: usize = 16;
+
 /// A built `wsse_verify`: the policy plus its caches.
 #[derive(Debug)]
 pub struct Verifier {
     policy: VerifyPolicy,
-    replay: Option<ReplayCache>,
+    replay: Option<Arc<ReplayCache>>,
     session_keys: Option<KeyCache>,
+    max_references: usize,
 }
 
 /// A verified signature: its signer, the nodes its references cover, and its value.
 type SignatureCheck = (Arc<Certificate>, Vec<NodeId>, Vec<u8>);
+
+/// One reference of a SignedInfo, read but not yet digested.
+struct ReferenceCheck<'d> {
+    uri: &'d str,
+    target: NodeId,
+    prefixes: Vec<String>,
+    digest_alg: DigestAlg,
+    expected: Vec<u8>,
+}
 
 struct Found {
     security: Option<NodeId>,
@@ -97,9 +113,25 @@ impl Verifier {
     ) -> Self {
         Self {
             policy,
-            replay: replay_cache.map(ReplayCache::new),
+            replay: replay_cache.map(|n| Arc::new(ReplayCache::new(n))),
             session_keys: session_key_cache.map(KeyCache::new),
+            max_references: DEFAULT_MAX_REFERENCES,
         }
+    }
+
+    /// Uses `cache` for replay detection (or none), instead of a cache of its own: verifiers
+    /// that protect the same back ends share one, so a message accepted by one is a replay
+    /// for all.
+    pub fn with_replay_cache(mut self, cache: Option<Arc<ReplayCache>>) -> Self {
+        self.replay = cache;
+        self
+    }
+
+    /// Refuses a signature with more than `n` references (at least 1), before any of them is
+    /// canonicalized or digested.
+    pub fn with_max_references(mut self, n: usize) -> Self {
+        self.max_references = n.max(1);
+        self
     }
 
     /// The policy this verifier enforces.
@@ -558,14 +590,36 @@ impl Verifier {
                 format!("legacy signature method '{sm_alg}'"),
             );
         }
-        let mut covered = Vec::new();
-        let mut buf = Vec::new();
-        for r in doc.element_children(signed_info) {
-            if !doc.is(r, ns::DS, "Reference") {
-                continue;
-            }
+        // The references' shape first (cheap: no canonicalization), with their number capped
+        // and no node signed twice; then the one public-key operation over SignedInfo; only a
+        // signature that verifies earns the digests' work.
+        let references: Vec<NodeId> = doc
+            .element_children(signed_info)
+            .filter(|&r| doc.is(r, ns::DS, "Reference"))
+            .collect();
+        if references.is_empty() {
+            return fail(FaultKind::InvalidSecurity, "a signature without references");
+        }
+        if references.len() > self.max_references {
+            return fail(
+                FaultKind::InvalidSecurity,
+                format!(
+                    "{} references in SignedInfo (at most {})",
+                    references.len(),
+                    self.max_references
+                ),
+            );
+        }
+        let mut checks: Vec<ReferenceCheck> = Vec::with_capacity(references.len());
+        for r in references {
             let uri = doc.attr(r, "", "URI").unwrap_or("");
             let target = resolve(ids, uri)?;
+            if checks.iter().any(|c| c.target == target) {
+                return fail(
+                    FaultKind::InvalidSecurity,
+                    format!("'{uri}' is referenced twice"),
+                );
+            }
             let transforms = only_child(doc, r, ns::DS, "Transforms")?;
             let mut list = doc.element_children(transforms);
             let (Some(t), None) = (list.next(), list.next()) else {
@@ -594,19 +648,13 @@ impl Verifier {
             }
             let expected =
                 decode_base64(&doc.text_content(only_child(doc, r, ns::DS, "DigestValue")?))?;
-            buf.clear();
-            let refs: Vec<&str> = prefixes.iter().map(String::as_str).collect();
-            c14n::exclusive(doc, target, &refs, false, &mut buf).map_err(c14n_failed)?;
-            if !ct_eq(&crypto::digest(digest_alg, &buf), &expected) {
-                return fail(
-                    FaultKind::FailedCheck,
-                    format!("digest mismatch for '{uri}'"),
-                );
-            }
-            covered.push(target);
-        }
-        if covered.is_empty() {
-            return fail(FaultKind::InvalidSecurity, "a signature without references");
+            checks.push(ReferenceCheck {
+                uri,
+                target,
+                prefixes,
+                digest_alg,
+                expected,
+            });
         }
         let value =
             decode_base64(&doc.text_content(only_child(doc, sig, ns::DS, "SignatureValue")?))?;
@@ -620,11 +668,24 @@ impl Verifier {
             TokenRef::Cert(c) => c,
             other => self.known_cert(&other)?,
         };
-        buf.clear();
+        let mut buf = Vec::new();
         let refs: Vec<&str> = si_prefixes.iter().map(String::as_str).collect();
         c14n::exclusive(doc, signed_info, &refs, false, &mut buf).map_err(c14n_failed)?;
         if !cert.public_key().verify(alg, &buf, &value) {
             return fail(FaultKind::FailedCheck, "signature value does not verify");
+        }
+        let mut covered = Vec::with_capacity(checks.len());
+        for c in checks {
+            buf.clear();
+            let refs: Vec<&str> = c.prefixes.iter().map(String::as_str).collect();
+            c14n::exclusive(doc, c.target, &refs, false, &mut buf).map_err(c14n_failed)?;
+            if !ct_eq(&crypto::digest(c.digest_alg, &buf), &c.expected) {
+                return fail(
+                    FaultKind::FailedCheck,
+                    format!("digest mismatch for '{}'", c.uri),
+                );
+            }
+            covered.push(c.target);
         }
         let Some(trust) = &p.trust else {
             return fail(

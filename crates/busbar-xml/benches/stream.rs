@@ -85,5 +85,31 @@ fn decisions(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, decisions);
+/// One start tag just under the 64 KiB token limit, with as many attributes as fit (7,383):
+/// the duplicate-attribute check must stay linear in their number.
+fn wide_start_tag(c: &mut Criterion) {
+    let mut doc = b"<r".to_vec();
+    let mut n = 0;
+    loop {
+        let attr = format!(" a{n}=''");
+        if doc.len() + attr.len() + 2 >= busbar_xml::MAX_TOKEN {
+            break;
+        }
+        doc.extend_from_slice(attr.as_bytes());
+        n += 1;
+    }
+    doc.extend_from_slice(b"/>");
+    let mut g = c.benchmark_group("wide_start_tag");
+    g.throughput(Throughput::Bytes(doc.len() as u64));
+    g.bench_with_input(BenchmarkId::new("well_formed_check", n), &doc, |b, d| {
+        b.iter(|| {
+            let mut wf = WellFormed::new();
+            wf.feed(black_box(d)).unwrap();
+            wf.finish().unwrap();
+        })
+    });
+    g.finish();
+}
+
+criterion_group!(benches, decisions, wide_start_tag);
 criterion_main!(benches);

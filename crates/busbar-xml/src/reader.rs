@@ -940,23 +940,7 @@ impl Reader {
             }
         }
         // Attribute names must be unique, as written and once expanded.
-        for k in 1..attrs.len() {
-            for m in 0..k {
-                let (a, b) = (&attrs[k], &attrs[m]);
-                let qa = a.prefix.as_ref().map_or(a.local.start, |p| p.start)..a.local.end;
-                let qb = b.prefix.as_ref().map_or(b.local.start, |p| p.start)..b.local.end;
-                let same_qname = tag[qa] == tag[qb];
-                let same_expanded = !a.is_decl
-                    && !b.is_decl
-                    && a.prefix.is_some()
-                    && b.prefix.is_some()
-                    && tag[a.local.clone()] == tag[b.local.clone()]
-                    && self.bind_bytes[a.uri.clone()] == self.bind_bytes[b.uri.clone()];
-                if same_qname || same_expanded {
-                    return Err(XmlError::malformed(at, "duplicate attribute"));
-                }
-            }
-        }
+        check_unique(tag, attrs, &self.bind_bytes, at)?;
         let el = StartTag {
             ns,
             local: &tag[el_local],
@@ -997,6 +981,60 @@ impl Reader {
         }
         None
     }
+}
+
+/// Start tags with at most this many attributes are checked pairwise (no allocation); larger
+/// ones with hash sets, so a 64 KiB tag of thousands of attributes costs linear time.
+const PAIRWISE_ATTRS: usize = 8;
+
+#[cfg(test)]
+thread_local! {
+    /// Name comparisons and hash-set insertions made by [`check_unique`] (tests count work).
+    static UNIQUE_PROBES: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+#[inline]
+fn probe() {
+    #[cfg(test)]
+    UNIQUE_PROBES.with(|p| p.set(p.get() + 1));
+}
+
+/// Refuses two attributes with the same qualified name as written, or two prefixed
+/// (non-declaration) attributes with the same local name and namespace URI. Both strategies
+/// refuse exactly the same tags, with the same error.
+fn check_unique(tag: &[u8], attrs: &[Attr], bind_bytes: &[u8], at: usize) -> Result<(), XmlError> {
+    let qname = |a: &Attr| a.prefix.as_ref().map_or(a.local.start, |p| p.start)..a.local.end;
+    let expanded = |a: &Attr| !a.is_decl && a.prefix.is_some();
+    let duplicate = || Err(XmlError::malformed(at, "duplicate attribute"));
+    if attrs.len() <= PAIRWISE_ATTRS {
+        for k in 1..attrs.len() {
+            for m in 0..k {
+                probe();
+                let (a, b) = (&attrs[k], &attrs[m]);
+                let same_qname = tag[qname(a)] == tag[qname(b)];
+                let same_expanded = expanded(a)
+                    && expanded(b)
+                    && tag[a.local.clone()] == tag[b.local.clone()]
+                    && bind_bytes[a.uri.clone()] == bind_bytes[b.uri.clone()];
+                if same_qname || same_expanded {
+                    return duplicate();
+                }
+            }
+        }
+        return Ok(());
+    }
+    let mut qnames = std::collections::HashSet::with_capacity(attrs.len());
+    let mut names = std::collections::HashSet::new();
+    for a in attrs {
+        probe();
+        if !qnames.insert(&tag[qname(a)]) {
+            return duplicate();
+        }
+        if expanded(a) && !names.insert((&tag[a.local.clone()], &bind_bytes[a.uri.clone()])) {
+            return duplicate();
+        }
+    }
+    Ok(())
 }
 
 fn too_long<T>(rest: &[u8], at: usize, what: &'static str) -> Result<Option<T>, XmlError> {
@@ -1389,4 +1427,57 @@ fn parse_radix(digits: &[u8], radix: u32) -> Option<u32> {
         v = v.checked_mul(radix)?.checked_add(x)?;
     }
     Some(v)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::matcher::WellFormed;
+
+    /// `<r xmlns:p='urn:p' a0='' p:a0='' a1='' ...>` with `n` pairs of attributes, then `extra`.
+    fn wide_tag(n: usize, extra: &str) -> Vec<u8> {
+        let mut doc = b"<r xmlns:p='urn:p' xmlns:q='urn:p'".to_vec();
+        for i in 0..n {
+            doc.extend_from_slice(format!(" a{i}='' p:a{i}=''").as_bytes());
+        }
+        doc.extend_from_slice(extra.as_bytes());
+        doc.extend_from_slice(b"/>");
+        doc
+    }
+
+    /// Well-formedness of `doc` and the uniqueness probes it cost.
+    fn check(doc: &[u8]) -> (Result<(), XmlError>, u64) {
+        UNIQUE_PROBES.with(|p| p.set(0));
+        let mut wf = WellFormed::new();
+        let r = wf.feed(doc).and_then(|()| wf.finish());
+        (r, UNIQUE_PROBES.with(|p| p.get()))
+    }
+
+    #[test]
+    fn duplicate_attribute_checks_cost_linear_work() {
+        // 6,002 attributes in one start tag just under the 64 KiB limit: pairwise checks
+        // would make 18 million comparisons.
+        let doc = wide_tag(3_000, "");
+        assert!(doc.len() < MAX_TOKEN, "{}", doc.len());
+        let (r, probes) = check(&doc);
+        assert!(r.is_ok(), "{r:?}");
+        assert!(probes <= 2 * 6_002, "{probes} probes for 6,002 attributes");
+    }
+
+    #[test]
+    fn duplicates_are_refused_the_same_way_below_and_above_the_pairwise_size() {
+        for n in [1, 3, 4, 100] {
+            assert!(check(&wide_tag(n, "")).0.is_ok(), "{n}");
+            for extra in [" a0='x'", " p:a0='x'", " q:a0='x'", " xmlns:p='urn:p'"] {
+                let (r, _) = check(&wide_tag(n, extra));
+                let e = r.err().map(|e| e.to_string()).unwrap_or_default();
+                assert!(e.contains("duplicate attribute"), "{n} {extra}: {e}");
+            }
+            // Same local name, different namespaces: allowed.
+            assert!(
+                check(&wide_tag(n, " xmlns:z='urn:z' z:a0=''")).0.is_ok(),
+                "{n}"
+            );
+        }
+    }
 }

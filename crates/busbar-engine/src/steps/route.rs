@@ -262,6 +262,7 @@ async fn full_holds(
     let value = value.map_err(|e| {
         let reason = match e.kind {
             busbar_libxml::ErrorKind::Forbidden => "XML with a DOCTYPE is not accepted".to_owned(),
+            busbar_libxml::ErrorKind::Limit => format!("XML limit exceeded: {}", e.message.trim()),
             _ => format!("Malformed XML: {}", e.message.trim()),
         };
         MediationError::new(ErrorKind::BadRequest, Blame::Client, reason).with_source(e)

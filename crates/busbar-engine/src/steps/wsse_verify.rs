@@ -3,19 +3,22 @@
 //! header. Config: `busbar_config::WsseVerifyConfig`.
 //!
 //! Keys, certificates and trust anchors are loaded when the config is built (once per file,
-//! see `keys.rs`), so a wrong password or an unreadable key fails `busbar validate`. A
+//! see `keys.rs`), so a wrong password or an unreadable key fails `busbar validate`. The
+//! replay cache is shared by every `wsse_verify` of a config and survives its reloads. A
 //! verification costs about a millisecond of RSA: small messages run on the event loop, large
 //! ones on the bounded CPU pool.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::SystemTime;
 
-use busbar_config::{line_of, WsseAction, WsseAlgorithms, WsseVerifyConfig};
+use busbar_config::{line_of, WsseAction, WsseAlgorithms, WsseSubjectConfig, WsseVerifyConfig};
 use busbar_core::{
     Blame, Body, ErrorKind, Exchange, FaultCode, Flow, MediationError, MessageFormat, QName,
 };
-use busbar_wssec::keys::{Certificate, TrustStore};
+use busbar_wssec::cache::ReplayCache;
+use busbar_wssec::keys::{Certificate, DnRule, SubjectRule, TrustStore};
 use busbar_wssec::{FaultKind, Verifier, VerifyPolicy, WsseError};
 
 use super::{Apply, BuildCx, Failed, StepCx};
@@ -35,18 +38,31 @@ impl VerifyStep {
     pub fn build(c: &WsseVerifyConfig, cx: &mut BuildCx<'_>, here: &str) -> Result<Self, Failed> {
         let trust = match &c.trust {
             Some(t) => {
-                let anchors = cx.certificates(&t.ca, &format!("{here}.trust.ca"))?;
+                // Both are looked at, so both problems are reported at once.
+                let anchors = cx.certificates(&t.ca, &format!("{here}.trust.ca"));
                 let subject = match &t.subject {
-                    Some(s) => Some(regex::Regex::new(&s.value).map_err(|e| {
-                        cx.fail(
-                            line_of(s),
-                            format!("{here}.trust.subject"),
-                            format!("invalid regular expression: {e}"),
-                        )
-                    })?),
-                    None => None,
+                    Some(WsseSubjectConfig::Dn(dn)) => DnRule::parse(&dn.value)
+                        .map(|r| Some(SubjectRule::Dn(r)))
+                        .map_err(|e| {
+                            cx.fail(
+                                line_of(dn),
+                                format!("{here}.trust.subject"),
+                                format!("invalid DN: {e}"),
+                            )
+                        }),
+                    Some(WsseSubjectConfig::Pattern(p)) => SubjectRule::pattern(&p.pattern.value)
+                        .map(Some)
+                        .map_err(|e| {
+                            cx.fail(
+                                line_of(&p.pattern),
+                                format!("{here}.trust.subject.pattern"),
+                                format!("invalid regular expression: {e}"),
+                            )
+                        }),
+                    None => Ok(None),
                 };
-                Some(TrustStore::new(anchors, subject))
+                let (anchors, subject) = (anchors?, subject?);
+                Some(TrustStore::with_subject(anchors, subject))
             }
             None => None,
         };
@@ -81,13 +97,19 @@ impl VerifyStep {
                 ..Default::default()
             },
         };
+        let replay = c
+            .replay_cache
+            .enabled
+            .then(|| shared_replay_cache(&cx.loaded.file, c.replay_cache.size));
         let verifier = Verifier::new(
             policy,
-            c.replay_cache.enabled.then_some(c.replay_cache.size),
+            None,
             c.session_key_cache
                 .enabled
                 .then_some(c.session_key_cache.size),
-        );
+        )
+        .with_replay_cache(replay)
+        .with_max_references(c.max_references);
         Ok(Self {
             verifier: Arc::new(verifier),
         })
@@ -112,6 +134,28 @@ impl Apply for VerifyStep {
         ex.set_body(Body::full(verified.message));
         Ok(Flow::Continue)
     }
+}
+
+/// The replay cache of every `wsse_verify` built from the config file `file`: one per config,
+/// so that a message accepted by one proxy is a replay for the others, and kept while a
+/// runtime built from that file holds it, so that a reload (built beside the old runtime)
+/// takes it over. Engines started from different files (tests) do not share.
+fn shared_replay_cache(file: &Path, size: usize) -> Arc<ReplayCache> {
+    static CACHES: Mutex<Vec<(PathBuf, Weak<ReplayCache>)>> = Mutex::new(Vec::new());
+    let key = std::path::absolute(file).unwrap_or_else(|_| file.to_path_buf());
+    let mut caches = CACHES.lock().unwrap_or_else(|p| p.into_inner());
+    caches.retain(|(_, w)| w.strong_count() > 0);
+    if let Some(cache) = caches
+        .iter()
+        .find(|(k, _)| *k == key)
+        .and_then(|(_, w)| w.upgrade())
+    {
+        cache.ensure_capacity(size);
+        return cache;
+    }
+    let cache = Arc::new(ReplayCache::new(size));
+    caches.push((key, Arc::downgrade(&cache)));
+    cache
 }
 
 pub(super) fn millis(d: std::time::Duration) -> i64 {
@@ -173,5 +217,55 @@ mod tests {
             e.fault_code
         );
         assert_eq!(e.step.as_deref(), Some("sequences.s[0].wsse_verify"));
+    }
+
+    #[test]
+    fn a_bad_subject_is_a_build_error_at_its_key() {
+        let dir = std::env::temp_dir();
+        let ca = dir.join(format!("busbar-wsse-unit-ca-{}.pem", std::process::id()));
+        // Not a certificate: only the subject's error is looked at below.
+        std::fs::write(&ca, "").unwrap_or_else(|e| panic!("{e}"));
+        for (subject, at) in [
+            ("'XX=client'", "trust.subject: invalid DN"),
+            (
+                "{ pattern: '(' }",
+                "trust.subject.pattern: invalid regular expression",
+            ),
+        ] {
+            let l = loaded(
+                &format!(
+                    "sequences:\n  s:\n    - wsse_verify: {{ require: [signature], trust: {{ ca: {}, subject: {subject} }} }}\n",
+                    ca.display()
+                ),
+                &dir,
+            );
+            let errors = build(&l).err().unwrap_or_default();
+            assert!(
+                errors.iter().any(|e| e.contains(at)),
+                "{subject}: {errors:?}"
+            );
+        }
+        let _ = std::fs::remove_file(ca);
+    }
+
+    #[test]
+    fn steps_of_one_config_share_a_replay_cache_that_outlives_a_reload() {
+        use super::shared_replay_cache;
+        use std::sync::Arc;
+        let file = std::path::Path::new("replay-unit-test.yaml");
+        let a = shared_replay_cache(file, 10);
+        let b = shared_replay_cache(file, 20);
+        assert!(Arc::ptr_eq(&a, &b));
+        assert_eq!(a.capacity(), 20);
+        let other = shared_replay_cache(std::path::Path::new("other-unit-test.yaml"), 10);
+        assert!(!Arc::ptr_eq(&a, &other));
+        // A reload builds beside the running config, so it finds the cache and takes it over.
+        let reloaded = shared_replay_cache(file, 5);
+        drop((a, b));
+        assert!(Arc::ptr_eq(&reloaded, &shared_replay_cache(file, 5)));
+        // Once nothing uses it, a new config starts afresh.
+        let weak = Arc::downgrade(&reloaded);
+        drop(reloaded);
+        assert!(weak.upgrade().is_none());
     }
 }
