@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Startup time to the first served DirectProxy request, and resident memory idle and under
 # load (wrk, 1 KB, c=320, 8 s). Usage: bench/startup.sh [runs, default 10]
+# BIN: the busbar binary to time (default ./target/release/busbar; a previous build to compare).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 runs=${1:-10}
-bin=./target/release/busbar
+bin=${BIN:-./target/release/busbar}
 [ -x $bin ] || cargo build --release --bin busbar
 body=$(mktemp); $bin bench payload --size 1024 > "$body"
 export BUSBAR_WORKERS=1 BUSBAR_LISTEN=127.0.0.1:8281 BUSBAR_ECHO=127.0.0.1:9001 BUSBAR_ADMIN=127.0.0.1:9902 BUSBAR_LOG=warn

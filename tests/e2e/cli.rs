@@ -282,3 +282,40 @@ fn a_failed_call_is_logged_once_with_the_steps_config_path() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A SIGTERM sent as soon as the listener accepts connections stops the engine gracefully:
+/// the signal handlers are in place before anything listens.
+#[test]
+fn sigterm_right_after_start_is_a_graceful_stop() {
+    let dir = temp_dir("early-term");
+    for _ in 0..5 {
+        let listen = free_port();
+        let file = dir.join("c.yaml");
+        std::fs::write(
+            &file,
+            format!(
+                "workers: 1\nadmin: {{ enabled: false }}\nlisteners:\n  http: {{ bind: \"127.0.0.1:{listen}\" }}\nproxies:\n  P:\n    path: /p\n    in:\n      - respond: {{}}\n"
+            ),
+        )
+        .expect("write");
+        let mut child = busbar()
+            .arg("run")
+            .arg(&file)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("run");
+        let addr: std::net::SocketAddr = format!("127.0.0.1:{listen}").parse().expect("addr");
+        let up = eventually(Duration::from_secs(10), || {
+            std::net::TcpStream::connect(addr).is_ok()
+        });
+        assert!(up, "did not start listening");
+        let _ = Command::new("kill")
+            .arg("-TERM")
+            .arg(child.id().to_string())
+            .status();
+        let status = child.wait().expect("wait");
+        assert!(status.success(), "exit {status:?}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -123,6 +123,7 @@ fn run(config: &std::path::Path) -> ExitCode {
         Err(_) => ("info".to_owned(), false),
     };
     init_logging(&level, json);
+    let signals = watch_signals();
     let engine = match busbar_engine::Engine::start(config) {
         Ok(e) => e,
         Err(errors) => {
@@ -142,14 +143,26 @@ fn run(config: &std::path::Path) -> ExitCode {
     if let Some(a) = engine.admin {
         println!("admin on http://{a}");
     }
-    let control = engine.control();
-    spawn_signal_thread(control);
+    forward_signals(signals, engine.control());
     engine.wait();
     ExitCode::SUCCESS
 }
 
-/// SIGTERM/SIGINT start a graceful shutdown; SIGHUP reloads the config.
-fn spawn_signal_thread(control: Arc<busbar_engine::engine::Control>) {
+/// A signal the process acts on.
+enum Signal {
+    /// SIGTERM or SIGINT: stop gracefully.
+    Stop,
+    /// SIGHUP: reload the config.
+    Reload,
+}
+
+/// Installs the SIGTERM, SIGINT and SIGHUP handlers on a thread of their own and returns once
+/// they are in place, so that a signal sent while the engine starts (a supervisor that stops
+/// it at once) is not lost to the default action, which would kill the process. The signals
+/// arrive on the returned channel.
+fn watch_signals() -> std::sync::mpsc::Receiver<Signal> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let (ready_tx, ready_rx) = std::sync::mpsc::sync_channel::<()>(1);
     let spawned = std::thread::Builder::new()
         .name("busbar-signals".into())
         .spawn(move || {
@@ -160,27 +173,63 @@ fn spawn_signal_thread(control: Arc<busbar_engine::engine::Control>) {
                 Ok(rt) => rt,
                 Err(e) => {
                     tracing::error!(error = %e, "cannot watch signals");
+                    let _ = ready_tx.send(());
                     return;
                 }
             };
             rt.block_on(async move {
                 use tokio::signal::unix::{signal, SignalKind};
-                let (Ok(mut term), Ok(mut int), Ok(mut hup)) = (
+                let handlers = (
                     signal(SignalKind::terminate()),
                     signal(SignalKind::interrupt()),
                     signal(SignalKind::hangup()),
-                ) else {
+                );
+                let _ = ready_tx.send(());
+                let (Ok(mut term), Ok(mut int), Ok(mut hup)) = handlers else {
                     tracing::error!("cannot install signal handlers");
                     return;
                 };
                 loop {
-                    tokio::select! {
-                        _ = term.recv() => { control.shutdown(); return; }
-                        _ = int.recv() => { control.shutdown(); return; }
-                        _ = hup.recv() => { let _ = control.reload(); }
+                    let signal = tokio::select! {
+                        _ = term.recv() => Signal::Stop,
+                        _ = int.recv() => Signal::Stop,
+                        _ = hup.recv() => Signal::Reload,
+                    };
+                    if tx.send(signal).is_err() {
+                        return;
                     }
                 }
             });
+        });
+    match spawned {
+        Ok(_) => {
+            let _ = ready_rx.recv();
+        }
+        Err(e) => tracing::error!(error = %e, "cannot start the signal thread"),
+    }
+    rx
+}
+
+/// Acts on `signals` for a started engine: SIGTERM/SIGINT start a graceful shutdown; SIGHUP
+/// reloads the config.
+fn forward_signals(
+    signals: std::sync::mpsc::Receiver<Signal>,
+    control: Arc<busbar_engine::engine::Control>,
+) {
+    let spawned = std::thread::Builder::new()
+        .name("busbar-control".into())
+        .spawn(move || {
+            for signal in signals {
+                match signal {
+                    Signal::Stop => {
+                        control.shutdown();
+                        return;
+                    }
+                    Signal::Reload => {
+                        let _ = control.reload();
+                    }
+                }
+            }
         });
     if let Err(e) = spawned {
         tracing::error!(error = %e, "cannot start the signal thread");
@@ -220,10 +269,19 @@ fn echo(
     };
     let workers =
         workers.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let signals = watch_signals();
     match busbar_engine::echo::start(listen, opts, workers) {
         Ok(server) => {
             println!("echo on http://{}", server.addr);
-            spawn_echo_signals(server.stopper());
+            let stop = server.stopper();
+            let _ = std::thread::Builder::new()
+                .name("busbar-control".into())
+                .spawn(move || {
+                    // Only a stop matters to the echo back end; a reload has nothing to do.
+                    if signals.iter().any(|s| matches!(s, Signal::Stop)) {
+                        stop.stop();
+                    }
+                });
             server.wait();
             ExitCode::SUCCESS
         }
@@ -232,31 +290,4 @@ fn echo(
             ExitCode::FAILURE
         }
     }
-}
-
-fn spawn_echo_signals(stop: busbar_engine::echo::Stopper) {
-    let _ = std::thread::Builder::new()
-        .name("busbar-signals".into())
-        .spawn(move || {
-            let Ok(rt) = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            else {
-                return;
-            };
-            rt.block_on(async move {
-                use tokio::signal::unix::{signal, SignalKind};
-                let (Ok(mut term), Ok(mut int)) = (
-                    signal(SignalKind::terminate()),
-                    signal(SignalKind::interrupt()),
-                ) else {
-                    return;
-                };
-                tokio::select! {
-                    _ = term.recv() => {},
-                    _ = int.recv() => {},
-                }
-                stop.stop();
-            });
-        });
 }
