@@ -275,6 +275,16 @@ pub fn validate(loaded: &LoadedConfig) -> Vec<ConfigError> {
             );
         }
     }
+    if let Some(token) = &cfg.admin.token {
+        let t = token.expose();
+        if t.is_empty() || t.bytes().any(|b| !b.is_ascii_graphic()) {
+            err(
+                None,
+                "admin.token".into(),
+                "must be non-empty printable ASCII without spaces".into(),
+            );
+        }
+    }
     let echoes = cfg.echo.iter().map(|e| ("echo".to_owned(), e));
     let named = cfg.echoes.iter().map(|(k, e)| (format!("echoes.{k}"), e));
     for (path, echo) in echoes.chain(named) {
@@ -333,6 +343,14 @@ pub fn validate(loaded: &LoadedConfig) -> Vec<ConfigError> {
                 format!("{path}.max_header_size"),
                 "must be at least 1KiB".into(),
             );
+        }
+        for (key, d) in [
+            ("client_body_timeout", l.client_body_timeout),
+            ("send_timeout", l.send_timeout),
+        ] {
+            if d.0.is_zero() {
+                err(None, format!("{path}.{key}"), "must be more than 0".into());
+            }
         }
     }
     for (name, e) in &cfg.endpoints {
