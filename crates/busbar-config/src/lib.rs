@@ -951,6 +951,46 @@ mod tests {
     }
 
     #[test]
+    fn serving_timeouts_must_be_positive_and_the_admin_token_printable() {
+        let yaml = OK.replace(
+            "http: { bind: \"127.0.0.1:0\" }",
+            "http: { bind: \"127.0.0.1:0\", client_body_timeout: 0s, send_timeout: 0ms, reuse_port: true }\nadmin: { token: \"a b\" }",
+        );
+        let errs = check(&yaml);
+        for want in [
+            "listeners.http.client_body_timeout: must be more than 0",
+            "listeners.http.send_timeout: must be more than 0",
+            "admin.token: must be non-empty printable ASCII without spaces",
+        ] {
+            assert!(errs.iter().any(|e| e.ends_with(want)), "{want}: {errs:?}");
+        }
+        assert_eq!(errs.len(), 3, "{errs:?}");
+    }
+
+    #[test]
+    fn set_header_values_of_credential_headers_serialise_redacted() {
+        let step = |name: &str| model::SetHeaderConfig {
+            name: name.into(),
+            value: "v4lue".into(),
+        };
+        for name in [
+            "Authorization",
+            "proxy-authorization",
+            "Cookie",
+            "Set-Cookie",
+            "X-API-Key",
+            "X-Auth-Token",
+            "x-client-secret",
+        ] {
+            let v = serde_json::to_value(step(name)).unwrap_or_default();
+            assert_eq!(v["value"], "<redacted>", "{name}");
+            assert_eq!(v["name"], name);
+        }
+        let v = serde_json::to_value(step("X-Trace")).unwrap_or_default();
+        assert_eq!(v["value"], "v4lue");
+    }
+
+    #[test]
     fn unknown_endpoint_is_reported_with_path_and_line() {
         let yaml = OK.replace("call: echo", "call: ech");
         assert_eq!(
