@@ -14,10 +14,15 @@ use crate::support::*;
 
 /// Starts an engine with `listener` as the extra fields of listener `http` and `yaml` after.
 fn engine_with(listener: &str, yaml: &str) -> Harness {
+    engine_with_admin("", listener, yaml)
+}
+
+/// [`engine_with`], with `admin` as the extra fields of the admin listener.
+fn engine_with_admin(admin: &str, listener: &str, yaml: &str) -> Harness {
     let dir = temp_dir("hardening");
     let config = dir.join("busbar.yaml");
     let full = format!(
-        "workers: 2\nlog: {{ level: warn }}\nadmin: {{ bind: \"127.0.0.1:0\" }}\nshutdown: {{ drain_timeout: 5s }}\nlisteners:\n  http: {{ bind: \"127.0.0.1:0\"{listener} }}\n{yaml}"
+        "workers: 2\nlog: {{ level: warn }}\nadmin: {{ bind: \"127.0.0.1:0\"{admin} }}\nshutdown: {{ drain_timeout: 5s }}\nlisteners:\n  http: {{ bind: \"127.0.0.1:0\"{listener} }}\n{yaml}"
     );
     std::fs::write(&config, full).expect("write config");
     let engine = Engine::start(&config).unwrap_or_else(|e| panic!("engine start: {e}"));
@@ -269,28 +274,11 @@ fn reload_refuses_browser_requests() {
 
 #[test]
 fn the_admin_token_protects_every_route_but_healthz() {
-    let h = engine_with(
+    let h = engine_with_admin(
+        ", token: s3cr3t-t0ken",
         "",
         "proxies:\n  P:\n    path: /p\n    in:\n      - respond: {}\n",
     );
-    let yaml = std::fs::read_to_string(&h.config).expect("read");
-    drop(h);
-    // The same config with a token, on fresh ports.
-    let dir = temp_dir("admin-token");
-    let config = dir.join("busbar.yaml");
-    std::fs::write(
-        &config,
-        yaml.replace(
-            "admin: { bind: \"127.0.0.1:0\" }",
-            "admin: { bind: \"127.0.0.1:0\", token: s3cr3t-t0ken }",
-        ),
-    )
-    .expect("write");
-    let h = Harness {
-        engine: Some(Engine::start(&config).unwrap_or_else(|e| panic!("start: {e}"))),
-        dir,
-        config,
-    };
     let admin = h.admin();
     let get = |path: &str, auth: &str| {
         admin_call(
