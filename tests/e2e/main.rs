@@ -5,6 +5,7 @@ mod cli;
 mod direct;
 mod endpoints;
 mod failures;
+mod hardening;
 mod route;
 mod router;
 mod support;

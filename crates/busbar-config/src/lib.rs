@@ -275,6 +275,16 @@ pub fn validate(loaded: &LoadedConfig) -> Vec<ConfigError> {
             );
         }
     }
+    if let Some(token) = &cfg.admin.token {
+        let t = token.expose();
+        if t.is_empty() || t.bytes().any(|b| !b.is_ascii_graphic()) {
+            err(
+                None,
+                "admin.token".into(),
+                "must be non-empty printable ASCII without spaces".into(),
+            );
+        }
+    }
     let echoes = cfg.echo.iter().map(|e| ("echo".to_owned(), e));
     let named = cfg.echoes.iter().map(|(k, e)| (format!("echoes.{k}"), e));
     for (path, echo) in echoes.chain(named) {
@@ -333,6 +343,14 @@ pub fn validate(loaded: &LoadedConfig) -> Vec<ConfigError> {
                 format!("{path}.max_header_size"),
                 "must be at least 1KiB".into(),
             );
+        }
+        for (key, d) in [
+            ("client_body_timeout", l.client_body_timeout),
+            ("send_timeout", l.send_timeout),
+        ] {
+            if d.0.is_zero() {
+                err(None, format!("{path}.{key}"), "must be more than 0".into());
+            }
         }
     }
     for (name, e) in &cfg.endpoints {
@@ -930,6 +948,46 @@ mod tests {
     #[test]
     fn a_valid_config_has_no_errors() {
         assert_eq!(check(OK), Vec::<String>::new());
+    }
+
+    #[test]
+    fn serving_timeouts_must_be_positive_and_the_admin_token_printable() {
+        let yaml = OK.replace(
+            "http: { bind: \"127.0.0.1:0\" }",
+            "http: { bind: \"127.0.0.1:0\", client_body_timeout: 0s, send_timeout: 0ms, reuse_port: true }\nadmin: { token: \"a b\" }",
+        );
+        let errs = check(&yaml);
+        for want in [
+            "listeners.http.client_body_timeout: must be more than 0",
+            "listeners.http.send_timeout: must be more than 0",
+            "admin.token: must be non-empty printable ASCII without spaces",
+        ] {
+            assert!(errs.iter().any(|e| e.ends_with(want)), "{want}: {errs:?}");
+        }
+        assert_eq!(errs.len(), 3, "{errs:?}");
+    }
+
+    #[test]
+    fn set_header_values_of_credential_headers_serialise_redacted() {
+        let step = |name: &str| model::SetHeaderConfig {
+            name: name.into(),
+            value: "v4lue".into(),
+        };
+        for name in [
+            "Authorization",
+            "proxy-authorization",
+            "Cookie",
+            "Set-Cookie",
+            "X-API-Key",
+            "X-Auth-Token",
+            "x-client-secret",
+        ] {
+            let v = serde_json::to_value(step(name)).unwrap_or_default();
+            assert_eq!(v["value"], "<redacted>", "{name}");
+            assert_eq!(v["name"], name);
+        }
+        let v = serde_json::to_value(step("X-Trace")).unwrap_or_default();
+        assert_eq!(v["value"], "v4lue");
     }
 
     #[test]

@@ -132,6 +132,11 @@ pub struct AdminConfig {
     /// Set to false to run without an admin listener.
     #[serde(default = "yes")]
     pub enabled: bool,
+    /// A bearer token every admin route except `/healthz` requires
+    /// (`Authorization: Bearer TOKEN`; 401 without it). Unset, the admin API is open to
+    /// whoever reaches its address.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token: Option<Secret<String>>,
 }
 
 impl Default for AdminConfig {
@@ -139,6 +144,7 @@ impl Default for AdminConfig {
         Self {
             bind: default_admin_bind(),
             enabled: true,
+            token: None,
         }
     }
 }
@@ -211,6 +217,25 @@ pub struct ListenerConfig {
     /// Keep client connections open between requests.
     #[serde(default = "yes")]
     pub keep_alive: bool,
+    /// Longest pause allowed while the client sends a request body (between two reads, and
+    /// from `Expect: 100-continue` to the first byte). Past it the request is answered with 408
+    /// and the connection closed; a back-end call carrying the body is abandoned.
+    #[serde(default = "default_io_timeout")]
+    pub client_body_timeout: Duration,
+    /// Longest pause allowed while writing to the client (a client that stops reading its
+    /// response). Past it the connection is closed and any back-end response feeding it is
+    /// abandoned.
+    #[serde(default = "default_io_timeout")]
+    pub send_timeout: Duration,
+    /// Share the port with other processes that also set it (`SO_REUSEPORT`), for a hand-over
+    /// between two busbar versions. Off by default: a port another process listens on is a
+    /// start-up error ("address already in use"), never a silent split of the traffic.
+    #[serde(default)]
+    pub reuse_port: bool,
+}
+
+fn default_io_timeout() -> Duration {
+    Duration(std::time::Duration::from_secs(60))
 }
 
 fn default_max_header() -> ByteSize {
@@ -752,13 +777,41 @@ pub struct RespondConfig {
 }
 
 /// The `set_header` step.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SetHeaderConfig {
     /// Header name.
     pub name: String,
-    /// Header value.
+    /// Header value. The admin's `/config` shows it as `<redacted>` when the header carries
+    /// credentials ([`SetHeaderConfig::is_sensitive`]).
     pub value: String,
+}
+
+impl SetHeaderConfig {
+    /// True when the header carries credentials: `authorization`, `proxy-authorization`,
+    /// `cookie`, `set-cookie`, `x-api-key`, or any name containing `token` or `secret`.
+    pub fn is_sensitive(&self) -> bool {
+        let name = self.name.trim().to_ascii_lowercase();
+        matches!(
+            name.as_str(),
+            "authorization" | "proxy-authorization" | "cookie" | "set-cookie" | "x-api-key"
+        ) || name.contains("token")
+            || name.contains("secret")
+    }
+}
+
+impl Serialize for SetHeaderConfig {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        let mut st = s.serialize_struct("SetHeaderConfig", 2)?;
+        st.serialize_field("name", &self.name)?;
+        if self.is_sensitive() {
+            st.serialize_field("value", crate::secret::REDACTED)?;
+        } else {
+            st.serialize_field("value", &self.value)?;
+        }
+        st.end()
+    }
 }
 
 /// The `log` step.

@@ -1,27 +1,124 @@
 //! The admin listener: `/healthz`, `/readyz`, `/metrics`, `/config` and `POST /reload`.
 
+use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
 use busbar_core::Body;
-use http::header::{HeaderValue, CONTENT_TYPE};
+use http::header::{HeaderValue, AUTHORIZATION, CONTENT_TYPE, HOST, ORIGIN, WWW_AUTHENTICATE};
 use http::{Method, Request, Response, StatusCode};
 use hyper::body::Incoming;
 use serde_json::Value;
 
 use crate::engine::Control;
-use crate::serve::{ConnInfo, Handler, ResponseBody};
+use crate::serve::{host_problem, ConnInfo, Handler, ResponseBody};
 
 /// The admin API as a [`Handler`], served on its own thread by the engine.
 #[derive(Debug, Clone)]
 pub struct AdminHandler {
     /// Reload and the engine state.
     pub control: Arc<Control>,
+    /// The address the admin listens on: a `Host` naming it counts as local.
+    pub local: Option<SocketAddr>,
 }
 
 impl Handler for AdminHandler {
     async fn handle(&self, req: Request<Incoming>, _conn: &ConnInfo) -> Response<ResponseBody> {
-        handle(&self.control, req).await.map(ResponseBody::plain)
+        let refused = refuse(&self.control, self.local, &req);
+        match refused {
+            Some(resp) => resp,
+            None => handle(&self.control, req).await,
+        }
+        .map(ResponseBody::plain)
+    }
+}
+
+/// Checks a request before any route: a valid `Host`, the bearer token when `admin.token` is
+/// set (every route but `/healthz`), and, for a call that changes something (any method but
+/// GET and HEAD), no `Origin` and a local `Host`, so a web page cannot make a browser call it.
+fn refuse<B>(
+    control: &Control,
+    local: Option<SocketAddr>,
+    req: &Request<B>,
+) -> Option<Response<Body>> {
+    if let Some(reason) = host_problem(req) {
+        return Some(text(
+            StatusCode::BAD_REQUEST,
+            "text/plain",
+            format!("{reason}\n"),
+        ));
+    }
+    let rt = control.shared.runtime.load();
+    if let Some(token) = &rt.config.config.admin.token {
+        if req.uri().path() != "/healthz" && !bearer_matches(req, token.expose()) {
+            let mut r = text(StatusCode::UNAUTHORIZED, "text/plain", "unauthorized\n");
+            r.headers_mut()
+                .insert(WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+            return Some(r);
+        }
+    }
+    if *req.method() != Method::GET && *req.method() != Method::HEAD {
+        if req.headers().contains_key(ORIGIN) {
+            return Some(text(
+                StatusCode::FORBIDDEN,
+                "text/plain",
+                "forbidden: admin calls from web pages (with an Origin header) are refused\n",
+            ));
+        }
+        let host = req
+            .headers()
+            .get(HOST)
+            .and_then(|h| h.to_str().ok())
+            .unwrap_or("");
+        if !host.is_empty() && !is_local_host(host, local) {
+            return Some(text(
+                StatusCode::FORBIDDEN,
+                "text/plain",
+                "forbidden: the Host header must name this machine (localhost, a loopback address or the admin's address)\n",
+            ));
+        }
+    }
+    None
+}
+
+/// True when `Authorization` is `Bearer TOKEN` (compared in constant time).
+fn bearer_matches<B>(req: &Request<B>, token: &str) -> bool {
+    let Some(given) = req
+        .headers()
+        .get(AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| {
+            let (scheme, rest) = v.trim().split_once(' ')?;
+            scheme.eq_ignore_ascii_case("bearer").then(|| rest.trim())
+        })
+    else {
+        return false;
+    };
+    let (a, b) = (given.as_bytes(), token.as_bytes());
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// True when `host` (a Host header, with or without port) names this machine or its network:
+/// `localhost` (or a name under it), a loopback address, the address the admin listens on, or
+/// a single-label name (`ops-box`), which public DNS cannot serve. A page that rebinds its
+/// own domain name to this address still sends that domain name, so it is refused.
+fn is_local_host(host: &str, local: Option<SocketAddr>) -> bool {
+    let name = match host.strip_prefix('[') {
+        Some(v6) => v6.split(']').next().unwrap_or(""),
+        None => host.rsplit_once(':').map_or(host, |(h, _)| h),
+    };
+    let lower = name.trim_end_matches('.').to_ascii_lowercase();
+    if lower == "localhost" || lower.ends_with(".localhost") {
+        return true;
+    }
+    if !lower.is_empty() && !lower.contains('.') && !lower.contains(':') {
+        return true;
+    }
+    match name.parse::<IpAddr>() {
+        Ok(ip) => {
+            ip.is_loopback() || local.is_some_and(|l| !l.ip().is_unspecified() && l.ip() == ip)
+        }
+        Err(_) => false,
     }
 }
 
@@ -129,5 +226,31 @@ mod tests {
         assert_eq!(v["endpoints"]["a"]["url"], "http://<redacted>@host:1/p");
         assert_eq!(v["keys"]["password"], "<redacted>");
         assert_eq!(v["plain"], "http://host/p@x");
+    }
+
+    #[test]
+    fn local_hosts() {
+        let local: Option<SocketAddr> = "10.0.0.5:9901".parse().ok();
+        for h in [
+            "localhost",
+            "localhost:9901",
+            "127.0.0.1:9901",
+            "[::1]:9901",
+            "10.0.0.5:9901",
+            "ops-box:9901",
+        ] {
+            assert!(is_local_host(h, local), "{h}");
+        }
+        for h in [
+            "evil.example",
+            "evil.example:9901",
+            "evil.example.:9901",
+            "10.0.0.6:9901",
+            "[::2]",
+        ] {
+            assert!(!is_local_host(h, local), "{h}");
+        }
+        let any: Option<SocketAddr> = "0.0.0.0:9901".parse().ok();
+        assert!(!is_local_host("0.0.0.0:9901", any));
     }
 }

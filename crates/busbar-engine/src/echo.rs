@@ -97,7 +97,7 @@ pub fn start(
     opts: EchoOptions,
     workers: usize,
 ) -> std::io::Result<EchoServer> {
-    let sockets = crate::net::bind_reuseport(addr, workers)?;
+    let sockets = crate::net::bind_group(addr, workers, false)?;
     let addr = sockets
         .first()
         .map(|s| s.local_addr())

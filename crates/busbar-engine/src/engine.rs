@@ -10,8 +10,9 @@ use std::net::{SocketAddr, TcpListener as StdListener};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 use std::sync::atomic::Ordering::Relaxed;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
 use busbar_config::{ConfigErrors, LoadedConfig, Workers};
@@ -74,7 +75,16 @@ pub struct RunningEngine {
     pub workers: usize,
     control: Arc<Control>,
     threads: Vec<JoinHandle<()>>,
+    drain: Duration,
 }
+
+/// Time the admin allows for a request head (from the connection's start or the end of the
+/// previous request): an idle or slow connection is closed after it.
+const ADMIN_HEAD_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long after the drain timeout [`RunningEngine::wait`] still waits for the threads to
+/// close their connections and end.
+const STOP_GRACE: Duration = Duration::from_secs(1);
 
 /// What reload and shutdown need, shared with the admin listener.
 #[derive(Debug)]
@@ -86,6 +96,9 @@ pub struct Control {
     reload_lock: Mutex<()>,
     shutdown: watch::Sender<bool>,
     stopped: AtomicBool,
+    /// When shutdown started; [`RunningEngine::wait`] waits on it.
+    stopping: Mutex<Option<Instant>>,
+    stopping_cv: Condvar,
 }
 
 fn workers_of(cfg: &busbar_config::Config) -> usize {
@@ -113,11 +126,12 @@ fn addr(loaded: &LoadedConfig, path: &str, text: &str) -> Result<SocketAddr, Con
 }
 
 fn bind_error(loaded: &LoadedConfig, path: &str, a: SocketAddr, e: std::io::Error) -> ConfigErrors {
-    ConfigErrors(vec![loaded.error(
-        None,
-        path,
-        format!("cannot listen on {a}: {e}"),
-    )])
+    let msg = if e.kind() == std::io::ErrorKind::AddrInUse {
+        format!("cannot listen on {a}: address already in use (by another process?)")
+    } else {
+        format!("cannot listen on {a}: {e}")
+    };
+    ConfigErrors(vec![loaded.error(None, path, msg)])
 }
 
 fn local_addr(sockets: &[StdListener]) -> Option<SocketAddr> {
@@ -183,26 +197,33 @@ impl Engine {
     }
 
     /// Binds every address of the config: one `SO_REUSEPORT` socket per worker for the
-    /// listeners and echo back ends, one for the admin. A taken port fails here, before any
-    /// thread starts.
+    /// listeners and echo back ends, one for the admin. A port another socket listens on fails
+    /// here ("address already in use"), before any thread starts, unless the listener sets
+    /// `reuse_port`.
     pub fn bind(&self) -> Result<Listeners, ConfigErrors> {
         let loaded = &self.loaded;
         let cfg = &loaded.config;
         let workers = self.workers;
-        let reuseport = |path: &str, text: &str| -> Result<Vec<StdListener>, ConfigErrors> {
-            let a = addr(loaded, path, text)?;
-            crate::net::bind_reuseport(a, workers).map_err(|e| bind_error(loaded, path, a, e))
-        };
+        let group =
+            |path: &str, text: &str, shared: bool| -> Result<Vec<StdListener>, ConfigErrors> {
+                let a = addr(loaded, path, text)?;
+                crate::net::bind_group(a, workers, shared)
+                    .map_err(|e| bind_error(loaded, path, a, e))
+            };
         let mut out = Listeners::default();
         for (name, l) in &cfg.listeners {
-            let sockets = reuseport(&format!("listeners.{name}.bind"), &l.bind.value)?;
+            let sockets = group(
+                &format!("listeners.{name}.bind"),
+                &l.bind.value,
+                l.reuse_port,
+            )?;
             out.listeners.insert(name.clone(), sockets);
         }
         if let Some(e) = &cfg.echo {
-            out.echo = reuseport("echo.bind", &e.bind)?;
+            out.echo = group("echo.bind", &e.bind, false)?;
         }
         for (name, e) in &cfg.echoes {
-            let sockets = reuseport(&format!("echoes.{name}.bind"), &e.bind)?;
+            let sockets = group(&format!("echoes.{name}.bind"), &e.bind, false)?;
             out.echoes.insert(name.clone(), sockets);
         }
         if cfg.admin.enabled {
@@ -234,6 +255,8 @@ impl Engine {
             reload_lock: Mutex::new(()),
             shutdown: shutdown_tx,
             stopped: AtomicBool::new(false),
+            stopping: Mutex::new(None),
+            stopping_cv: Condvar::new(),
         });
         let mut per_worker: Vec<Vec<Job>> = (0..workers.max(1)).map(|_| Vec::new()).collect();
         let names = shared.runtime.load().listener_names.clone();
@@ -250,6 +273,7 @@ impl Engine {
                 max_header_size: usize::try_from(l.max_header_size.0).unwrap_or(usize::MAX),
                 header_read_timeout: l.header_read_timeout.0,
                 keep_alive: l.keep_alive,
+                send_timeout: l.send_timeout.0,
             };
             if let Some(a) = local_addr(&sockets) {
                 bound.insert(name.clone(), a);
@@ -257,6 +281,7 @@ impl Engine {
             let handler = Arc::new(ProxyHandler {
                 shared: shared.clone(),
                 index,
+                body_timeout: l.client_body_timeout.0,
             });
             spread(sockets, &handler, &settings, &mut per_worker)?;
         }
@@ -299,13 +324,13 @@ impl Engine {
         if let Some(sock) = listeners.admin {
             let handler = Arc::new(AdminHandler {
                 control: control.clone(),
+                local: admin,
             });
-            spread(
-                vec![sock],
-                &handler,
-                &ConnSettings::default(),
-                &mut admin_jobs,
-            )?;
+            let settings = ConnSettings {
+                header_read_timeout: ADMIN_HEAD_TIMEOUT,
+                ..ConnSettings::default()
+            };
+            spread(vec![sock], &handler, &settings, &mut admin_jobs)?;
         }
         let mut threads = spawn_workers(
             "busbar-worker",
@@ -346,6 +371,7 @@ impl Engine {
             workers,
             control,
             threads,
+            drain,
         })
     }
 }
@@ -374,10 +400,10 @@ impl Control {
         let old = self.shared.runtime.load();
         let before = &old.config.config;
         let after = &loaded.config;
-        let binds = |c: &busbar_config::Config| -> Vec<(String, String)> {
+        let binds = |c: &busbar_config::Config| -> Vec<(String, String, bool)> {
             c.listeners
                 .iter()
-                .map(|(k, v)| (k.clone(), v.bind.value.clone()))
+                .map(|(k, v)| (k.clone(), v.bind.value.clone(), v.reuse_port))
                 .collect()
         };
         let mut restart = Vec::new();
@@ -427,6 +453,9 @@ impl Control {
             self.shared.draining.store(true, Relaxed);
             tracing::info!("shutting down: draining in-flight requests");
             let _ = self.shutdown.send(true);
+            let mut stopping = self.stopping.lock().unwrap_or_else(|p| p.into_inner());
+            stopping.get_or_insert_with(Instant::now);
+            self.stopping_cv.notify_all();
         }
     }
 }
@@ -448,10 +477,52 @@ impl RunningEngine {
         self.wait();
     }
 
-    /// Waits until the engine has stopped (after a shutdown from a signal or the admin).
+    /// Waits until the engine has stopped (after a shutdown from a signal or the admin). Once
+    /// shutdown started, the wait is bounded by the drain timeout (and a second of grace): a
+    /// thread still stuck then (a transform that never yields) is abandoned, and logged.
     pub fn wait(self) {
-        for t in self.threads {
-            let _ = t.join();
+        let control = self.control;
+        let mut threads = self.threads;
+        let started = {
+            let mut stopping = control.stopping.lock().unwrap_or_else(|p| p.into_inner());
+            loop {
+                if let Some(at) = *stopping {
+                    break at;
+                }
+                if threads.iter().all(JoinHandle::is_finished) {
+                    break Instant::now();
+                }
+                stopping = control
+                    .stopping_cv
+                    .wait_timeout(stopping, Duration::from_millis(200))
+                    .map(|(g, _)| g)
+                    .unwrap_or_else(|p| p.into_inner().0);
+            }
+        };
+        let deadline = started + self.drain + STOP_GRACE;
+        loop {
+            let (done, running): (Vec<_>, Vec<_>) =
+                threads.into_iter().partition(JoinHandle::is_finished);
+            for t in done {
+                let _ = t.join();
+            }
+            threads = running;
+            if threads.is_empty() {
+                return;
+            }
+            if Instant::now() >= deadline {
+                let names: Vec<String> = threads
+                    .iter()
+                    .map(|t| t.thread().name().unwrap_or("unnamed").to_owned())
+                    .collect();
+                tracing::warn!(
+                    threads = ?names,
+                    drain_timeout = ?self.drain,
+                    "stopped with work still running after the drain timeout: abandoned"
+                );
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
         }
     }
 }

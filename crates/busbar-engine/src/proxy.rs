@@ -2,20 +2,22 @@
 //! path parameters) → `in` sequence → `out` sequence → reply; or `on_error` → the error
 //! answer, rendered in one place ([`MediationError::render`]).
 
+use std::sync::atomic::AtomicBool;
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::Duration;
 
 use busbar_core::body::Origin;
 use busbar_core::{Blame, Body, ErrorKind, Exchange, Flow, MediationError, MessageFormat};
-use http::header::{HeaderValue, ALLOW, CONNECTION, CONTENT_TYPE};
-use http::{Method, Request, Response};
+use http::header::{HeaderValue, ALLOW, CONNECTION, CONTENT_TYPE, TRANSFER_ENCODING};
+use http::{Method, Request, Response, StatusCode};
 use hyper::body::Incoming;
 
 use crate::engine::Shared;
 use crate::headers::strip_hop_by_hop;
 use crate::router::Match;
 use crate::runtime::Proxy;
-use crate::serve::{ConnInfo, Handler, Meter, Metered, ResponseBody};
+use crate::serve::{host_problem, BodyTimeout, ConnInfo, Handler, Meter, Metered, ResponseBody};
 use crate::steps;
 
 /// Serves the proxies of listener number `index` in the current runtime.
@@ -25,11 +27,13 @@ pub struct ProxyHandler {
     pub shared: Arc<Shared>,
     /// Listener index in the runtime.
     pub index: usize,
+    /// The listener's `client_body_timeout`.
+    pub body_timeout: Duration,
 }
 
 impl Handler for ProxyHandler {
     async fn handle(&self, req: Request<Incoming>, _conn: &ConnInfo) -> Response<ResponseBody> {
-        handle(&self.shared, self.index, req).await
+        handle(&self.shared, self.index, self.body_timeout, req).await
     }
 
     fn tls(&self) -> Option<Arc<rustls::ServerConfig>> {
@@ -43,12 +47,19 @@ impl Handler for ProxyHandler {
     }
 }
 
-/// Handles one request on listener `index`.
+/// Handles one request on listener `index`; the client may pause its body up to
+/// `body_timeout`.
 pub async fn handle(
     shared: &Shared,
     index: usize,
+    body_timeout: Duration,
     req: Request<Incoming>,
 ) -> Response<ResponseBody> {
+    if let Some(e) = malformed(&req) {
+        tracing::debug!(path = req.uri().path(), "{e}");
+        let format = MessageFormat::from_request_headers(req.headers());
+        return error_response(&e, format, None);
+    }
     let runtime = shared.runtime.load_full();
     let (proxy, params) = match runtime.route(index, req.method(), req.uri().path()) {
         Match::Found { target, params } => (target.clone(), params),
@@ -80,11 +91,28 @@ pub async fn handle(
     let meter = Meter::start(proxy.counters.clone());
     let (parts, incoming) = req.into_parts();
     let exact = http_body::Body::size_hint(&incoming).exact();
-    let counted = Metered::request(incoming, proxy.counters.clone());
+    let timed_out = Arc::new(AtomicBool::new(false));
+    let timed = BodyTimeout::new(incoming, body_timeout, timed_out.clone());
+    let counted = Metered::request(timed, proxy.counters.clone());
     let body = Body::stream(counted, exact, Origin::Client);
     let mut ex = Exchange::new(parts, body, proxy.name.clone());
     ex.params = params;
-    match run_proxy(&proxy, &mut ex).await {
+    // Whoever read the body (a step, or the call streaming it to a back end), a client that
+    // stalled its body gets 408, and the connection closes.
+    let result = match run_proxy(&proxy, &mut ex).await {
+        Err(e) if timed_out.load(Relaxed) => {
+            let mut stalled = MediationError::new(
+                ErrorKind::ClientBody,
+                Blame::Client,
+                format!("The request body stalled for more than {body_timeout:?}"),
+            )
+            .with_source(e);
+            stalled.status = Some(StatusCode::REQUEST_TIMEOUT);
+            Err(stalled)
+        }
+        other => other,
+    };
+    match result {
         Ok(mut resp) => {
             strip_hop_by_hop(resp.headers_mut());
             resp.map(|inner| ResponseBody::response(inner, meter))
@@ -96,6 +124,32 @@ pub async fn handle(
             error_response(&e, ex.format, Some(meter))
         }
     }
+}
+
+/// A request refused before routing: a missing or repeated `Host` (RFC 9112 §3.2), or a body
+/// on a GET or HEAD sent chunked (the back-end client would send such a request without its
+/// body; with Content-Length it is forwarded).
+fn malformed<B>(req: &Request<B>) -> Option<MediationError> {
+    if let Some(reason) = host_problem(req) {
+        return Some(MediationError::new(
+            ErrorKind::BadRequest,
+            Blame::Client,
+            reason,
+        ));
+    }
+    if matches!(*req.method(), Method::GET | Method::HEAD)
+        && req.headers().contains_key(TRANSFER_ENCODING)
+    {
+        return Some(MediationError::new(
+            ErrorKind::ClientBody,
+            Blame::Client,
+            format!(
+                "A {} request with a chunked body is not accepted; send it with Content-Length",
+                req.method()
+            ),
+        ));
+    }
+    None
 }
 
 /// `in`, then `out` unless a step answered; on an error, `on_error` decides the answer.

@@ -5,22 +5,24 @@
 //! Layout: a [`Handler`] answers requests (the proxy path, admin, echo); a [`Job`] is what one
 //! worker runs (an accept loop over one socket, or a task); [`spawn_workers`] starts the
 //! threads; [`Metered`] counts the bytes of a request or response body and, on the response,
-//! records latency and in-flight requests when dropped.
+//! records latency and in-flight requests when dropped. A client that stalls is let go:
+//! [`SendTimeout`] fails a write the client leaves waiting (`send_timeout`), [`BodyTimeout`] a
+//! request body it stops sending (`client_body_timeout`).
 
 use std::convert::Infallible;
 use std::future::Future;
 use std::io;
 use std::net::{SocketAddr, TcpListener as StdListener};
 use std::pin::{pin, Pin};
-use std::sync::atomic::AtomicUsize;
 use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::{AtomicBool, AtomicUsize};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use busbar_core::metrics::Counters;
-use busbar_core::{Body, ErrorKind};
+use busbar_core::{Body, BoxError, ErrorKind};
 use bytes::Bytes;
 use http::{Request, Response};
 use http_body::{Frame, SizeHint};
@@ -65,6 +67,8 @@ pub struct ConnSettings {
     pub header_read_timeout: Duration,
     /// Keep connections alive between requests.
     pub keep_alive: bool,
+    /// Longest pause while writing to the client before the connection is closed.
+    pub send_timeout: Duration,
 }
 
 impl Default for ConnSettings {
@@ -73,6 +77,214 @@ impl Default for ConnSettings {
             max_header_size: 64 * 1024,
             header_read_timeout: Duration::from_secs(30),
             keep_alive: true,
+            send_timeout: Duration::from_secs(60),
+        }
+    }
+}
+
+/// A request that RFC 9112 §3.2 says to refuse with 400: an HTTP/1.1 request without a `Host`
+/// header, or any request with more than one. The reason, if so.
+pub fn host_problem<B>(req: &Request<B>) -> Option<&'static str> {
+    let hosts = req.headers().get_all(http::header::HOST).iter().count();
+    if hosts > 1 {
+        Some("The request has more than one Host header")
+    } else if hosts == 0 && req.version() >= http::Version::HTTP_11 {
+        Some("The request has no Host header")
+    } else {
+        None
+    }
+}
+
+/// A connection's stream that fails a write the client has not made room for within `limit`
+/// (a client that stopped reading): hyper then ends the connection, and whatever fed the
+/// response (a back-end body) is dropped with it.
+pub struct SendTimeout<S> {
+    inner: S,
+    limit: Duration,
+    /// Running while a write waits for the client.
+    stalled: Option<Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl<S> SendTimeout<S> {
+    /// Wraps `inner`.
+    pub fn new(inner: S, limit: Duration) -> Self {
+        Self {
+            inner,
+            limit,
+            stalled: None,
+        }
+    }
+
+    fn check<T>(
+        &mut self,
+        cx: &mut Context<'_>,
+        polled: Poll<io::Result<T>>,
+    ) -> Poll<io::Result<T>> {
+        match polled {
+            Poll::Pending => {
+                let limit = self.limit;
+                let timer = self
+                    .stalled
+                    .get_or_insert_with(|| Box::pin(tokio::time::sleep(limit)));
+                if timer.as_mut().poll(cx).is_ready() {
+                    return Poll::Ready(Err(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        format!("the client read nothing for {limit:?} (send_timeout)"),
+                    )));
+                }
+                Poll::Pending
+            }
+            ready => {
+                self.stalled = None;
+                ready
+            }
+        }
+    }
+}
+
+impl<S: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for SendTimeout<S> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+impl<S: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for SendTimeout<S> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let polled = Pin::new(&mut self.inner).poll_write(cx, buf);
+        self.check(cx, polled)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let polled = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
+        self.check(cx, polled)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let polled = Pin::new(&mut self.inner).poll_flush(cx);
+        self.check(cx, polled)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let polled = Pin::new(&mut self.inner).poll_shutdown(cx);
+        self.check(cx, polled)
+    }
+}
+
+/// The error of a request body the client stopped sending ([`BodyTimeout`]).
+#[derive(Debug)]
+pub struct BodyTimedOut(pub Duration);
+
+impl std::fmt::Display for BodyTimedOut {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "the client sent nothing of the request body for {:?} (client_body_timeout)",
+            self.0
+        )
+    }
+}
+
+impl std::error::Error for BodyTimedOut {}
+
+/// A request body that fails when the client sends nothing for `limit` while it is read
+/// (`Expect: 100-continue` included: the wait starts when the body is first asked for). The
+/// flag turns true when it fired, so the answer can be a 408 whoever was reading the body.
+pub struct BodyTimeout<B> {
+    inner: B,
+    limit: Duration,
+    stalled: Option<Pin<Box<tokio::time::Sleep>>>,
+    fired: Arc<AtomicBool>,
+}
+
+impl<B> BodyTimeout<B> {
+    /// Wraps `inner`; `fired` turns true if the timeout ends the body.
+    pub fn new(inner: B, limit: Duration, fired: Arc<AtomicBool>) -> Self {
+        Self {
+            inner,
+            limit,
+            stalled: None,
+            fired,
+        }
+    }
+}
+
+impl<B> http_body::Body for BodyTimeout<B>
+where
+    B: http_body::Body<Data = Bytes> + Unpin,
+    B::Error: Into<BoxError>,
+{
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let this = &mut *self;
+        match Pin::new(&mut this.inner).poll_frame(cx) {
+            Poll::Pending => {
+                let limit = this.limit;
+                let timer = this
+                    .stalled
+                    .get_or_insert_with(|| Box::pin(tokio::time::sleep(limit)));
+                if timer.as_mut().poll(cx).is_ready() {
+                    this.fired.store(true, Relaxed);
+                    return Poll::Ready(Some(Err(Box::new(BodyTimedOut(limit)))));
+                }
+                Poll::Pending
+            }
+            Poll::Ready(frame) => {
+                this.stalled = None;
+                Poll::Ready(frame.map(|r| r.map_err(Into::into)))
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+/// Lets at most one line a second through, counting the ones held back.
+#[derive(Debug, Default)]
+pub struct LogLimiter {
+    last: Option<Instant>,
+    suppressed: u64,
+}
+
+impl LogLimiter {
+    /// `Some(n)` when a line may be written now, `n` being how many were held back since the
+    /// last one; `None` to stay quiet.
+    pub fn allow(&mut self, now: Instant) -> Option<u64> {
+        match self.last {
+            Some(last) if now.duration_since(last) < Duration::from_secs(1) => {
+                self.suppressed += 1;
+                None
+            }
+            _ => {
+                self.last = Some(now);
+                Some(std::mem::take(&mut self.suppressed))
+            }
         }
     }
 }
@@ -233,6 +445,9 @@ fn run_worker(index: usize, jobs: Vec<Job>, shutdown: watch::Receiver<bool>, dra
             );
         }
     });
+    // Work handed to the blocking pool (a long transform) is abandoned, not waited for: the
+    // drain timeout bounds the stop.
+    rt.shutdown_timeout(Duration::from_millis(100));
 }
 
 /// Accepts connections on `listener` until `shutdown` turns true.
@@ -250,6 +465,7 @@ async fn accept_loop<H: Handler>(
             return;
         }
     };
+    let mut log = LogLimiter::default();
     loop {
         let accepted = tokio::select! {
             r = listener.accept() => r,
@@ -259,13 +475,16 @@ async fn accept_loop<H: Handler>(
             Ok(s) => s,
             Err(e) => {
                 // Out of file descriptors or a transient network error: back off briefly
-                // rather than spinning.
-                tracing::warn!(error = %e, "accept failed");
+                // rather than spinning, and log at most a line a second.
+                if let Some(suppressed) = log.allow(Instant::now()) {
+                    tracing::warn!(error = %e, suppressed, "accept failed");
+                }
                 tokio::time::sleep(Duration::from_millis(10)).await;
                 continue;
             }
         };
         let _ = stream.set_nodelay(true);
+        let stream = SendTimeout::new(stream, settings.send_timeout);
         let guard = tracker.enter();
         let tls = handler.tls();
         let handler = handler.clone();
@@ -464,5 +683,37 @@ where
 
     fn size_hint(&self) -> SizeHint {
         self.inner.size_hint()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_log_limiter_lets_one_line_a_second_through_and_counts_the_rest() {
+        let mut log = LogLimiter::default();
+        let t0 = Instant::now();
+        assert_eq!(log.allow(t0), Some(0));
+        assert_eq!(log.allow(t0 + Duration::from_millis(10)), None);
+        assert_eq!(log.allow(t0 + Duration::from_millis(999)), None);
+        assert_eq!(log.allow(t0 + Duration::from_millis(1000)), Some(2));
+        assert_eq!(log.allow(t0 + Duration::from_millis(1500)), None);
+    }
+
+    #[test]
+    fn host_is_required_once_from_http_1_1() {
+        let req = |version, hosts: &[&str]| {
+            let mut b = Request::builder().version(version).uri("/");
+            for h in hosts {
+                b = b.header(http::header::HOST, *h);
+            }
+            b.body(()).unwrap_or_default()
+        };
+        assert!(host_problem(&req(http::Version::HTTP_11, &[])).is_some());
+        assert!(host_problem(&req(http::Version::HTTP_11, &["a", "b"])).is_some());
+        assert!(host_problem(&req(http::Version::HTTP_10, &["a", "b"])).is_some());
+        assert!(host_problem(&req(http::Version::HTTP_11, &["a"])).is_none());
+        assert!(host_problem(&req(http::Version::HTTP_10, &[])).is_none());
     }
 }
