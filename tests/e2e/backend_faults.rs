@@ -447,3 +447,44 @@ fn a_call_in_on_error_resends_a_kept_chunked_body_and_not_one_past_the_replay_bu
     assert_eq!(backup_seen.bodies(), vec![Some(small)]);
     assert_eq!(backup_seen.heads.load(Ordering::SeqCst), 1);
 }
+
+#[test]
+fn a_call_abandoned_by_its_client_leaves_no_request_in_progress() {
+    // Reads each request whole, then holds the connection without answering.
+    let seen = Arc::new(Seen::default());
+    let record = seen.clone();
+    let addr = scripted(move |mut r| {
+        if let Some(head) = read_head(&mut r) {
+            let body = read_body(&mut r, &head);
+            record.bodies.lock().expect("lock").push(body);
+        }
+        loop {
+            std::thread::park();
+        }
+    });
+    let h = engine(&proxy_yaml(&format!(
+        "    url: \"http://{addr}/e\"\n    timeout: 1h\n    balance: least_pending\n"
+    )));
+    {
+        let mut c = Client::connect(h.http());
+        c.send_raw(b"POST /p HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}");
+        assert!(eventually(Duration::from_secs(5), || seen.bodies().len() == 1));
+    }
+    let admin = h.admin();
+    let url = format!("http://{addr}/e");
+    assert!(
+        eventually(Duration::from_secs(5), || {
+            metric(admin, "busbar_endpoint_in_flight{endpoint=\"svc\"}") == Some(0.0)
+                && metric(
+                    admin,
+                    &format!("busbar_upstream_pending{{endpoint=\"svc\",url=\"{url}\"}}"),
+                ) == Some(0.0)
+        }),
+        "in progress: endpoint {:?}, URL {:?}",
+        metric(admin, "busbar_endpoint_in_flight{endpoint=\"svc\"}"),
+        metric(
+            admin,
+            &format!("busbar_upstream_pending{{endpoint=\"svc\",url=\"{url}\"}}")
+        )
+    );
+}
