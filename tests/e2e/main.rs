@@ -1,6 +1,7 @@
 //! End-to-end tests: real busbar engines, real echo back ends, real sockets on OS ports.
 
 mod admin;
+mod backend_faults;
 mod cli;
 mod direct;
 mod endpoints;

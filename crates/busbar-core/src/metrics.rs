@@ -84,6 +84,10 @@ pub struct Counters {
     /// Breaker state of the endpoint as a whole (endpoints only): 0 closed (some URL is
     /// usable), 1 open (every URL suspended), 2 half-open (no URL closed, one probing).
     pub breaker_state: AtomicU64,
+    /// Responses whose body the back end cut short after their head arrived: a reset, a close
+    /// before the announced end, or a pause longer than the endpoint's timeout (endpoints
+    /// only).
+    pub responses_cut: AtomicU64,
 }
 
 /// Counters of one URL of an endpoint.
@@ -211,6 +215,7 @@ impl Registry {
                     ("attempts_total", "counter", "Attempts sent to back ends (first tries, retries, failovers)."),
                     ("retries_total", "counter", "Retries made."),
                     ("failovers_total", "counter", "Failovers to another URL."),
+                    ("responses_cut_total", "counter", "Responses whose body the back end cut short after the head."),
                     ("breaker_state", "gauge", "Circuit breaker of the endpoint as a whole: 0 closed, 1 open (every URL suspended), 2 half-open."),
                 ];
                 for (suffix, kind, help) in policy {
@@ -221,6 +226,7 @@ impl Registry {
                             "attempts_total" => &c.attempts,
                             "retries_total" => &c.retries,
                             "failovers_total" => &c.failovers,
+                            "responses_cut_total" => &c.responses_cut,
                             _ => &c.breaker_state,
                         };
                         let _ = writeln!(
@@ -339,5 +345,16 @@ mod tests {
         assert!(text.contains(
             "busbar_upstream_breaker_state{endpoint=\"svc\",url=\"http://<redacted>@h:1/p\"} 2"
         ));
+    }
+
+    #[test]
+    fn responses_cut_short_are_rendered_per_endpoint() {
+        let r = Registry::default();
+        r.endpoint("svc").responses_cut.fetch_add(2, Relaxed);
+        let text = r.render();
+        assert!(
+            text.contains("busbar_endpoint_responses_cut_total{endpoint=\"svc\"} 2"),
+            "{text}"
+        );
     }
 }

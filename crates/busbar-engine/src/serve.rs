@@ -647,6 +647,7 @@ impl<B> Metered<B> {
 impl<B> http_body::Body for Metered<B>
 where
     B: http_body::Body<Data = Bytes> + Unpin,
+    B::Error: std::fmt::Display,
 {
     type Data = Bytes;
     type Error = B::Error;
@@ -668,8 +669,10 @@ where
                         };
                     }
                 }
-                (Poll::Ready(Some(Err(_))), Direction::Out) => {
-                    counters.error(ErrorKind::UpstreamReset)
+                (Poll::Ready(Some(Err(e))), Direction::Out) => {
+                    counters.error(ErrorKind::UpstreamReset);
+                    // Where a streamed answer's failure is handled: the client's copy is cut.
+                    tracing::warn!(kind = "upstream_reset", "response cut mid-body: {e}");
                 }
                 _ => {}
             }

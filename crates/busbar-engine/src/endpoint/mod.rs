@@ -71,7 +71,11 @@ pub struct Endpoint {
 /// cannot be sent again: a later call fails at once instead of sending a head whose
 /// Content-Length would lie.
 #[derive(Debug, Clone)]
-struct BodyGone(Arc<str>);
+struct BodyGone {
+    why: Arc<str>,
+    /// The client's body failed (it is the client's error, not busbar's).
+    client: bool,
+}
 
 /// Why an attempt failed, for the loop to decide what comes next.
 enum Failure {
@@ -241,25 +245,36 @@ impl Endpoint {
     /// current message.
     pub async fn call(self: &Arc<Self>, ex: &mut Exchange) -> Result<(), MediationError> {
         if let Some(gone) = ex.request.extensions.get::<BodyGone>() {
-            return Err(MediationError::internal(format!(
-                "Cannot call endpoint '{}': {}",
-                self.name, gone.0
-            )));
+            let reason = format!("Cannot call endpoint '{}': {}", self.name, gone.why);
+            return Err(if gone.client {
+                MediationError::new(ErrorKind::ClientBody, Blame::Client, reason)
+            } else {
+                MediationError::internal(reason)
+            });
         }
         let body = std::mem::take(&mut ex.request_body);
         let replay = Replay::new(body, self.replay_buffer);
         let result = self.measured(&ex.request, &replay).await;
         match result {
             Ok(response) => {
-                ex.request.extensions.insert(BodyGone(
-                    format!(
+                ex.request.extensions.insert(BodyGone {
+                    why: format!(
                         "the request body was already sent to endpoint '{}'",
                         self.name
                     )
                     .into(),
-                ));
+                    client: false,
+                });
                 ex.response = Some(response);
                 Ok(())
+            }
+            // The client's body failed: what was kept of it is not the whole request.
+            Err(e) if e.blame == Blame::Client => {
+                ex.request.extensions.insert(BodyGone {
+                    why: "the request body could not be read".into(),
+                    client: true,
+                });
+                Err(e)
             }
             Err(e) => {
                 // A later call (in on_error, say) may send the request again if its body was
@@ -267,7 +282,10 @@ impl Endpoint {
                 match replay.body().await {
                     Ok(body) => ex.request_body = body,
                     Err(why) => {
-                        ex.request.extensions.insert(BodyGone(why.into()));
+                        ex.request.extensions.insert(BodyGone {
+                            why: why.into(),
+                            client: false,
+                        });
                     }
                 }
                 Err(e)
@@ -293,11 +311,13 @@ impl Endpoint {
     ) -> Result<Response<Body>, MediationError> {
         let started = Instant::now();
         self.counters.requests.fetch_add(1, Relaxed);
-        self.counters.in_flight.fetch_add(1, Relaxed);
+        let _in_flight = InProgress::enter(&self.counters.in_flight);
         let result = self.attempts(head, replay).await;
-        self.counters.in_flight.fetch_sub(1, Relaxed);
         match &result {
             Ok(_) => self.counters.latency.observe(started.elapsed()),
+            // The client's mistakes (a body that failed while it went out) are counted by
+            // the proxy, not against the endpoint.
+            Err(e) if e.blame == Blame::Client => {}
             Err(e) => self.counters.error(e.kind),
         }
         result
@@ -342,14 +362,14 @@ impl Endpoint {
             self.counters.attempts.fetch_add(1, Relaxed);
             let stats = &member.upstream.stats;
             stats.attempts.fetch_add(1, Relaxed);
-            stats.pending.fetch_add(1, Relaxed);
+            let pending = InProgress::enter(&stats.pending);
             let guard = ProbeGuard {
                 breaker: member.breaker.as_ref(),
                 admit,
                 done: false,
             };
             let outcome = member.upstream.call(req).await;
-            stats.pending.fetch_sub(1, Relaxed);
+            drop(pending);
 
             let failure = match outcome {
                 Ok(resp) => {
@@ -549,6 +569,23 @@ fn is_connect(kind: ErrorKind) -> bool {
             | ErrorKind::Unavailable
             | ErrorKind::UpstreamReset
     )
+}
+
+/// Counts one call in progress on a gauge for as long as it lives, so a call abandoned
+/// mid-way (its client went away) does not stay counted.
+struct InProgress<'a>(&'a std::sync::atomic::AtomicI64);
+
+impl<'a> InProgress<'a> {
+    fn enter(gauge: &'a std::sync::atomic::AtomicI64) -> Self {
+        gauge.fetch_add(1, Relaxed);
+        Self(gauge)
+    }
+}
+
+impl Drop for InProgress<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Relaxed);
+    }
 }
 
 /// Records an attempt's outcome on its URL's breaker; a probe whose caller went away (the

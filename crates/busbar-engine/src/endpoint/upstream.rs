@@ -6,6 +6,11 @@
 //! read to its end; a response dropped early (client gone) aborts the connection, so the back
 //! end sees the cancellation. An optional semaphore caps the requests in progress, with a
 //! bounded queue in front of it.
+//!
+//! The request body goes out through a [`Sending`] watch, so the attempt knows who it is
+//! waiting for: the client (a slow upload is not the back end's fault, and a request body that
+//! fails is the client's error), or the back end (it stopped reading the request, or it has
+//! the whole request and has not answered within `timeout`).
 
 use std::pin::Pin;
 use std::sync::atomic::AtomicUsize;
@@ -16,9 +21,9 @@ use std::time::{Duration, Instant};
 
 use busbar_core::body::Origin;
 use busbar_core::metrics::{Counters, UpstreamCounters};
-use busbar_core::{Blame, Body, BoxError, ErrorKind, MediationError};
+use busbar_core::{Blame, Body, BodyError, BoxError, ErrorKind, MediationError};
 use bytes::Bytes;
-use http::header::{HeaderValue, AUTHORIZATION, EXPECT, HOST};
+use http::header::{HeaderValue, AUTHORIZATION, CONTENT_LENGTH, EXPECT, HOST, TRANSFER_ENCODING};
 use http::{Method, Request, Response, Uri, Version};
 use http_body::{Frame, SizeHint};
 use hyper::body::Incoming;
@@ -38,7 +43,9 @@ use crate::headers::strip_hop_by_hop;
 pub struct UpstreamSettings {
     /// Time to open a connection (TCP and TLS handshake), and the longest wait in the queue.
     pub connect_timeout: Duration,
-    /// Time to the response head, and the longest pause while the body streams.
+    /// Time to the response head once the request is sent, the longest pause while the back
+    /// end does not read the request body, and the longest pause while the response body
+    /// streams.
     pub timeout: Duration,
     /// Idle connections kept per worker.
     pub pool_size: usize,
@@ -339,7 +346,8 @@ impl Upstream {
         let replayable_after_send = idempotent(&parts.method)
             && probe.map_or_else(|| body.is_buffered(), |p| p.replayable());
         self.prepare(&mut parts)?;
-        let mut request = Request::from_parts(parts, body);
+        let sending = Arc::new(Sending::new());
+        let mut request = Request::from_parts(parts, sending.watch(body));
         let mut lease = match self.pools.take_idle() {
             Some(idle) => Lease {
                 pools: self.pools.clone(),
@@ -356,20 +364,33 @@ impl Upstream {
                     "connection lease without a sender",
                 ));
             };
+            sending.restart();
             let send = sender.try_send_request(request);
-            match tokio::time::timeout(self.settings.timeout, send).await {
-                Err(_) => {
+            match self.answer(send, &sending).await {
+                Err(stalled) => {
+                    let what = match stalled {
+                        Stalled::Reading => format!(
+                            "stopped reading the request for {:?}",
+                            self.settings.timeout
+                        ),
+                        Stalled::Answering => {
+                            format!("did not answer within {:?}", self.settings.timeout)
+                        }
+                    };
                     return Err(self
-                        .error(
-                            ErrorKind::ResponseTimeout,
-                            format_args!("did not answer within {:?}", self.settings.timeout),
-                        )
-                        .retryable(replayable_after_send))
+                        .error(ErrorKind::ResponseTimeout, what)
+                        .retryable(replayable_after_send));
                 }
                 Ok(Ok(response)) => break response,
                 Ok(Err(mut e)) => {
                     let unsent = e.take_message();
                     let cause = e.into_error();
+                    // The request body failed (the client reset, sent malformed chunks, or a
+                    // check refused it): hyper gave up the connection because of it, so the
+                    // back end is not to blame, and sending the request again cannot help.
+                    if let Some(failure) = sending.take_failure() {
+                        return Err(client_body_error(failure));
+                    }
                     match unsent {
                         // A pooled connection the back end had already closed: the request
                         // was never sent, so it goes once more on a fresh connection. This is
@@ -392,6 +413,11 @@ impl Upstream {
             }
         };
         let (mut parts, incoming) = response.into_parts();
+        // RFC 9112 6.3: with Transfer-Encoding, a Content-Length is wrong (hyper decoded the
+        // body by the encoding); forwarded, it would cut the client's copy at its count.
+        if parts.headers.contains_key(TRANSFER_ENCODING) {
+            parts.headers.remove(CONTENT_LENGTH);
+        }
         strip_hop_by_hop(&mut parts.headers);
         let exact = http_body::Body::size_hint(&incoming).exact();
         let body = if http_body::Body::is_end_stream(&incoming) {
@@ -404,10 +430,50 @@ impl Upstream {
                 idle_timeout: self.settings.timeout,
                 timer: None,
                 counters: self.counters.clone(),
+                endpoint: self.endpoint.clone(),
+                suffix: self.suffix.clone(),
+                received: 0,
+                cut: false,
+                sending,
             };
             Body::stream(guarded, exact, Origin::Upstream)
         };
         Ok(Response::from_parts(parts, body))
+    }
+
+    /// Waits for the response head. The endpoint's `timeout` runs only while the back end is
+    /// the one holding things up: from the moment the whole request is sent, or from the last
+    /// chunk of the request body it took while more is ready to go. While the request body
+    /// waits for the client, the back end is not timed.
+    async fn answer<F: std::future::Future>(
+        &self,
+        send: F,
+        sending: &Sending,
+    ) -> Result<F::Output, Stalled> {
+        let timeout = self.settings.timeout;
+        let mut send = std::pin::pin!(send);
+        loop {
+            let (phase, since) = sending.phase();
+            let wake = match phase {
+                // Looked at again later: the client may send more, and the back end's time
+                // starts then.
+                Phase::WaitingForClient => Instant::now() + timeout,
+                Phase::Writing => since + timeout,
+                Phase::Sent => since + timeout,
+            };
+            if phase != Phase::WaitingForClient && Instant::now() >= wake {
+                return Err(if phase == Phase::Sent {
+                    Stalled::Answering
+                } else {
+                    Stalled::Reading
+                });
+            }
+            tokio::select! {
+                biased;
+                out = &mut send => return Ok(out),
+                () = tokio::time::sleep_until(wake.into()) => {}
+            }
+        }
     }
 
     /// Waits for a connection-limit permit, if the URL has a limit.
@@ -567,14 +633,208 @@ impl Upstream {
     }
 }
 
+/// Where an attempt's request body is: what the answer timeout needs to know.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// Body bytes are ready and the back end's connection has not taken them yet (or the head
+    /// is still going out).
+    Writing,
+    /// The connection asked for more and the client has not sent it yet.
+    WaitingForClient,
+    /// The body's end reached the connection: the back end has the whole request.
+    Sent,
+}
+
+/// What held an attempt up past the endpoint's timeout.
+#[derive(Debug, Clone, Copy)]
+enum Stalled {
+    /// The back end did not take the request body.
+    Reading,
+    /// The back end had the whole request and did not answer.
+    Answering,
+}
+
+/// Shared by one attempt and the request body hyper's connection task polls.
+#[derive(Debug)]
+struct Sending {
+    state: Mutex<SendState>,
+}
+
+#[derive(Debug)]
+struct SendState {
+    phase: Phase,
+    /// When `phase` began (for `Writing`: when the connection last took a chunk).
+    since: Instant,
+    /// The request body's error, kept for the attempt (hyper gets a stand-in).
+    failure: Option<BoxError>,
+}
+
+impl Sending {
+    fn new() -> Self {
+        Self {
+            state: Mutex::new(SendState {
+                phase: Phase::Writing,
+                since: Instant::now(),
+                failure: None,
+            }),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, SendState> {
+        // Poisoned only by a panic elsewhere while holding it; the state stays whole.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn set(&self, phase: Phase) {
+        let mut state = self.lock();
+        state.phase = phase;
+        state.since = Instant::now();
+    }
+
+    /// The request starts going out (again, on a fresh connection): its clock starts now.
+    fn restart(&self) {
+        self.lock().since = Instant::now();
+    }
+
+    fn phase(&self) -> (Phase, Instant) {
+        let state = self.lock();
+        (state.phase, state.since)
+    }
+
+    fn take_failure(&self) -> Option<BoxError> {
+        self.lock().failure.take()
+    }
+
+    /// `body` as it goes to the back end, reporting its progress here.
+    fn watch(self: &Arc<Self>, body: Body) -> Body {
+        if http_body::Body::is_end_stream(&body) {
+            self.set(Phase::Sent);
+            return body;
+        }
+        let exact = http_body::Body::size_hint(&body).exact();
+        Body::stream(
+            Watched {
+                inner: body,
+                sending: self.clone(),
+            },
+            exact,
+            Origin::Client,
+        )
+    }
+}
+
+/// A request body that tells its [`Sending`] how far it got.
+struct Watched {
+    inner: Body,
+    sending: Arc<Sending>,
+}
+
+impl http_body::Body for Watched {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let this = &mut *self;
+        match Pin::new(&mut this.inner).poll_frame(cx) {
+            Poll::Pending => {
+                this.sending.set(Phase::WaitingForClient);
+                Poll::Pending
+            }
+            Poll::Ready(Some(Ok(frame))) => {
+                // hyper ends the request after a frame that ends the body, without asking
+                // for more.
+                this.sending.set(if this.inner.is_end_stream() {
+                    Phase::Sent
+                } else {
+                    Phase::Writing
+                });
+                Poll::Ready(Some(Ok(frame)))
+            }
+            Poll::Ready(None) => {
+                this.sending.set(Phase::Sent);
+                Poll::Ready(None)
+            }
+            Poll::Ready(Some(Err(e))) => {
+                this.sending.lock().failure = Some(e);
+                Poll::Ready(Some(Err("the request body failed".into())))
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+/// The error of a request whose body failed while it went out: the client's (a reset, a
+/// malformed chunk, a body a check refused), never retried.
+fn client_body_error(failure: BoxError) -> MediationError {
+    match failure.downcast::<BodyError>() {
+        Ok(e) => MediationError::from(*e),
+        Err(cause) => MediationError::new(
+            ErrorKind::ClientBody,
+            Blame::Client,
+            "Reading the request body failed",
+        )
+        .with_source(cause),
+    }
+}
+
+/// An error and its causes, `outer: inner: innermost` (hyper's own message is only the outer
+/// one).
+fn with_causes(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        text.push_str(": ");
+        text.push_str(&c.to_string());
+        cause = c.source();
+    }
+    text
+}
+
 /// A back-end response body that returns its connection to the pool once read to the end,
-/// and fails if the back end stalls longer than the endpoint's timeout.
+/// and fails if the back end stalls longer than the endpoint's timeout. A body the back end
+/// cuts short is counted once on the endpoint (`responses_cut`) and fails with an error that
+/// names the endpoint and how far it got, so the client's copy never looks complete.
 struct LeasedBody {
     inner: Incoming,
     lease: Option<Lease>,
     idle_timeout: Duration,
     timer: Option<Pin<Box<tokio::time::Sleep>>>,
     counters: Arc<Counters>,
+    endpoint: Arc<str>,
+    suffix: String,
+    /// Body bytes received so far.
+    received: u64,
+    /// The body failed once already: counted, not again.
+    cut: bool,
+    /// The request's progress: a back end that answered early loses its connection when the
+    /// client's request body fails, which is not the back end cutting its answer.
+    sending: Arc<Sending>,
+}
+
+impl LeasedBody {
+    /// Counts the cut (once) and says what happened.
+    fn cut(&mut self, what: impl std::fmt::Display) -> BoxError {
+        self.lease = None;
+        self.timer = None;
+        if !std::mem::replace(&mut self.cut, true) {
+            self.counters.responses_cut.fetch_add(1, Relaxed);
+        }
+        format!(
+            "endpoint '{}'{} {what} after {} bytes of its response body",
+            self.endpoint, self.suffix, self.received
+        )
+        .into()
+    }
 }
 
 impl http_body::Body for LeasedBody {
@@ -586,11 +846,15 @@ impl http_body::Body for LeasedBody {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         let this = &mut *self;
+        if this.cut {
+            return Poll::Ready(None);
+        }
         match Pin::new(&mut this.inner).poll_frame(cx) {
             Poll::Ready(Some(Ok(frame))) => {
                 this.timer = None;
                 if let Some(data) = frame.data_ref() {
                     this.counters.bytes_in.fetch_add(data.len() as u64, Relaxed);
+                    this.received += data.len() as u64;
                 }
                 if this.inner.is_end_stream() {
                     if let Some(lease) = this.lease.take() {
@@ -600,8 +864,15 @@ impl http_body::Body for LeasedBody {
                 Poll::Ready(Some(Ok(frame)))
             }
             Poll::Ready(Some(Err(e))) => {
-                this.lease = None;
-                Poll::Ready(Some(Err(e.into())))
+                if let Some(failure) = this.sending.take_failure() {
+                    this.lease = None;
+                    this.timer = None;
+                    this.cut = true;
+                    return Poll::Ready(Some(Err(failure)));
+                }
+                this.counters.error(ErrorKind::UpstreamReset);
+                let what = format!("broke off ({})", with_causes(&e));
+                Poll::Ready(Some(Err(this.cut(what))))
             }
             Poll::Ready(None) => {
                 if let Some(lease) = this.lease.take() {
@@ -616,12 +887,9 @@ impl http_body::Body for LeasedBody {
                     .get_or_insert_with(|| Box::pin(tokio::time::sleep(timeout)));
                 match timer.as_mut().poll(cx) {
                     Poll::Ready(()) => {
-                        this.lease = None;
                         this.counters.error(ErrorKind::ResponseTimeout);
-                        Poll::Ready(Some(Err(format!(
-                            "back end paused longer than {timeout:?} while sending its response"
-                        )
-                        .into())))
+                        let what = format!("paused longer than {timeout:?}");
+                        Poll::Ready(Some(Err(this.cut(what))))
                     }
                     Poll::Pending => Poll::Pending,
                 }

@@ -1,0 +1,490 @@
+//! The back-end side of a faulty network: back ends that frame an answer wrongly, cut it short
+//! or stop reading, and clients whose uploads are slow, malformed or abandoned while a call is
+//! sending them. Each back end here is a script over a raw socket.
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use crate::support::*;
+
+/// A request head as a scripted back end read it.
+struct Head {
+    chunked: bool,
+    length: usize,
+}
+
+/// Reads a request head; `None` when the peer closed first.
+fn read_head<R: BufRead>(r: &mut R) -> Option<Head> {
+    let mut line = String::new();
+    if r.read_line(&mut line).ok()? == 0 {
+        return None;
+    }
+    let mut head = Head {
+        chunked: false,
+        length: 0,
+    };
+    loop {
+        let mut h = String::new();
+        if r.read_line(&mut h).ok()? == 0 {
+            return None;
+        }
+        let h = h.trim_end().to_ascii_lowercase();
+        if h.is_empty() {
+            return Some(head);
+        }
+        if let Some(v) = h.strip_prefix("content-length:") {
+            head.length = v.trim().parse().ok()?;
+        }
+        if h.starts_with("transfer-encoding:") && h.contains("chunked") {
+            head.chunked = true;
+        }
+    }
+}
+
+/// Reads the body `head` announces; `None` when the peer closed or broke the framing first.
+fn read_body<R: BufRead>(r: &mut R, head: &Head) -> Option<Vec<u8>> {
+    if !head.chunked {
+        let mut body = vec![0; head.length];
+        r.read_exact(&mut body).ok()?;
+        return Some(body);
+    }
+    let mut body = Vec::new();
+    loop {
+        let mut size = String::new();
+        if r.read_line(&mut size).ok()? == 0 {
+            return None;
+        }
+        let n = usize::from_str_radix(size.trim(), 16).ok()?;
+        if n == 0 {
+            // Trailer fields, up to the empty line.
+            loop {
+                let mut t = String::new();
+                if r.read_line(&mut t).ok()? == 0 {
+                    return None;
+                }
+                if t.trim_end().is_empty() {
+                    return Some(body);
+                }
+            }
+        }
+        let start = body.len();
+        body.resize(start + n, 0);
+        r.read_exact(&mut body[start..]).ok()?;
+        let mut crlf = [0; 2];
+        r.read_exact(&mut crlf).ok()?;
+    }
+}
+
+/// A back end running `script` on each connection, on a thread of its own.
+fn scripted(script: impl Fn(BufReader<TcpStream>) + Send + Sync + 'static) -> SocketAddr {
+    let l = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = l.local_addr().expect("addr");
+    let script = Arc::new(script);
+    std::thread::spawn(move || {
+        for stream in l.incoming() {
+            let Ok(stream) = stream else { continue };
+            let script = script.clone();
+            std::thread::spawn(move || script(BufReader::new(stream)));
+        }
+    });
+    addr
+}
+
+/// What a recording back end saw.
+#[derive(Default)]
+struct Seen {
+    /// Connections accepted.
+    connections: AtomicUsize,
+    /// Request heads read.
+    heads: AtomicUsize,
+    /// Each request: its body when it arrived whole, `None` when the connection ended
+    /// mid-body.
+    bodies: Mutex<Vec<Option<Vec<u8>>>>,
+}
+
+impl Seen {
+    fn bodies(&self) -> Vec<Option<Vec<u8>>> {
+        self.bodies.lock().expect("lock").clone()
+    }
+}
+
+/// A back end that reads each request whole (Content-Length or chunked) and records it; when
+/// `answer`, it answers 200 with the body, otherwise it closes without answering.
+fn recording(answer: bool) -> (SocketAddr, Arc<Seen>) {
+    let seen = Arc::new(Seen::default());
+    let record = seen.clone();
+    let addr = scripted(move |mut r| {
+        record.connections.fetch_add(1, Ordering::SeqCst);
+        while let Some(head) = read_head(&mut r) {
+            record.heads.fetch_add(1, Ordering::SeqCst);
+            let body = read_body(&mut r, &head);
+            record.bodies.lock().expect("lock").push(body.clone());
+            let Some(body) = body else { return };
+            if !answer {
+                return;
+            }
+            let head = format!(
+                "HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\nContent-Length: {}\r\n\r\n",
+                body.len()
+            );
+            let w = r.get_mut();
+            if w.write_all(head.as_bytes())
+                .and_then(|()| w.write_all(&body))
+                .is_err()
+            {
+                return;
+            }
+        }
+    });
+    (addr, seen)
+}
+
+fn proxy_yaml(endpoint: &str) -> String {
+    format!(
+        "endpoints:\n  svc:\n{endpoint}proxies:\n  P:\n    path: /p\n    in:\n      - call: svc\n"
+    )
+}
+
+const JSON: (&str, &str) = ("Content-Type", "application/json");
+
+#[test]
+fn an_answer_with_content_length_and_chunked_reaches_the_client_whole() {
+    let addr = scripted(|mut r| {
+        while let Some(head) = read_head(&mut r) {
+            if read_body(&mut r, &head).is_none() {
+                return;
+            }
+            // RFC 9112 6.3: Transfer-Encoding wins; the Content-Length is wrong.
+            let answer = b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n";
+            if r.get_mut().write_all(answer).is_err() {
+                return;
+            }
+        }
+    });
+    let h = engine(&proxy_yaml(&format!("    url: \"http://{addr}/e\"\n")));
+    let mut c = Client::connect(h.http());
+    // Twice on one client connection: the first answer's framing must leave it usable.
+    for i in 0..2 {
+        let r = c.post("/p", &[JSON], b"{}").expect("response");
+        assert_eq!(r.status, 200, "answer {i}: {}", r.text());
+        assert_eq!(r.text(), "hello world", "answer {i}");
+        assert_ne!(r.header("content-length"), Some("3"), "answer {i}");
+    }
+}
+
+#[test]
+fn a_response_cut_mid_body_is_counted_on_the_endpoint() {
+    let addr = scripted(|mut r| {
+        let Some(head) = read_head(&mut r) else {
+            return;
+        };
+        if read_body(&mut r, &head).is_none() {
+            return;
+        }
+        // 10 of the 100 bytes announced, then the connection closes.
+        let _ = r
+            .get_mut()
+            .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n0123456789");
+    });
+    let h = engine(&proxy_yaml(&format!("    url: \"http://{addr}/e\"\n")));
+    let r = Client::connect(h.http()).post("/p", &[JSON], b"{}");
+    assert!(
+        !r.as_ref().is_ok_and(|r| r.body.len() == 100),
+        "a cut answer looked complete: {r:?}"
+    );
+    let admin = h.admin();
+    assert!(
+        eventually(Duration::from_secs(5), || metric(
+            admin,
+            "busbar_endpoint_responses_cut_total{endpoint=\"svc\"}"
+        ) == Some(1.0)),
+        "the cut is counted on the endpoint"
+    );
+    assert_eq!(
+        metric(
+            admin,
+            "busbar_endpoint_errors_total{endpoint=\"svc\",kind=\"upstream_reset\"}"
+        ),
+        Some(1.0)
+    );
+}
+
+#[test]
+fn a_slow_upload_to_a_healthy_back_end_is_not_a_back_end_timeout() {
+    let (addr, seen) = recording(true);
+    let h = engine(&proxy_yaml(&format!(
+        "    url: \"http://{addr}/e\"\n    timeout: 500ms\n"
+    )));
+    let body = b"0123456789abcdefghij";
+    let mut c = Client::connect(h.http());
+    c.send_raw(
+        format!(
+            "POST /p HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+            body.len()
+        )
+        .as_bytes(),
+    );
+    // 2 bytes every 150 ms: the upload takes three times the endpoint's timeout.
+    for pair in body.chunks(2) {
+        std::thread::sleep(Duration::from_millis(150));
+        if c.stream.get_mut().write_all(pair).is_err() {
+            break;
+        }
+    }
+    let r = c.read_response().expect("response");
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.body, body);
+    assert_eq!(seen.bodies(), vec![Some(body.to_vec())]);
+}
+
+#[test]
+fn a_back_end_that_stops_reading_the_upload_still_times_out() {
+    // Reads the head, then neither reads the body nor answers.
+    let addr = scripted(|mut r| {
+        let _ = read_head(&mut r);
+        loop {
+            std::thread::park();
+        }
+    });
+    let h = engine(&proxy_yaml(&format!(
+        "    url: \"http://{addr}/e\"\n    timeout: 500ms\n"
+    )));
+    // Far more than the socket buffers on the way hold.
+    let body = vec![b'x'; 32 << 20];
+    let r = Client::connect(h.http()).post("/p", &[JSON], &body);
+    let admin = h.admin();
+    assert!(
+        eventually(Duration::from_secs(10), || metric(
+            admin,
+            "busbar_endpoint_errors_total{endpoint=\"svc\",kind=\"response_timeout\"}"
+        ) == Some(1.0)),
+        "the stalled back end times out"
+    );
+    // The answer may be lost to the reset of the unread upload; when it arrives, it says why.
+    if let Ok(r) = r {
+        assert_eq!(r.status, 504, "{}", r.text());
+        assert!(
+            r.text().contains("stopped reading the request"),
+            "{}",
+            r.text()
+        );
+    }
+}
+
+#[test]
+fn a_malformed_chunked_upload_is_the_clients_error_and_spares_the_endpoint() {
+    let (addr, seen) = recording(true);
+    let h = engine(&proxy_yaml(&format!(
+        "    url: \"http://{addr}/e\"\n    retries: 2\n    breaker: {{ failures: 1, suspend: 1m }}\n"
+    )));
+    let mut c = Client::connect(h.http());
+    // An idempotent method, so nothing but the blame stops a retry.
+    c.send_raw(b"PUT /p HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n5\r\n{\"a\":\r\nZZ\r\n");
+    let r = c.read_response().expect("response");
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert!(
+        r.text().contains("Reading the request body failed"),
+        "{}",
+        r.text()
+    );
+    let admin = h.admin();
+    assert_eq!(
+        metric(
+            admin,
+            "busbar_proxy_errors_total{proxy=\"P\",kind=\"client_body\"}"
+        ),
+        Some(1.0)
+    );
+    for kind in ["upstream_reset", "client_body"] {
+        assert_eq!(
+            metric(
+                admin,
+                &format!("busbar_endpoint_errors_total{{endpoint=\"svc\",kind=\"{kind}\"}}")
+            ),
+            Some(0.0),
+            "{kind}"
+        );
+    }
+    assert_eq!(
+        metric(
+            admin,
+            &format!("busbar_upstream_failures_total{{endpoint=\"svc\",url=\"http://{addr}/e\"}}")
+        ),
+        Some(0.0)
+    );
+    assert_eq!(
+        metric(admin, "busbar_endpoint_retries_total{endpoint=\"svc\"}"),
+        Some(0.0)
+    );
+    assert!(
+        seen.connections.load(Ordering::SeqCst) <= 1,
+        "not sent again"
+    );
+    assert!(
+        seen.bodies().iter().all(Option::is_none),
+        "the back end never got the body as if complete: {:?}",
+        seen.bodies()
+    );
+    // The breaker (one failure opens it for a minute) is still closed.
+    let r = Client::connect(h.http())
+        .post("/p", &[JSON], b"{\"ok\":1}")
+        .expect("response");
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.body, b"{\"ok\":1}");
+}
+
+#[test]
+fn a_client_gone_mid_upload_is_not_held_against_the_endpoint() {
+    let (addr, seen) = recording(true);
+    let h = engine(&proxy_yaml(&format!(
+        "    url: \"http://{addr}/e\"\n    breaker: {{ failures: 1, suspend: 1m }}\n"
+    )));
+    {
+        let mut c = Client::connect(h.http());
+        c.send_raw(b"POST /p HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{\"partial\":");
+        // The call is under way: the back end has the head and waits for the body.
+        assert!(eventually(Duration::from_secs(5), || seen
+            .heads
+            .load(Ordering::SeqCst)
+            == 1));
+    }
+    let admin = h.admin();
+    let url = format!("http://{addr}/e");
+    assert!(
+        eventually(Duration::from_secs(5), || {
+            metric(admin, "busbar_endpoint_in_flight{endpoint=\"svc\"}") == Some(0.0)
+                && metric(
+                    admin,
+                    &format!("busbar_upstream_pending{{endpoint=\"svc\",url=\"{url}\"}}"),
+                ) == Some(0.0)
+        }),
+        "the abandoned call ended"
+    );
+    assert_eq!(
+        metric(
+            admin,
+            "busbar_endpoint_errors_total{endpoint=\"svc\",kind=\"upstream_reset\"}"
+        ),
+        Some(0.0)
+    );
+    assert_eq!(
+        metric(
+            admin,
+            &format!("busbar_upstream_failures_total{{endpoint=\"svc\",url=\"{url}\"}}")
+        ),
+        Some(0.0)
+    );
+    assert!(
+        eventually(Duration::from_secs(5), || seen.bodies() == vec![None]),
+        "the back end saw the request end mid-body: {:?}",
+        seen.bodies()
+    );
+    let r = Client::connect(h.http())
+        .post("/p", &[JSON], b"{\"ok\":1}")
+        .expect("response");
+    assert_eq!(r.status, 200, "the breaker is still closed: {}", r.text());
+}
+
+#[test]
+fn a_call_in_on_error_after_a_failed_upload_sends_nothing() {
+    let (addr, _) = recording(true);
+    let (backup, backup_seen) = recording(true);
+    let h = engine(&format!(
+        "endpoints:\n  svc:\n    url: \"http://{addr}/e\"\n  backup:\n    url: \"http://{backup}/e\"\nproxies:\n  P:\n    path: /p\n    in:\n      - call: svc\n    on_error:\n      - call: backup\n      - respond: {{}}\n"
+    ));
+    let mut c = Client::connect(h.http());
+    c.send_raw(b"POST /p HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n5\r\n{\"a\":\r\nZZ\r\n");
+    let r = c.read_response().expect("response");
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert!(
+        r.text()
+            .contains("Cannot call endpoint 'backup': the request body could not be read"),
+        "{}",
+        r.text()
+    );
+    assert_eq!(
+        backup_seen.connections.load(Ordering::SeqCst),
+        0,
+        "the backup got nothing: {:?}",
+        backup_seen.bodies()
+    );
+}
+
+#[test]
+fn a_call_in_on_error_resends_a_kept_chunked_body_and_not_one_past_the_replay_buffer() {
+    // Reads each request whole, then closes without answering.
+    let (broken, broken_seen) = recording(false);
+    let (backup, backup_seen) = recording(true);
+    let h = engine(&format!(
+        "endpoints:\n  broken:\n    url: \"http://{broken}/e\"\n    replay_buffer: 16KiB\n  backup:\n    url: \"http://{backup}/e\"\nproxies:\n  P:\n    path: /p\n    in:\n      - call: broken\n    on_error:\n      - call: backup\n      - respond: {{}}\n"
+    ));
+    let small = payload(8_000, 7);
+    let r = Client::connect(h.http())
+        .post_chunked("/p", &small, 1000)
+        .expect("response");
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.body, small);
+    assert_eq!(backup_seen.bodies(), vec![Some(small.clone())]);
+
+    let large = payload(100_000, 8);
+    let r = Client::connect(h.http())
+        .post_chunked("/p", &large, 4096)
+        .expect("response");
+    assert_eq!(r.status, 500, "{}", r.text());
+    assert!(
+        r.text().contains("Cannot call endpoint 'backup'") && r.text().contains("replay_buffer"),
+        "{}",
+        r.text()
+    );
+    // The broken back end had it all; the backup got nothing more.
+    assert_eq!(
+        broken_seen.bodies(),
+        vec![Some(small.clone()), Some(large.clone())]
+    );
+    assert_eq!(backup_seen.bodies(), vec![Some(small)]);
+    assert_eq!(backup_seen.heads.load(Ordering::SeqCst), 1);
+}
+
+#[test]
+fn a_call_abandoned_by_its_client_leaves_no_request_in_progress() {
+    // Reads each request whole, then holds the connection without answering.
+    let seen = Arc::new(Seen::default());
+    let record = seen.clone();
+    let addr = scripted(move |mut r| {
+        if let Some(head) = read_head(&mut r) {
+            let body = read_body(&mut r, &head);
+            record.bodies.lock().expect("lock").push(body);
+        }
+        loop {
+            std::thread::park();
+        }
+    });
+    let h = engine(&proxy_yaml(&format!(
+        "    url: \"http://{addr}/e\"\n    timeout: 1h\n    balance: least_pending\n"
+    )));
+    {
+        let mut c = Client::connect(h.http());
+        c.send_raw(b"POST /p HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}");
+        assert!(eventually(Duration::from_secs(5), || seen.bodies().len() == 1));
+    }
+    let admin = h.admin();
+    let url = format!("http://{addr}/e");
+    assert!(
+        eventually(Duration::from_secs(5), || {
+            metric(admin, "busbar_endpoint_in_flight{endpoint=\"svc\"}") == Some(0.0)
+                && metric(
+                    admin,
+                    &format!("busbar_upstream_pending{{endpoint=\"svc\",url=\"{url}\"}}"),
+                ) == Some(0.0)
+        }),
+        "in progress: endpoint {:?}, URL {:?}",
+        metric(admin, "busbar_endpoint_in_flight{endpoint=\"svc\"}"),
+        metric(
+            admin,
+            &format!("busbar_upstream_pending{{endpoint=\"svc\",url=\"{url}\"}}")
+        )
+    );
+}
