@@ -5,6 +5,7 @@ mod cli;
 mod direct;
 mod endpoints;
 mod failures;
+mod fuzz_http;
 mod route;
 mod router;
 mod support;
