@@ -6,6 +6,7 @@ mod cli;
 mod direct;
 mod endpoints;
 mod failures;
+mod fuzz_http;
 mod hardening;
 mod route;
 mod router;

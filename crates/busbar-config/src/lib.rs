@@ -156,7 +156,11 @@ pub fn load_text(
     errors.extend(
         validate(&loaded)
             .into_iter()
-            .filter(|e| !parsed.hides(&e.path)),
+            .filter(|e| !parsed.hides(&e.path))
+            .map(|mut e| {
+                e.line = e.line.and_then(|l| parsed.original_line(l));
+                e
+            }),
     );
     if had_parse_errors {
         // Both kinds together, in the order of the file.
@@ -1040,6 +1044,29 @@ mod tests {
             Ok(_) => Vec::new(),
             Err(e) => e.0.iter().map(ToString::to_string).collect(),
         }
+    }
+
+    #[test]
+    fn validation_errors_after_a_supplied_missing_field_keep_their_own_lines() {
+        // Q lacks its path: recovery gives it one on a line of its own, and R's lines in the
+        // repaired text move down by one. R's problem is still reported on its own line (16).
+        let yaml = format!(
+            "{OK}  Q:\n    in:\n      - call: echo\n  R:\n    path: /r\n    in:\n      - call: ech\n"
+        );
+        let errs = load_errors(&yaml);
+        assert!(
+            errs.iter()
+                .any(|e| e == "t.yaml:16: proxies.R.in[0].call: unknown endpoint 'ech'"),
+            "{errs:#?}"
+        );
+        // At the end of a file without a final line break: never past its last line.
+        let yaml = format!("{OK}  Q:\n    in:\n      - call: echo\n  R:\n    path: /r");
+        let errs = load_errors(&yaml);
+        assert!(
+            errs.iter()
+                .any(|e| e == "t.yaml:14: proxies.R.in: a proxy needs at least one step in 'in'"),
+            "{errs:#?}"
+        );
     }
 
     #[test]

@@ -45,9 +45,19 @@ pub(crate) struct Recovered {
     pub truncated: bool,
     /// Key paths of the nodes blanked out or replaced by placeholders.
     neutralised: Vec<String>,
+    /// For each line of the text `config` was parsed from (0-based), its 1-based line in the
+    /// original, or 0 for a line recovery added.
+    origin: Vec<u64>,
 }
 
 impl Recovered {
+    /// The original line of `line` of the text `config` was parsed from: the spans in
+    /// `config` count lines recovery added, the user's file does not.
+    pub fn original_line(&self, line: u64) -> Option<u64> {
+        let idx = usize::try_from(line.checked_sub(1)?).ok()?;
+        self.origin.get(idx).copied().filter(|l| *l > 0)
+    }
+
     /// True when `path` is a node that was neutralised, or lies inside one: its errors are
     /// about a placeholder, not about the user's text.
     pub fn hides(&self, path: &str) -> bool {
@@ -70,6 +80,7 @@ pub(crate) fn parse_all(text: &str, message: impl Fn(&YamlError) -> String) -> R
         errors: Vec::new(),
         truncated: false,
         neutralised: Vec::new(),
+        origin: Vec::new(),
     };
     let mut seen = HashSet::new();
     let mut parses = 0;
@@ -147,6 +158,7 @@ pub(crate) fn parse_all(text: &str, message: impl Fn(&YamlError) -> String) -> R
         }
     }
     out.errors.sort_by_key(|e| e.line.unwrap_or(u64::MAX));
+    out.origin = doc.origin;
     out
 }
 

@@ -168,6 +168,7 @@ pub fn compile(expr: &str, ns: &Namespaces) -> Result<StreamPath, CompileError> 
         toks: &toks,
         i: 0,
         len: expr.len(),
+        depth: 0,
     };
     let parsed = p.expr()?;
     if p.i < toks.len() {
@@ -459,7 +460,14 @@ struct Parser<'t> {
     toks: &'t [Tok],
     i: usize,
     len: usize,
+    /// Expressions open around the current token (parentheses, predicates, arguments).
+    depth: usize,
 }
+
+/// Deepest nesting of expressions the parser descends into. It recurses once per level, so
+/// this bounds its stack; no routing path needs more, and a deeper expression is left to the
+/// full XPath compiler.
+const MAX_NESTING: usize = 32;
 
 const AXES: &[&str] = &[
     "ancestor",
@@ -505,7 +513,15 @@ impl Parser<'_> {
     }
 
     fn expr(&mut self) -> Result<P, CompileError> {
-        self.binary(0)
+        if self.depth == MAX_NESTING {
+            return Err(not_streamable(format!(
+                "expressions nested more than {MAX_NESTING} deep"
+            )));
+        }
+        self.depth += 1;
+        let parsed = self.binary(0);
+        self.depth -= 1;
+        parsed
     }
 
     /// Levels: or, and, equality, relational, additive, multiplicative.
@@ -540,18 +556,24 @@ impl Parser<'_> {
     }
 
     fn unary(&mut self) -> Result<P, CompileError> {
-        if self.eat(&T::Minus) {
-            self.unary()?;
-            return Ok(P::Other("unary minus".to_owned()));
+        // A loop, not recursion: any number of minus signs costs no stack.
+        let mut negated = false;
+        while self.eat(&T::Minus) {
+            negated = true;
         }
         let first = self.path_expr()?;
-        if self.peek() == Some(&T::Pipe) {
+        let parsed = if self.peek() == Some(&T::Pipe) {
             while self.eat(&T::Pipe) {
                 self.path_expr()?;
             }
-            return Ok(P::Other("a union '|'".to_owned()));
+            P::Other("a union '|'".to_owned())
+        } else {
+            first
+        };
+        if negated {
+            return Ok(P::Other("unary minus".to_owned()));
         }
-        Ok(first)
+        Ok(parsed)
     }
 
     fn path_expr(&mut self) -> Result<P, CompileError> {
@@ -999,6 +1021,27 @@ mod tests {
                 compile(e, &ns())
             );
         }
+    }
+
+    #[test]
+    fn deep_nesting_is_left_to_the_full_compiler_without_exhausting_the_stack() {
+        let predicates = format!("//a{}", "[b".repeat(100_000));
+        let parens = format!("{}1{}", "(".repeat(100_000), ")".repeat(100_000));
+        let minus = format!("{}1", "-".repeat(1_000_000));
+        for e in [predicates, parens, minus] {
+            assert!(
+                matches!(compile(&e, &ns()), Err(CompileError::NotStreamable { .. })),
+                "{:?}",
+                compile(&e, &ns())
+            );
+        }
+        // Nesting within the limit is parsed as before.
+        let nested = format!("//a[{}1{}]", "(".repeat(20), ")".repeat(20));
+        assert!(
+            !compile(&nested, &ns()).is_err_and(|e| e.to_string().contains("nested")),
+            "{:?}",
+            compile(&nested, &ns())
+        );
     }
 
     #[test]

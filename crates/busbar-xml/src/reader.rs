@@ -470,7 +470,9 @@ impl Reader {
     /// At the very start: a UTF-8 BOM and an XML declaration. `None` asks for more bytes.
     fn prolog_start(&mut self, buf: &[u8]) -> Result<Option<usize>, XmlError> {
         let mut pos = 0;
-        if buf.len() < BOM.len() && BOM.starts_with(buf) {
+        // The first byte of a BOM alone decides nothing: what follows tells a UTF-8 BOM, a
+        // UTF-16 one and invalid UTF-8 apart, whatever the chunking.
+        if buf.len() < BOM.len() && BOM.starts_with(buf) || matches!(buf, [0xFE] | [0xFF]) {
             return Ok(None);
         }
         if buf.starts_with(BOM) {
