@@ -8,6 +8,7 @@ mod endpoints;
 mod failures;
 mod fuzz_http;
 mod hardening;
+mod integrator;
 mod route;
 mod router;
 mod support;

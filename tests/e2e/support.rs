@@ -373,3 +373,64 @@ pub fn test_keys() -> PathBuf {
     })
     .clone()
 }
+
+/// A `busbar run` child process of an example config, killed on drop.
+pub struct Example {
+    child: std::process::Child,
+    /// The address of every `${BUSBAR_…:-host:port}` variable of the file, on a free port.
+    pub addrs: std::collections::BTreeMap<String, SocketAddr>,
+}
+
+impl Example {
+    /// Runs `examples/<name>` with every address variable of the file (`${BUSBAR_X:-host:port}`)
+    /// on a free loopback port, one worker, and `env` added; returns once the listener at
+    /// `BUSBAR_LISTEN` accepts connections.
+    pub fn start(name: &str, env: &[(&str, &str)]) -> Example {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../examples")
+            .join(name);
+        let text = std::fs::read_to_string(&path).expect("example");
+        let mut addrs = std::collections::BTreeMap::new();
+        for (at, _) in text.match_indices("${BUSBAR_") {
+            let rest = &text[at + 2..];
+            let Some(end) = rest.find('}') else { continue };
+            let Some((var, default)) = rest[..end].split_once(":-") else {
+                continue;
+            };
+            if default.parse::<SocketAddr>().is_ok() && !addrs.contains_key(var) {
+                let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+                addrs.insert(var.to_owned(), l.local_addr().expect("addr"));
+            }
+        }
+        let listen = *addrs.get("BUSBAR_LISTEN").expect("BUSBAR_LISTEN in the example");
+        let child = std::process::Command::new(env!("CARGO_BIN_EXE_busbar"))
+            .arg("run")
+            .arg(&path)
+            .envs(addrs.iter().map(|(k, v)| (k.clone(), v.to_string())))
+            .env("BUSBAR_WORKERS", "1")
+            .env("BUSBAR_LOG", "warn")
+            .envs(env.iter().copied())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("busbar run");
+        let example = Example { child, addrs };
+        assert!(
+            eventually(Duration::from_secs(20), || TcpStream::connect(listen).is_ok()),
+            "{name} did not start listening on {listen}"
+        );
+        example
+    }
+
+    /// The address of the proxies' listener.
+    pub fn listen(&self) -> SocketAddr {
+        self.addrs["BUSBAR_LISTEN"]
+    }
+}
+
+impl Drop for Example {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
