@@ -6,7 +6,7 @@ use crate::support::*;
 
 const JSON: (&str, &str) = ("Content-Type", "application/json");
 
-/// A JSON document of exactly `len` bytes (`len` ≥ 16) with varied numbers and strings.
+/// A JSON document of exactly `len` bytes (`len` ≥ 21) with varied numbers and strings.
 fn json_of_len(len: usize, seed: u64) -> Vec<u8> {
     let mut out = String::from("{\"items\":[");
     let mut i = 0u64;
@@ -32,13 +32,27 @@ fn json_passthrough_forwards_every_size_byte_for_byte_to_the_standard_back_end()
     let ex = Example::start("integrator.yaml", &[]);
     let mut c = Client::connect(ex.listen());
     for (i, size) in [
-        16usize, 500, 1024, 4095, 4096, 4097, 8192, 16383, 16384, 16385, 65536, 65537, 1 << 20,
+        21usize,
+        500,
+        1024,
+        4095,
+        4096,
+        4097,
+        8192,
+        16383,
+        16384,
+        16385,
+        65536,
+        65537,
+        1 << 20,
     ]
     .into_iter()
     .enumerate()
     {
         let body = json_of_len(size, i as u64);
-        let r = c.post("/api/passthrough", &[JSON], &body).expect("response");
+        let r = c
+            .post("/api/passthrough", &[JSON], &body)
+            .expect("response");
         assert_eq!(r.status, 200, "{size}: {}", r.text());
         assert_eq!(r.body, body, "{size}");
         assert_eq!(r.header(NAME_HEADER.as_str()), Some("standard"), "{size}");

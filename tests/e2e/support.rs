@@ -402,7 +402,9 @@ impl Example {
                 addrs.insert(var.to_owned(), l.local_addr().expect("addr"));
             }
         }
-        let listen = *addrs.get("BUSBAR_LISTEN").expect("BUSBAR_LISTEN in the example");
+        let listen = *addrs
+            .get("BUSBAR_LISTEN")
+            .expect("BUSBAR_LISTEN in the example");
         let child = std::process::Command::new(env!("CARGO_BIN_EXE_busbar"))
             .arg("run")
             .arg(&path)
@@ -416,7 +418,8 @@ impl Example {
             .expect("busbar run");
         let example = Example { child, addrs };
         assert!(
-            eventually(Duration::from_secs(20), || TcpStream::connect(listen).is_ok()),
+            eventually(Duration::from_secs(20), || TcpStream::connect(listen)
+                .is_ok()),
             "{name} did not start listening on {listen}"
         );
         example
