@@ -80,7 +80,8 @@ fn free_port() -> u16 {
         .port()
 }
 
-/// Every example config validates, boots with its embedded echo, and serves DirectProxy.
+/// Every example config validates, boots with its embedded back ends, answers `/readyz`, and
+/// serves DirectProxy where it has one.
 #[test]
 fn every_example_validates_and_boots() {
     let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples");
@@ -91,16 +92,32 @@ fn every_example_validates_and_boots() {
             continue;
         }
         seen += 1;
-        let (listen, echo, admin) = (free_port(), free_port(), free_port());
-        let envs = [
-            ("BUSBAR_LISTEN", format!("127.0.0.1:{listen}")),
-            ("BUSBAR_ECHO", format!("127.0.0.1:{echo}")),
-            ("BUSBAR_ECHO_A", format!("127.0.0.1:{}", free_port())),
-            ("BUSBAR_ECHO_B", format!("127.0.0.1:{}", free_port())),
-            ("BUSBAR_ADMIN", format!("127.0.0.1:{admin}")),
-            ("BUSBAR_WORKERS", "1".to_owned()),
-            ("BUSBAR_KEYS", test_keys().display().to_string()),
-        ];
+        let text = std::fs::read_to_string(&path).expect("example");
+        // Every address variable of the file (`${BUSBAR_X:-host:port}`) on a free port.
+        let mut envs: Vec<(String, String)> = Vec::new();
+        for (at, _) in text.match_indices("${BUSBAR_") {
+            let rest = &text[at + 2..];
+            let Some(end) = rest.find('}') else { continue };
+            let Some((var, default)) = rest[..end].split_once(":-") else {
+                continue;
+            };
+            if default.parse::<std::net::SocketAddr>().is_ok()
+                && !envs.iter().any(|(k, _)| k == var)
+            {
+                envs.push((var.to_owned(), format!("127.0.0.1:{}", free_port())));
+            }
+        }
+        envs.push(("BUSBAR_WORKERS".to_owned(), "1".to_owned()));
+        envs.push(("BUSBAR_KEYS".to_owned(), test_keys().display().to_string()));
+        let addr_of = |var: &str| -> std::net::SocketAddr {
+            envs.iter()
+                .find(|(k, _)| k == var)
+                .unwrap_or_else(|| panic!("{}: no {var}", path.display()))
+                .1
+                .parse()
+                .expect("addr")
+        };
+        let (listen, admin) = (addr_of("BUSBAR_LISTEN"), addr_of("BUSBAR_ADMIN"));
         let out = busbar()
             .arg("validate")
             .arg(&path)
@@ -116,26 +133,33 @@ fn every_example_validates_and_boots() {
         let mut child = busbar()
             .arg("run")
             .arg(&path)
-            .envs(envs)
+            .envs(envs.clone())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
             .expect("run");
-        let addr: std::net::SocketAddr = format!("127.0.0.1:{listen}").parse().expect("addr");
         let up = eventually(Duration::from_secs(10), || {
-            std::net::TcpStream::connect(addr).is_ok()
+            std::net::TcpStream::connect(listen).is_ok()
         });
         assert!(up, "{} did not start listening", path.display());
-        let body = payload(4096, 9);
-        let r = Client::connect(addr)
-            .post(
-                "/service/DirectProxy",
-                &[("Content-Type", "text/xml; charset=UTF-8")],
-                &body,
-            )
-            .expect("DirectProxy");
-        assert_eq!(r.status, 200, "{}: {}", path.display(), r.text());
-        assert_eq!(r.body, body);
+        let ready = eventually(Duration::from_secs(10), || {
+            Client::connect(admin)
+                .get("/readyz")
+                .is_ok_and(|r| r.status == 200)
+        });
+        assert!(ready, "{} did not become ready", path.display());
+        if text.contains("path: /service/DirectProxy") {
+            let body = payload(4096, 9);
+            let r = Client::connect(listen)
+                .post(
+                    "/service/DirectProxy",
+                    &[("Content-Type", "text/xml; charset=UTF-8")],
+                    &body,
+                )
+                .expect("DirectProxy");
+            assert_eq!(r.status, 200, "{}: {}", path.display(), r.text());
+            assert_eq!(r.body, body);
+        }
         // SIGTERM: graceful stop, exit code 0.
         let _ = Command::new("kill")
             .arg("-TERM")
@@ -273,6 +297,11 @@ fn a_failed_call_is_logged_once_with_the_steps_config_path() {
         .status();
     let out = child.wait_with_output().expect("wait");
     let log = String::from_utf8_lossy(&out.stderr);
+    // stderr is a pipe here, not a terminal: no colour escape sequences in the log.
+    assert!(
+        !log.contains('\x1b'),
+        "escape sequences in a piped log:\n{log}"
+    );
     for step in ["proxies.P.in[0].call", "proxies.Q.in[0].call"] {
         let lines = log
             .lines()
@@ -318,4 +347,31 @@ fn sigterm_right_after_start_is_a_graceful_stop() {
         assert!(status.success(), "exit {status:?}");
     }
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `busbar --version` names the version and the commit the binary was built from.
+#[test]
+fn version_names_the_commit() {
+    let out = busbar().arg("--version").output().expect("--version");
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    let expected_prefix = format!("busbar {} (", env!("CARGO_PKG_VERSION"));
+    assert!(text.starts_with(&expected_prefix), "{text}");
+    let commit = text[expected_prefix.len()..].trim_end_matches(')');
+    let hash = commit.trim_end_matches("-dirty");
+    if hash != "unknown" {
+        assert!(
+            hash.len() == 12 && hash.bytes().all(|b| b.is_ascii_hexdigit()),
+            "{text}"
+        );
+        if let Ok(head) = Command::new("git")
+            .args(["rev-parse", "--short=12", "HEAD"])
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .output()
+        {
+            if head.status.success() {
+                assert_eq!(hash, String::from_utf8_lossy(&head.stdout).trim(), "{text}");
+            }
+        }
+    }
 }

@@ -15,9 +15,12 @@ use clap::{Parser, Subcommand};
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
+/// The version with the commit the binary was built from.
+const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (", env!("BUSBAR_COMMIT"), ")");
+
 /// busbar: a fast, exact integration engine (ESB) and its benchmark kit.
 #[derive(Parser, Debug)]
-#[command(name = "busbar", version, about)]
+#[command(name = "busbar", version = VERSION, about)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -64,8 +67,13 @@ fn init_logging(level: &str, json: bool) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .or_else(|_| tracing_subscriber::EnvFilter::try_new(level))
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    // Colour only on a terminal (a log redirected to a file or a pipe gets plain text), and
+    // never when NO_COLOR is set.
+    use std::io::IsTerminal;
+    let ansi = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(ansi)
         .with_writer(std::io::stderr);
     let _ = if json {
         builder.json().try_init()
