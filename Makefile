@@ -1,5 +1,5 @@
 # The two commands of the README: `make run` and `make test`.
-.PHONY: run test lint setup bench-setup release keys
+.PHONY: run test lint setup bench-setup release keys install
 
 CONFIG ?= examples/esb-benchmark.yaml
 
@@ -30,3 +30,14 @@ test: setup
 lint: setup
 	cargo fmt --all --check
 	cargo clippy --workspace --all-targets -- -D warnings
+
+# Installs the binary, the systemd unit and an example config (kept if one is already there):
+#   sudo make install [PREFIX=/usr/local] [DESTDIR=...]
+# then `systemctl daemon-reload && systemctl enable --now busbar`.
+PREFIX ?= /usr/local
+install: release
+	install -D -m 0755 target/release/busbar $(DESTDIR)$(PREFIX)/bin/busbar
+	install -D -m 0644 packaging/busbar.service $(DESTDIR)/etc/systemd/system/busbar.service
+	sed -i 's#/usr/local/bin/busbar#$(PREFIX)/bin/busbar#g' $(DESTDIR)/etc/systemd/system/busbar.service
+	install -d -m 0755 $(DESTDIR)/etc/busbar
+	test -e $(DESTDIR)/etc/busbar/busbar.yaml || install -m 0644 packaging/busbar.yaml $(DESTDIR)/etc/busbar/busbar.yaml

@@ -12,6 +12,9 @@ use busbar_engine::echo::EchoOptions;
 use clap::{Parser, Subcommand};
 
 #[cfg(target_os = "linux")]
+mod health;
+mod notify;
+
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
@@ -38,6 +41,16 @@ enum Command {
         /// The YAML config file.
         config: PathBuf,
     },
+    /// Ask a running engine's admin API whether it is healthy: exit status 0 when the URL
+    /// answers 2xx within the timeout, 1 otherwise (for container health checks and scripts).
+    Health {
+        /// The admin health URL (plain HTTP).
+        #[arg(default_value = "http://127.0.0.1:9901/healthz")]
+        url: String,
+        /// How long to wait for the answer.
+        #[arg(long, default_value = "3s", value_parser = parse_timeout)]
+        timeout: std::time::Duration,
+    },
     /// The benchmark back end: echoes each request body with its Content-Type.
     Echo {
         /// Address to listen on.
@@ -61,6 +74,10 @@ enum Command {
         #[command(subcommand)]
         command: busbar_bench::BenchCommand,
     },
+}
+
+fn parse_timeout(s: &str) -> Result<std::time::Duration, String> {
+    busbar_config::units::Duration::parse(s).map(|d| d.0)
 }
 
 fn init_logging(level: &str, json: bool) {
@@ -95,6 +112,7 @@ fn main() -> ExitCode {
             workers,
         } => echo(listen, delay_ms, json, name, workers),
         Command::Bench { command } => busbar_bench::run(command),
+        Command::Health { url, timeout } => health::check(&url, timeout),
     }
 }
 
@@ -151,6 +169,7 @@ fn run(config: &std::path::Path) -> ExitCode {
     if let Some(a) = engine.admin {
         println!("admin on http://{a}");
     }
+    notify::notify("READY=1");
     forward_signals(signals, engine.control());
     engine.wait();
     ExitCode::SUCCESS
@@ -230,11 +249,20 @@ fn forward_signals(
             for signal in signals {
                 match signal {
                     Signal::Stop => {
+                        notify::notify("STOPPING=1");
                         control.shutdown();
                         return;
                     }
                     Signal::Reload => {
-                        let _ = control.reload();
+                        notify::notify("RELOADING=1");
+                        let status = match control.reload() {
+                            Ok(_) => "READY=1\nSTATUS=serving; last reload applied".to_owned(),
+                            Err(e) => format!(
+                                "READY=1\nSTATUS=serving the previous config; reload failed with {} problem(s)",
+                                e.0.len()
+                            ),
+                        };
+                        notify::notify(&status);
                     }
                 }
             }
