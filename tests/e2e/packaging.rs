@@ -82,6 +82,13 @@ fn systemd_hears_ready_reloading_and_stopping() {
         .expect("after a failed reload");
     assert_eq!(r.text(), "two");
 
+    // SIGUSR1 (reopen the access log; there is none here) must not end the process, whose
+    // default action it would be.
+    kill(&child, "USR1");
+    std::thread::sleep(Duration::from_millis(200));
+    let r = Client::connect(listen).get("/p").expect("after SIGUSR1");
+    assert_eq!(r.text(), "two");
+
     kill(&child, "TERM");
     assert_eq!(receive(&socket), "STOPPING=1");
     assert!(child.wait().expect("wait").success());

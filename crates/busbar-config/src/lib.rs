@@ -289,6 +289,57 @@ pub fn validate(loaded: &LoadedConfig) -> Vec<ConfigError> {
             );
         }
     }
+    if let Some(log) = &cfg.access_log {
+        if log.path.trim().is_empty() {
+            err(
+                None,
+                "access_log.path".into(),
+                "give 'stdout' or a file path".into(),
+            );
+        }
+        if log.buffer == 0 {
+            err(
+                None,
+                "access_log.buffer".into(),
+                "must be at least 1".into(),
+            );
+        }
+    }
+    if !(0.0..=1.0).contains(&cfg.tracing.sample) {
+        err(
+            None,
+            "tracing.sample".into(),
+            format!("{} is not a ratio from 0 to 1", cfg.tracing.sample),
+        );
+    }
+    if let Some(otlp) = &cfg.tracing.otlp {
+        if let Err(e) = check_url(&otlp.endpoint) {
+            err(None, "tracing.otlp.endpoint".into(), e);
+        }
+        if otlp.queue == 0 {
+            err(
+                None,
+                "tracing.otlp.queue".into(),
+                "must be at least 1".into(),
+            );
+        }
+        if otlp.batch == 0 {
+            err(
+                None,
+                "tracing.otlp.batch".into(),
+                "must be at least 1".into(),
+            );
+        }
+        for name in otlp.headers.keys() {
+            if http::HeaderName::from_bytes(name.as_bytes()).is_err() {
+                err(
+                    None,
+                    format!("tracing.otlp.headers.{name}"),
+                    format!("invalid header name '{name}'"),
+                );
+            }
+        }
+    }
     let echoes = cfg.echo.iter().map(|e| ("echo".to_owned(), e));
     let named = cfg.echoes.iter().map(|(k, e)| (format!("echoes.{k}"), e));
     for (path, echo) in echoes.chain(named) {

@@ -18,6 +18,13 @@ pub struct Config {
     /// Logging.
     #[serde(default)]
     pub log: LogConfig,
+    /// The access log: one line per request. Absent: no access log.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub access_log: Option<AccessLogConfig>,
+    /// Distributed tracing: W3C trace context propagation (always on), sampling, and span
+    /// export over OTLP.
+    #[serde(default)]
+    pub tracing: TracingConfig,
     /// The admin listener (`/healthz`, `/readyz`, `/metrics`, `/config`, `POST /reload`).
     #[serde(default)]
     pub admin: AdminConfig,
@@ -109,6 +116,126 @@ impl Default for LogConfig {
 
 fn default_log_level() -> String {
     "info".to_owned()
+}
+
+/// The access log.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct AccessLogConfig {
+    /// `stdout`, or a file (relative paths are relative to the config file) opened for
+    /// appending and created if missing. SIGUSR1 reopens it (for logrotate's `create` mode).
+    #[serde(default = "default_access_log_path")]
+    pub path: String,
+    /// `json` (one object per line) or `common` (the Common Log Format, followed by the proxy,
+    /// the durations and the trace id).
+    #[serde(default)]
+    pub format: AccessLogFormat,
+    /// Lines held for the writer thread when the disk falls behind; past it lines are dropped
+    /// (and counted in `busbar_access_log_lines_total{outcome="dropped"}`), so a slow disk never slows requests.
+    #[serde(default = "default_access_log_buffer")]
+    pub buffer: usize,
+}
+
+fn default_access_log_path() -> String {
+    "stdout".to_owned()
+}
+
+fn default_access_log_buffer() -> usize {
+    16384
+}
+
+/// Access log line format.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AccessLogFormat {
+    /// One JSON object per line.
+    #[default]
+    Json,
+    /// `host - - [time] "METHOD target HTTP/x" status bytes` then `proxy total backend
+    /// bytes_in trace_id`.
+    Common,
+}
+
+/// Distributed tracing.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct TracingConfig {
+    /// The share of new traces (requests without a `traceparent`) that are recorded, from 0
+    /// to 1; a request with a `traceparent` follows its sampled flag. Spans are recorded only
+    /// when `otlp` is set; propagation happens either way.
+    #[serde(default = "default_sample")]
+    pub sample: f64,
+    /// The `service.name` resource attribute of exported spans.
+    #[serde(default = "default_service_name")]
+    pub service_name: String,
+    /// Where spans are exported; absent: not exported.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub otlp: Option<OtlpConfig>,
+}
+
+impl Default for TracingConfig {
+    fn default() -> Self {
+        Self {
+            sample: default_sample(),
+            service_name: default_service_name(),
+            otlp: None,
+        }
+    }
+}
+
+fn default_sample() -> f64 {
+    1.0
+}
+
+fn default_service_name() -> String {
+    "busbar".to_owned()
+}
+
+/// An OTLP span exporter.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct OtlpConfig {
+    /// The collector: `http://host:4318/v1/traces` for `http`, `http://host:4317` for `grpc`.
+    pub endpoint: String,
+    /// `http` (OTLP/HTTP, protobuf) or `grpc` (OTLP/gRPC).
+    #[serde(default)]
+    pub protocol: OtlpProtocol,
+    /// Time allowed for one export.
+    #[serde(default = "default_otlp_timeout")]
+    pub timeout: Duration,
+    /// Finished spans held for export; past it spans are dropped and counted in
+    /// `busbar_trace_spans_total{outcome="dropped"}`, so export never slows a request.
+    #[serde(default = "default_otlp_queue")]
+    pub queue: usize,
+    /// Spans sent per export request.
+    #[serde(default = "default_otlp_batch")]
+    pub batch: usize,
+    /// Headers sent with every export (credentials of a hosted collector).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub headers: BTreeMap<String, Secret<String>>,
+}
+
+fn default_otlp_timeout() -> Duration {
+    Duration(std::time::Duration::from_secs(10))
+}
+
+fn default_otlp_queue() -> usize {
+    8192
+}
+
+fn default_otlp_batch() -> usize {
+    512
+}
+
+/// OTLP transport.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OtlpProtocol {
+    /// OTLP/HTTP with protobuf bodies.
+    #[default]
+    Http,
+    /// OTLP/gRPC.
+    Grpc,
 }
 
 /// Log line format.

@@ -48,6 +48,11 @@ pub struct Exchange {
     pub params: Vec<(Arc<str>, String)>,
     /// Variables steps set and read, by name; they live as long as the exchange.
     pub vars: BTreeMap<String, Var>,
+    /// The W3C trace this exchange belongs to (the caller's, or one started here).
+    pub trace: crate::trace::TraceContext,
+    /// Time spent waiting for back ends (each attempt until its response head), for the
+    /// access log.
+    pub backend_time: std::time::Duration,
     /// Parsed views of the current bodies, so that a body is parsed at most once.
     views: Vec<View>,
 }
@@ -97,6 +102,8 @@ impl Exchange {
             proxy,
             params: Vec::new(),
             vars: BTreeMap::new(),
+            trace: crate::trace::TraceContext::detached(),
+            backend_time: std::time::Duration::ZERO,
             views: Vec::new(),
         }
     }

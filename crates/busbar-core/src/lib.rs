@@ -12,12 +12,14 @@ pub mod exchange;
 pub mod fault;
 pub mod metrics;
 pub mod test;
+pub mod trace;
 
 pub use body::{Body, BodyError};
 pub use error::{Blame, ErrorKind, MediationError};
 pub use exchange::{Exchange, Flow, Phase, Var};
 pub use fault::{FaultCode, MessageFormat, QName, SoapVersion};
 pub use test::Test;
+pub use trace::TraceContext;
 
 /// The boxed error type carried as the source of body and mediation errors.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;

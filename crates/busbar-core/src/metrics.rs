@@ -126,6 +126,14 @@ pub struct Registry {
     pub reloads: AtomicU64,
     /// Config reloads that failed (the old config kept serving).
     pub reload_failures: AtomicU64,
+    /// Access log lines written.
+    pub access_log_lines: AtomicU64,
+    /// Access log lines dropped because the writer fell behind.
+    pub access_log_dropped: AtomicU64,
+    /// Spans exported to the OTLP collector.
+    pub spans_exported: AtomicU64,
+    /// Spans dropped: export queue full, or the collector refused or did not answer.
+    pub spans_dropped: AtomicU64,
 }
 
 impl Registry {
@@ -251,6 +259,18 @@ impl Registry {
             "# HELP busbar_reloads_total Config reloads by result.\n# TYPE busbar_reloads_total counter\nbusbar_reloads_total{{result=\"ok\"}} {}\nbusbar_reloads_total{{result=\"failed\"}} {}",
             self.reloads.load(Relaxed),
             self.reload_failures.load(Relaxed)
+        );
+        let _ = writeln!(
+            out,
+            "# HELP busbar_access_log_lines_total Access log lines by outcome.\n# TYPE busbar_access_log_lines_total counter\nbusbar_access_log_lines_total{{outcome=\"written\"}} {}\nbusbar_access_log_lines_total{{outcome=\"dropped\"}} {}",
+            self.access_log_lines.load(Relaxed),
+            self.access_log_dropped.load(Relaxed)
+        );
+        let _ = writeln!(
+            out,
+            "# HELP busbar_trace_spans_total Spans handed to the OTLP exporter by outcome.\n# TYPE busbar_trace_spans_total counter\nbusbar_trace_spans_total{{outcome=\"exported\"}} {}\nbusbar_trace_spans_total{{outcome=\"dropped\"}} {}",
+            self.spans_exported.load(Relaxed),
+            self.spans_dropped.load(Relaxed)
         );
         out
     }

@@ -20,6 +20,7 @@ use busbar_core::metrics::Registry;
 use http::HeaderValue;
 use tokio::sync::watch;
 
+use crate::access_log::AccessLog;
 use crate::admin::AdminHandler;
 use crate::echo::{EchoHandler, EchoOptions};
 use crate::proxy::ProxyHandler;
@@ -35,6 +36,27 @@ pub struct Shared {
     pub metrics: Arc<Registry>,
     /// True once shutdown started (readiness turns false).
     pub draining: AtomicBool,
+    /// The access log, when the config has one.
+    pub access_log: arc_swap::ArcSwapOption<AccessLog>,
+}
+
+/// Starts the access log of `loaded`, if it has one.
+fn start_access_log(
+    loaded: &LoadedConfig,
+    metrics: &Arc<Registry>,
+) -> Result<Option<Arc<AccessLog>>, ConfigErrors> {
+    let Some(config) = &loaded.config.access_log else {
+        return Ok(None);
+    };
+    AccessLog::start(config, &loaded.base_dir, metrics.clone())
+        .map(|log| Some(Arc::new(log)))
+        .map_err(|e| {
+            ConfigErrors(vec![loaded.error(
+                None,
+                "access_log.path",
+                format!("cannot open the access log: {e}"),
+            )])
+        })
 }
 
 /// A built engine, not serving yet.
@@ -179,10 +201,12 @@ impl Engine {
         let workers = workers_of(&loaded.config);
         let metrics = Arc::new(Registry::default());
         let runtime = Runtime::build(&loaded, &metrics, workers).map_err(ConfigErrors)?;
+        let access_log = start_access_log(&loaded, &metrics)?;
         let shared = Arc::new(Shared {
             runtime: ArcSwap::from_pointee(runtime),
             metrics,
             draining: AtomicBool::new(false),
+            access_log: arc_swap::ArcSwapOption::new(access_log),
         });
         Ok(Engine {
             loaded,
@@ -438,6 +462,11 @@ impl Control {
         let runtime =
             Runtime::build(&loaded, &self.shared.metrics, self.workers).map_err(ConfigErrors)?;
         let proxies = loaded.config.proxies.len();
+        let current = self.shared.access_log.load();
+        if current.as_ref().map(|l| &l.config) != loaded.config.access_log.as_ref() {
+            let log = start_access_log(&loaded, &self.shared.metrics)?;
+            self.shared.access_log.store(log);
+        }
         // In-flight exchanges keep the old runtime alive through their own `Arc` and finish
         // on it; new requests see the new one from here on.
         self.shared.runtime.store(Arc::new(runtime));
@@ -445,6 +474,13 @@ impl Control {
             "reloaded {} ({proxies} proxies)",
             self.file.display()
         ))
+    }
+
+    /// Reopens the access log file (after logrotate moved it away): SIGUSR1.
+    pub fn reopen_logs(&self) {
+        if let Some(log) = &*self.shared.access_log.load() {
+            log.reopen();
+        }
     }
 
     /// Starts a graceful shutdown: stop accepting, finish in-flight requests, then exit.

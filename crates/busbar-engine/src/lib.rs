@@ -11,6 +11,7 @@
 //! graceful shutdown; [`admin`] (health, metrics, the effective config, reload) and [`echo`]
 //! (the benchmark back end) are handlers too.
 
+pub mod access_log;
 pub mod admin;
 pub mod echo;
 pub mod endpoint;

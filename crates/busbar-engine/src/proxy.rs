@@ -2,22 +2,27 @@
 //! path parameters) → `in` sequence → `out` sequence → reply; or `on_error` → the error
 //! answer, rendered in one place ([`MediationError::render`]).
 
-use std::sync::atomic::AtomicBool;
+use std::net::SocketAddr;
 use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use busbar_core::body::Origin;
+use busbar_core::trace::{TraceContext, TraceId};
 use busbar_core::{Blame, Body, ErrorKind, Exchange, Flow, MediationError, MessageFormat};
 use http::header::{HeaderValue, ALLOW, CONNECTION, CONTENT_TYPE, TRANSFER_ENCODING};
 use http::{Method, Request, Response, StatusCode};
 use hyper::body::Incoming;
 
+use crate::access_log::AccessRecord;
 use crate::engine::Shared;
 use crate::headers::strip_hop_by_hop;
 use crate::router::Match;
 use crate::runtime::Proxy;
-use crate::serve::{host_problem, BodyTimeout, ConnInfo, Handler, Meter, Metered, ResponseBody};
+use crate::serve::{
+    host_problem, BodyTimeout, ConnInfo, Handler, Meter, Metered, PendingAccess, ResponseBody,
+};
 use crate::steps;
 
 /// Serves the proxies of listener number `index` in the current runtime.
@@ -32,8 +37,8 @@ pub struct ProxyHandler {
 }
 
 impl Handler for ProxyHandler {
-    async fn handle(&self, req: Request<Incoming>, _conn: &ConnInfo) -> Response<ResponseBody> {
-        handle(&self.shared, self.index, self.body_timeout, req).await
+    async fn handle(&self, req: Request<Incoming>, conn: &ConnInfo) -> Response<ResponseBody> {
+        handle(&self.shared, self.index, self.body_timeout, req, conn.peer).await
     }
 
     fn tls(&self) -> Option<Arc<rustls::ServerConfig>> {
@@ -54,11 +59,14 @@ pub async fn handle(
     index: usize,
     body_timeout: Duration,
     req: Request<Incoming>,
+    peer: Option<SocketAddr>,
 ) -> Response<ResponseBody> {
     if let Some(e) = malformed(&req) {
         tracing::debug!(path = req.uri().path(), "{e}");
         let format = MessageFormat::from_request_headers(req.headers());
-        return error_response(&e, format, None);
+        let resp = error_response(&e, format, None);
+        log_unserved(shared, &req, peer, "-", &resp);
+        return resp;
     }
     let runtime = shared.runtime.load_full();
     let (proxy, params) = match runtime.route(index, req.method(), req.uri().path()) {
@@ -76,6 +84,7 @@ pub async fn handle(
             if let Some(allow) = allow_header(&allow) {
                 resp.headers_mut().insert(ALLOW, allow);
             }
+            log_unserved(shared, &req, peer, &target.name, &resp);
             return resp;
         }
         Match::NotFound => {
@@ -85,18 +94,46 @@ pub async fn handle(
                 format!("No service at {}", req.uri().path()),
             );
             let format = MessageFormat::from_request_headers(req.headers());
-            return error_response(&e, format, None);
+            let resp = error_response(&e, format, None);
+            log_unserved(shared, &req, peer, "-", &resp);
+            return resp;
         }
     };
-    let meter = Meter::start(proxy.counters.clone());
+    let sample = runtime.config.config.tracing.sample;
+    let trace = TraceContext::from_headers(req.headers(), |id| sampled(id, sample));
+    let log = shared.access_log.load_full();
+    let bytes_in = log.as_ref().map(|_| Arc::new(AtomicU64::new(0)));
+    let pending = log.map(|log| PendingAccess {
+        log,
+        record: AccessRecord {
+            time: SystemTime::now(),
+            client: peer,
+            method: req.method().clone(),
+            target: target_of(req.uri()),
+            version: req.version(),
+            proxy: proxy.name.clone(),
+            status: 0,
+            bytes_in: 0,
+            bytes_out: 0,
+            total: Duration::ZERO,
+            backend: Duration::ZERO,
+            trace_id: trace.trace_id,
+            incomplete: false,
+        },
+        bytes_in: bytes_in.clone().unwrap_or_default(),
+        ended: false,
+        errored: false,
+    });
+    let mut meter = Meter::start(proxy.counters.clone()).with_access(pending);
     let (parts, incoming) = req.into_parts();
     let exact = http_body::Body::size_hint(&incoming).exact();
     let timed_out = Arc::new(AtomicBool::new(false));
     let timed = BodyTimeout::new(incoming, body_timeout, timed_out.clone());
-    let counted = Metered::request(timed, proxy.counters.clone());
+    let counted = Metered::request(timed, proxy.counters.clone()).counting_into(bytes_in);
     let body = Body::stream(counted, exact, Origin::Client);
     let mut ex = Exchange::new(parts, body, proxy.name.clone());
     ex.params = params;
+    ex.trace = trace;
     // Whoever read the body (a step, or the call streaming it to a back end), a client that
     // stalled its body gets 408, and the connection closes.
     let result = match run_proxy(&proxy, &mut ex).await {
@@ -115,15 +152,67 @@ pub async fn handle(
     match result {
         Ok(mut resp) => {
             strip_hop_by_hop(resp.headers_mut());
+            meter.set_status(resp.status().as_u16());
+            meter.set_backend(ex.backend_time);
             resp.map(|inner| ResponseBody::response(inner, meter))
         }
         Err(e) => {
             proxy.counters.error(e.kind);
             log_error(&proxy, &ex, &e);
             drain_small_body(&mut ex.request_body).await;
+            meter.set_backend(ex.backend_time);
             error_response(&e, ex.format, Some(meter))
         }
     }
+}
+
+/// Access-logs a request answered before any proxy ran (malformed, no such path, wrong
+/// method): its answer is a small error body, sent whole.
+fn log_unserved<B>(
+    shared: &Shared,
+    req: &Request<B>,
+    peer: Option<SocketAddr>,
+    proxy: &str,
+    resp: &Response<ResponseBody>,
+) {
+    let Some(log) = shared.access_log.load_full() else {
+        return;
+    };
+    let trace = TraceContext::from_headers(req.headers(), |_| false);
+    log.log(AccessRecord {
+        time: SystemTime::now(),
+        client: peer,
+        method: req.method().clone(),
+        target: target_of(req.uri()),
+        version: req.version(),
+        proxy: Arc::from(proxy),
+        status: resp.status().as_u16(),
+        bytes_in: 0,
+        bytes_out: http_body::Body::size_hint(resp.body()).exact().unwrap_or(0),
+        total: Duration::ZERO,
+        backend: Duration::ZERO,
+        trace_id: trace.trace_id,
+        incomplete: false,
+    });
+}
+
+/// The request target as received: path and query.
+fn target_of(uri: &http::Uri) -> String {
+    uri.path_and_query()
+        .map_or_else(|| uri.path().to_owned(), |p| p.as_str().to_owned())
+}
+
+/// The sampling decision for a new trace: a fixed share of trace ids, the same on every
+/// node (the id's low 64 bits against the ratio), so a trace is recorded everywhere or nowhere.
+fn sampled(id: TraceId, ratio: f64) -> bool {
+    if ratio >= 1.0 {
+        return true;
+    }
+    if ratio <= 0.0 {
+        return false;
+    }
+    let threshold = (ratio * u64::MAX as f64) as u64;
+    (id.0 as u64) < threshold
 }
 
 /// A request refused before routing: a missing or repeated `Host` (RFC 9112 §3.2), or a body
@@ -218,9 +307,12 @@ fn log_error(proxy: &Proxy, ex: &Exchange, e: &MediationError) {
 fn error_response(
     e: &MediationError,
     format: MessageFormat,
-    meter: Option<Meter>,
+    mut meter: Option<Meter>,
 ) -> Response<ResponseBody> {
     let (status, rendered) = e.render(format);
+    if let Some(m) = &mut meter {
+        m.set_status(status.as_u16());
+    }
     let body = Body::full(rendered.body);
     let mut resp = Response::new(match meter {
         Some(meter) => ResponseBody::response(body, meter),

@@ -15,13 +15,15 @@ use std::io;
 use std::net::{SocketAddr, TcpListener as StdListener};
 use std::pin::{pin, Pin};
 use std::sync::atomic::Ordering::Relaxed;
-use std::sync::atomic::{AtomicBool, AtomicUsize};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use busbar_core::metrics::Counters;
+
+use crate::access_log::{AccessLog, AccessRecord};
 use busbar_core::{Body, BoxError, ErrorKind};
 use bytes::Bytes;
 use http::{Request, Response};
@@ -563,6 +565,22 @@ fn log_conn_end(result: Result<(), hyper::Error>) {
 pub struct Meter {
     counters: Arc<Counters>,
     started: Instant,
+    access: Option<Box<PendingAccess>>,
+}
+
+/// An access log record waiting for the end of its response.
+#[derive(Debug)]
+pub struct PendingAccess {
+    /// Where it goes.
+    pub log: Arc<AccessLog>,
+    /// The record; sizes, durations and completeness are filled in at the end.
+    pub record: AccessRecord,
+    /// The request body's bytes, counted by its [`Metered`] body.
+    pub bytes_in: Arc<AtomicU64>,
+    /// The response body reached its end.
+    pub ended: bool,
+    /// The response body failed on the way.
+    pub errored: bool,
 }
 
 impl Meter {
@@ -573,6 +591,7 @@ impl Meter {
         Meter {
             counters,
             started: Instant::now(),
+            access: None,
         }
     }
 
@@ -580,12 +599,40 @@ impl Meter {
     pub fn counters(&self) -> &Arc<Counters> {
         &self.counters
     }
+
+    /// Writes `pending` to the access log when the request ends (with the response's status
+    /// set here and its body's size counted as it is sent).
+    pub fn with_access(mut self, pending: Option<PendingAccess>) -> Meter {
+        self.access = pending.map(Box::new);
+        self
+    }
+
+    /// Sets the back-end time the access log records.
+    pub fn set_backend(&mut self, backend: Duration) {
+        if let Some(a) = &mut self.access {
+            a.record.backend = backend;
+        }
+    }
+
+    /// Sets the status the access log records.
+    pub fn set_status(&mut self, status: u16) {
+        if let Some(a) = &mut self.access {
+            a.record.status = status;
+        }
+    }
 }
 
 impl Drop for Meter {
     fn drop(&mut self) {
-        self.counters.latency.observe(self.started.elapsed());
+        let elapsed = self.started.elapsed();
+        self.counters.latency.observe(elapsed);
         self.counters.in_flight.fetch_sub(1, Relaxed);
+        if let Some(mut a) = self.access.take() {
+            a.record.total = elapsed;
+            a.record.bytes_in = a.bytes_in.load(Relaxed);
+            a.record.incomplete = !a.ended || a.errored;
+            a.log.log(a.record);
+        }
     }
 }
 
@@ -605,6 +652,8 @@ pub struct Metered<B> {
     direction: Direction,
     /// Held for its `Drop`: the request ends when the response body does.
     _meter: Option<Meter>,
+    /// This request's own byte count (for the access log), besides the proxy's.
+    own: Option<Arc<AtomicU64>>,
 }
 
 /// The response body sent to clients.
@@ -618,16 +667,23 @@ impl ResponseBody {
             counters: None,
             direction: Direction::Out,
             _meter: None,
+            own: None,
         }
     }
 
     /// A response body counted into `meter`'s counters; the meter ends when the body is done.
-    pub fn response(inner: Body, meter: Meter) -> Self {
+    pub fn response(inner: Body, mut meter: Meter) -> Self {
+        if http_body::Body::is_end_stream(&inner) {
+            if let Some(a) = &mut meter.access {
+                a.ended = true;
+            }
+        }
         Self {
             inner,
             counters: Some(meter.counters.clone()),
             direction: Direction::Out,
             _meter: Some(meter),
+            own: None,
         }
     }
 }
@@ -640,7 +696,14 @@ impl<B> Metered<B> {
             counters: Some(counters),
             direction: Direction::In,
             _meter: None,
+            own: None,
         }
+    }
+
+    /// Also counts the bytes into `own` (this request's count, for the access log).
+    pub fn counting_into(mut self, own: Option<Arc<AtomicU64>>) -> Self {
+        self.own = own;
+        self
     }
 }
 
@@ -667,9 +730,25 @@ where
                             Direction::In => counters.bytes_in.fetch_add(n, Relaxed),
                             Direction::Out => counters.bytes_out.fetch_add(n, Relaxed),
                         };
+                        if let Some(own) = &this.own {
+                            own.fetch_add(n, Relaxed);
+                        }
+                        let end = this.inner.is_end_stream();
+                        if let Some(a) = this._meter.as_mut().and_then(|m| m.access.as_mut()) {
+                            a.record.bytes_out += n;
+                            a.ended |= end;
+                        }
+                    }
+                }
+                (Poll::Ready(None), Direction::Out) => {
+                    if let Some(a) = this._meter.as_mut().and_then(|m| m.access.as_mut()) {
+                        a.ended = true;
                     }
                 }
                 (Poll::Ready(Some(Err(e))), Direction::Out) => {
+                    if let Some(a) = this._meter.as_mut().and_then(|m| m.access.as_mut()) {
+                        a.errored = true;
+                    }
                     counters.error(ErrorKind::UpstreamReset);
                     // Where a streamed answer's failure is handled: the client's copy is cut.
                     tracing::warn!(kind = "upstream_reset", "response cut mid-body: {e}");

@@ -181,9 +181,11 @@ enum Signal {
     Stop,
     /// SIGHUP: reload the config.
     Reload,
+    /// SIGUSR1: reopen the access log (after logrotate moved it).
+    Reopen,
 }
 
-/// Installs the SIGTERM, SIGINT and SIGHUP handlers on a thread of their own and returns once
+/// Installs the SIGTERM, SIGINT, SIGHUP and SIGUSR1 handlers on a thread of their own and returns once
 /// they are in place, so that a signal sent while the engine starts (a supervisor that stops
 /// it at once) is not lost to the default action, which would kill the process. The signals
 /// arrive on the returned channel.
@@ -210,9 +212,10 @@ fn watch_signals() -> std::sync::mpsc::Receiver<Signal> {
                     signal(SignalKind::terminate()),
                     signal(SignalKind::interrupt()),
                     signal(SignalKind::hangup()),
+                    signal(SignalKind::user_defined1()),
                 );
                 let _ = ready_tx.send(());
-                let (Ok(mut term), Ok(mut int), Ok(mut hup)) = handlers else {
+                let (Ok(mut term), Ok(mut int), Ok(mut hup), Ok(mut usr1)) = handlers else {
                     tracing::error!("cannot install signal handlers");
                     return;
                 };
@@ -221,6 +224,7 @@ fn watch_signals() -> std::sync::mpsc::Receiver<Signal> {
                         _ = term.recv() => Signal::Stop,
                         _ = int.recv() => Signal::Stop,
                         _ = hup.recv() => Signal::Reload,
+                        _ = usr1.recv() => Signal::Reopen,
                     };
                     if tx.send(signal).is_err() {
                         return;
@@ -238,7 +242,7 @@ fn watch_signals() -> std::sync::mpsc::Receiver<Signal> {
 }
 
 /// Acts on `signals` for a started engine: SIGTERM/SIGINT start a graceful shutdown; SIGHUP
-/// reloads the config.
+/// reloads the config; SIGUSR1 reopens the access log.
 fn forward_signals(
     signals: std::sync::mpsc::Receiver<Signal>,
     control: Arc<busbar_engine::engine::Control>,
@@ -264,6 +268,7 @@ fn forward_signals(
                         };
                         notify::notify(&status);
                     }
+                    Signal::Reopen => control.reopen_logs(),
                 }
             }
         });

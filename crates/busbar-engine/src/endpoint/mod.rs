@@ -21,6 +21,7 @@ use std::time::Instant;
 
 use busbar_config::{ConfigError, EndpointConfig, LoadedConfig};
 use busbar_core::metrics::{Counters, Registry};
+use busbar_core::trace::{SpanId, TraceContext};
 use busbar_core::{Blame, Body, ErrorKind, Exchange, MediationError};
 use http::{Request, Response, StatusCode};
 
@@ -254,7 +255,11 @@ impl Endpoint {
         }
         let body = std::mem::take(&mut ex.request_body);
         let replay = Replay::new(body, self.replay_buffer);
+        // Each attempt carries the exchange's trace to the back end (`traceparent`).
+        ex.request.extensions.insert(ex.trace.clone());
+        let started = Instant::now();
         let result = self.measured(&ex.request, &replay).await;
+        ex.backend_time += started.elapsed();
         match result {
             Ok(response) => {
                 ex.request.extensions.insert(BodyGone {
@@ -358,6 +363,10 @@ impl Endpoint {
             *req.uri_mut() = head.uri.clone();
             *req.headers_mut() = head.headers.clone();
             req.extensions_mut().insert(replay.probe());
+            if let Some(trace) = head.extensions.get::<TraceContext>() {
+                // The attempt's client span is the back end's parent.
+                trace.inject(req.headers_mut(), SpanId::random());
+            }
 
             self.counters.attempts.fetch_add(1, Relaxed);
             let stats = &member.upstream.stats;

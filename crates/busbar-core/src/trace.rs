@@ -1,0 +1,297 @@
+//! W3C Trace Context (`traceparent`, `tracestate`): the trace an exchange belongs to, taken
+//! from the request when it carries one and started here otherwise, and the header a back-end
+//! call carries so the back end's spans join the same trace.
+//!
+//! Propagation is always on and costs a header parse and a random id per request and per
+//! back-end attempt; recording spans (for export) is decided by the sampled flag and the
+//! engine's tracing config, elsewhere.
+
+use std::cell::Cell;
+use std::hash::{BuildHasher, Hasher};
+
+use http::header::{HeaderMap, HeaderName, HeaderValue};
+
+/// The `traceparent` header.
+pub static TRACEPARENT: HeaderName = HeaderName::from_static("traceparent");
+/// The `tracestate` header.
+pub static TRACESTATE: HeaderName = HeaderName::from_static("tracestate");
+
+/// A 128-bit trace id (never zero).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct TraceId(pub u128);
+
+/// A 64-bit span id (never zero).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct SpanId(pub u64);
+
+impl std::fmt::Display for TraceId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:032x}", self.0)
+    }
+}
+
+impl std::fmt::Display for SpanId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:016x}", self.0)
+    }
+}
+
+impl TraceId {
+    /// A new random trace id.
+    pub fn random() -> Self {
+        loop {
+            let id = (u128::from(random_u64()) << 64) | u128::from(random_u64());
+            if id != 0 {
+                return TraceId(id);
+            }
+        }
+    }
+}
+
+impl SpanId {
+    /// A new random span id.
+    pub fn random() -> Self {
+        loop {
+            let id = random_u64();
+            if id != 0 {
+                return SpanId(id);
+            }
+        }
+    }
+}
+
+/// The trace of one exchange.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TraceContext {
+    /// The trace id: the caller's, or a new one.
+    pub trace_id: TraceId,
+    /// The caller's span (the `parent-id` of its `traceparent`), when it sent one.
+    pub remote_parent: Option<SpanId>,
+    /// This exchange's server span.
+    pub span_id: SpanId,
+    /// The span new child spans hang under: the server span, or the step running now.
+    pub current: SpanId,
+    /// The sampled flag: whether spans of this trace are recorded (and exported).
+    pub sampled: bool,
+    /// The caller's `tracestate`, passed on unchanged.
+    pub tracestate: Option<HeaderValue>,
+}
+
+impl TraceContext {
+    /// The context of a request: continues the trace of a valid `traceparent` (its sampled
+    /// flag decides recording), or starts a new trace, sampled when `sample` says so.
+    pub fn from_headers(headers: &HeaderMap, sample: impl FnOnce(TraceId) -> bool) -> Self {
+        let span_id = SpanId::random();
+        let parsed = match headers.get_all(&TRACEPARENT).iter().collect::<Vec<_>>()[..] {
+            // Two traceparent headers are ambiguous: start a new trace (W3C §4.3).
+            [one] => parse_traceparent(one.as_bytes()),
+            _ => None,
+        };
+        match parsed {
+            Some((trace_id, parent, flags)) => TraceContext {
+                trace_id,
+                remote_parent: Some(parent),
+                span_id,
+                current: span_id,
+                sampled: flags & 1 == 1,
+                tracestate: tracestate(headers),
+            },
+            None => {
+                let trace_id = TraceId::random();
+                TraceContext {
+                    trace_id,
+                    remote_parent: None,
+                    span_id,
+                    current: span_id,
+                    sampled: sample(trace_id),
+                    tracestate: None,
+                }
+            }
+        }
+    }
+
+    /// A context for work that did not come from a request (tests, internal calls).
+    pub fn detached() -> Self {
+        let span_id = SpanId::random();
+        TraceContext {
+            trace_id: TraceId::random(),
+            remote_parent: None,
+            span_id,
+            current: span_id,
+            sampled: false,
+            tracestate: None,
+        }
+    }
+
+    /// The `traceparent` value naming `span` (a back-end attempt's client span) as the parent.
+    pub fn traceparent(&self, span: SpanId) -> HeaderValue {
+        let flags = if self.sampled { "01" } else { "00" };
+        let text = format!("00-{}-{}-{flags}", self.trace_id, span);
+        HeaderValue::from_str(&text).unwrap_or_else(|_| HeaderValue::from_static(""))
+    }
+
+    /// Sets `traceparent` (child of `span`) and the caller's `tracestate` on an outgoing
+    /// request, replacing whatever the client sent.
+    pub fn inject(&self, headers: &mut HeaderMap, span: SpanId) {
+        headers.insert(TRACEPARENT.clone(), self.traceparent(span));
+        headers.remove(&TRACESTATE);
+        if let Some(state) = &self.tracestate {
+            headers.insert(TRACESTATE.clone(), state.clone());
+        }
+    }
+}
+
+/// The caller's `tracestate`: several headers are joined with commas (W3C §3.3.1); an
+/// unreadable or oversized one is dropped.
+fn tracestate(headers: &HeaderMap) -> Option<HeaderValue> {
+    let values: Vec<&[u8]> = headers
+        .get_all(&TRACESTATE)
+        .iter()
+        .map(HeaderValue::as_bytes)
+        .collect();
+    if values.is_empty() {
+        return None;
+    }
+    let joined = values.join(&b","[..]);
+    // 32 members of at most 256 characters each, plus separators.
+    if joined.len() > 8192 {
+        return None;
+    }
+    HeaderValue::from_bytes(&joined).ok()
+}
+
+/// Parses a `traceparent` value: `version-traceid-parentid-flags`, lower-case hex. Version
+/// `ff` and all-zero ids are invalid; a higher version than 00 is read by its first four
+/// fields when it is at least as long (W3C §3.2.4).
+pub fn parse_traceparent(value: &[u8]) -> Option<(TraceId, SpanId, u8)> {
+    if value.len() < 55 {
+        return None;
+    }
+    let version = hex(&value[0..2])? as u8;
+    if version == 0xff || value[2] != b'-' || value[35] != b'-' || value[52] != b'-' {
+        return None;
+    }
+    if version == 0 && value.len() != 55 {
+        return None;
+    }
+    if version > 0 && value.len() > 55 && value[55] != b'-' {
+        return None;
+    }
+    let trace = hex(&value[3..35])?;
+    let span = u64::try_from(hex(&value[36..52])?).ok()?;
+    let flags = hex(&value[53..55])? as u8;
+    if trace == 0 || span == 0 {
+        return None;
+    }
+    Some((TraceId(trace), SpanId(span), flags))
+}
+
+/// Lower-case hex digits only (upper case is invalid in traceparent).
+fn hex(digits: &[u8]) -> Option<u128> {
+    let mut n: u128 = 0;
+    for &d in digits {
+        let v = match d {
+            b'0'..=b'9' => d - b'0',
+            b'a'..=b'f' => d - b'a' + 10,
+            _ => return None,
+        };
+        n = (n << 4) | u128::from(v);
+    }
+    Some(n)
+}
+
+thread_local! {
+    static STATE: Cell<u64> = Cell::new({
+        // Seeded from the standard library's per-thread random SipHash keys.
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u64(0x9e37_79b9_7f4a_7c15);
+        h.finish()
+    });
+}
+
+/// A fast random 64-bit number (SplitMix64 over a randomly seeded per-thread state): ids
+/// that do not collide, not secrets.
+fn random_u64() -> u64 {
+    STATE.with(|s| {
+        let x = s.get().wrapping_add(0x9e37_79b9_7f4a_7c15);
+        s.set(x);
+        let mut z = x;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+
+    #[test]
+    fn a_valid_traceparent_is_continued_with_its_flag_and_tracestate() {
+        let mut h = HeaderMap::new();
+        h.insert(&TRACEPARENT, HeaderValue::from_static(GOOD));
+        h.append(&TRACESTATE, HeaderValue::from_static("a=1"));
+        h.append(&TRACESTATE, HeaderValue::from_static("b=2"));
+        let t = TraceContext::from_headers(&h, |_| false);
+        assert_eq!(t.trace_id.to_string(), "4bf92f3577b34da6a3ce929d0e0e4736");
+        assert_eq!(t.remote_parent, Some(SpanId(0x00f0_67aa_0ba9_02b7)));
+        assert!(t.sampled);
+        assert_ne!(t.span_id, SpanId(0x00f0_67aa_0ba9_02b7));
+        let mut out = HeaderMap::new();
+        out.insert(&TRACESTATE, HeaderValue::from_static("stale=1"));
+        let child = SpanId(0xabc);
+        t.inject(&mut out, child);
+        assert_eq!(
+            out[&TRACEPARENT],
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000abc-01"
+        );
+        assert_eq!(out[&TRACESTATE], "a=1,b=2");
+    }
+
+    #[test]
+    fn invalid_traceparents_start_a_new_trace() {
+        let bad = [
+            "",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-0",
+            "00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01",
+            "00-00000000000000000000000000000000-00f067aa0ba902b7-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01",
+            "ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-extra",
+            "00_4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+            "0g-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+        ];
+        for b in bad {
+            assert_eq!(parse_traceparent(b.as_bytes()), None, "{b}");
+            let mut h = HeaderMap::new();
+            if let Ok(v) = HeaderValue::from_str(b) {
+                h.insert(&TRACEPARENT, v);
+            }
+            let t = TraceContext::from_headers(&h, |_| true);
+            assert_eq!(t.remote_parent, None, "{b}");
+            assert!(t.sampled, "a new trace takes the sampler's decision");
+        }
+        // A later version with more fields is read by its first four.
+        let v1 = "01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00-what-ever";
+        assert!(parse_traceparent(v1.as_bytes()).is_some());
+        // Two traceparent headers: ambiguous, a new trace.
+        let mut h = HeaderMap::new();
+        h.append(&TRACEPARENT, HeaderValue::from_static(GOOD));
+        h.append(&TRACEPARENT, HeaderValue::from_static(GOOD));
+        assert_eq!(
+            TraceContext::from_headers(&h, |_| false).remote_parent,
+            None
+        );
+    }
+
+    #[test]
+    fn ids_are_not_zero_and_do_not_repeat() {
+        let mut seen = std::collections::HashSet::new();
+        for _ in 0..10_000 {
+            assert!(seen.insert(SpanId::random().0));
+        }
+        assert_ne!(TraceId::random(), TraceId::random());
+    }
+}
