@@ -15,5 +15,6 @@ mod route;
 mod router;
 mod support;
 mod tls;
+mod tracing_export;
 mod wsse;
 mod xslt;

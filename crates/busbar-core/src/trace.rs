@@ -60,8 +60,121 @@ impl SpanId {
     }
 }
 
+/// What a span stands for (OTLP's span kinds that busbar records).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SpanKind {
+    /// A request a client sent to busbar.
+    Server,
+    /// A step.
+    Internal,
+    /// An attempt to a back end.
+    Client,
+}
+
+/// An attribute value.
+#[derive(Debug, Clone, PartialEq)]
+pub enum AttrValue {
+    /// Text.
+    Str(String),
+    /// An integer.
+    Int(i64),
+    /// A boolean.
+    Bool(bool),
+}
+
+impl From<&str> for AttrValue {
+    fn from(s: &str) -> Self {
+        AttrValue::Str(s.to_owned())
+    }
+}
+
+impl From<String> for AttrValue {
+    fn from(s: String) -> Self {
+        AttrValue::Str(s)
+    }
+}
+
+impl From<i64> for AttrValue {
+    fn from(n: i64) -> Self {
+        AttrValue::Int(n)
+    }
+}
+
+impl From<u64> for AttrValue {
+    fn from(n: u64) -> Self {
+        AttrValue::Int(i64::try_from(n).unwrap_or(i64::MAX))
+    }
+}
+
+impl From<bool> for AttrValue {
+    fn from(b: bool) -> Self {
+        AttrValue::Bool(b)
+    }
+}
+
+/// A finished span, handed to a [`SpanSink`].
+#[derive(Debug, Clone)]
+pub struct SpanRecord {
+    /// The trace.
+    pub trace_id: TraceId,
+    /// This span.
+    pub span_id: SpanId,
+    /// Its parent, if any.
+    pub parent: Option<SpanId>,
+    /// True when the parent is the caller's (from `traceparent`).
+    pub remote_parent: bool,
+    /// The span's name (`POST /api/x`, `route`, `call stock`).
+    pub name: String,
+    /// Its kind.
+    pub kind: SpanKind,
+    /// When it started.
+    pub start: std::time::SystemTime,
+    /// When it ended.
+    pub end: std::time::SystemTime,
+    /// Attributes (OpenTelemetry semantic-convention names where one exists).
+    pub attributes: Vec<(&'static str, AttrValue)>,
+    /// The error, when the span failed.
+    pub error: Option<String>,
+}
+
+/// Where recorded spans go (the OTLP exporter). Must never block.
+pub trait SpanSink: Send + Sync + std::fmt::Debug {
+    /// Takes a finished span.
+    fn record(&self, span: SpanRecord);
+}
+
+/// A span being recorded: [`Recording::finish`] hands it to the sink.
+#[derive(Debug)]
+pub struct Recording {
+    sink: std::sync::Arc<dyn SpanSink>,
+    record: SpanRecord,
+}
+
+impl Recording {
+    /// The span's id.
+    pub fn id(&self) -> SpanId {
+        self.record.span_id
+    }
+
+    /// Adds an attribute.
+    pub fn set(&mut self, key: &'static str, value: impl Into<AttrValue>) {
+        self.record.attributes.push((key, value.into()));
+    }
+
+    /// Marks the span failed.
+    pub fn fail(&mut self, error: impl Into<String>) {
+        self.record.error = Some(error.into());
+    }
+
+    /// Ends the span now and hands it over.
+    pub fn finish(mut self) {
+        self.record.end = std::time::SystemTime::now();
+        self.sink.record(self.record);
+    }
+}
+
 /// The trace of one exchange.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone)]
 pub struct TraceContext {
     /// The trace id: the caller's, or a new one.
     pub trace_id: TraceId,
@@ -75,9 +188,70 @@ pub struct TraceContext {
     pub sampled: bool,
     /// The caller's `tracestate`, passed on unchanged.
     pub tracestate: Option<HeaderValue>,
+    /// Where spans of this exchange are recorded: set only for a sampled trace when export
+    /// is configured.
+    pub sink: Option<std::sync::Arc<dyn SpanSink>>,
+}
+
+impl std::fmt::Debug for TraceContext {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TraceContext")
+            .field("trace_id", &self.trace_id)
+            .field("span_id", &self.span_id)
+            .field("sampled", &self.sampled)
+            .field("recording", &self.sink.is_some())
+            .finish()
+    }
 }
 
 impl TraceContext {
+    /// Starts recording a span under the current one (when this exchange records spans):
+    /// a step's or a back-end attempt's. `id` is the span's id when it was chosen already
+    /// (a back-end attempt's, sent in `traceparent`).
+    pub fn start_span(
+        &self,
+        name: impl Into<String>,
+        kind: SpanKind,
+        id: Option<SpanId>,
+    ) -> Option<Recording> {
+        let sink = self.sink.as_ref()?;
+        Some(Recording {
+            sink: sink.clone(),
+            record: SpanRecord {
+                trace_id: self.trace_id,
+                span_id: id.unwrap_or_else(SpanId::random),
+                parent: Some(self.current),
+                remote_parent: false,
+                name: name.into(),
+                kind,
+                start: std::time::SystemTime::now(),
+                end: std::time::SystemTime::now(),
+                attributes: Vec::new(),
+                error: None,
+            },
+        })
+    }
+
+    /// Starts recording this exchange's server span (parented by the caller's span).
+    pub fn start_server_span(&self, name: impl Into<String>) -> Option<Recording> {
+        let sink = self.sink.as_ref()?;
+        Some(Recording {
+            sink: sink.clone(),
+            record: SpanRecord {
+                trace_id: self.trace_id,
+                span_id: self.span_id,
+                parent: self.remote_parent,
+                remote_parent: self.remote_parent.is_some(),
+                name: name.into(),
+                kind: SpanKind::Server,
+                start: std::time::SystemTime::now(),
+                end: std::time::SystemTime::now(),
+                attributes: Vec::new(),
+                error: None,
+            },
+        })
+    }
+
     /// The context of a request: continues the trace of a valid `traceparent` (its sampled
     /// flag decides recording), or starts a new trace, sampled when `sample` says so.
     pub fn from_headers(headers: &HeaderMap, sample: impl FnOnce(TraceId) -> bool) -> Self {
@@ -95,6 +269,7 @@ impl TraceContext {
                 current: span_id,
                 sampled: flags & 1 == 1,
                 tracestate: tracestate(headers),
+                sink: None,
             },
             None => {
                 let trace_id = TraceId::random();
@@ -105,6 +280,7 @@ impl TraceContext {
                     current: span_id,
                     sampled: sample(trace_id),
                     tracestate: None,
+                    sink: None,
                 }
             }
         }
@@ -120,6 +296,7 @@ impl TraceContext {
             current: span_id,
             sampled: false,
             tracestate: None,
+            sink: None,
         }
     }
 

@@ -23,6 +23,7 @@ use tokio::sync::watch;
 use crate::access_log::AccessLog;
 use crate::admin::AdminHandler;
 use crate::echo::{EchoHandler, EchoOptions};
+use crate::otlp::Exporter;
 use crate::proxy::ProxyHandler;
 use crate::runtime::Runtime;
 use crate::serve::{spawn_workers, spread, ConnSettings, Job};
@@ -38,6 +39,22 @@ pub struct Shared {
     pub draining: AtomicBool,
     /// The access log, when the config has one.
     pub access_log: arc_swap::ArcSwapOption<AccessLog>,
+    /// The span exporter, when the config has `tracing.otlp`.
+    pub exporter: arc_swap::ArcSwapOption<Exporter>,
+}
+
+/// Starts the span exporter of `loaded`, if it has one.
+fn start_exporter(
+    loaded: &LoadedConfig,
+    metrics: &Arc<Registry>,
+) -> Result<Option<Arc<Exporter>>, ConfigErrors> {
+    let tracing = &loaded.config.tracing;
+    let Some(otlp) = &tracing.otlp else {
+        return Ok(None);
+    };
+    Exporter::start(tracing, otlp, metrics.clone())
+        .map(|e| Some(Arc::new(e)))
+        .map_err(|e| ConfigErrors(vec![loaded.error(None, "tracing.otlp", e)]))
 }
 
 /// Starts the access log of `loaded`, if it has one.
@@ -202,11 +219,13 @@ impl Engine {
         let metrics = Arc::new(Registry::default());
         let runtime = Runtime::build(&loaded, &metrics, workers).map_err(ConfigErrors)?;
         let access_log = start_access_log(&loaded, &metrics)?;
+        let exporter = start_exporter(&loaded, &metrics)?;
         let shared = Arc::new(Shared {
             runtime: ArcSwap::from_pointee(runtime),
             metrics,
             draining: AtomicBool::new(false),
             access_log: arc_swap::ArcSwapOption::new(access_log),
+            exporter: arc_swap::ArcSwapOption::new(exporter),
         });
         Ok(Engine {
             loaded,
@@ -466,6 +485,11 @@ impl Control {
         if current.as_ref().map(|l| &l.config) != loaded.config.access_log.as_ref() {
             let log = start_access_log(&loaded, &self.shared.metrics)?;
             self.shared.access_log.store(log);
+        }
+        let current = self.shared.exporter.load();
+        if current.as_ref().map(|e| &e.config) != Some(&loaded.config.tracing) {
+            let exporter = start_exporter(&loaded, &self.shared.metrics)?;
+            self.shared.exporter.store(exporter);
         }
         // In-flight exchanges keep the old runtime alive through their own `Arc` and finish
         // on it; new requests see the new one from here on.

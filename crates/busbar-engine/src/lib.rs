@@ -19,6 +19,7 @@ pub mod engine;
 pub mod headers;
 pub mod net;
 pub mod offload;
+pub mod otlp;
 pub mod proxy;
 pub mod router;
 pub mod runtime;

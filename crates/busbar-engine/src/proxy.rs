@@ -100,7 +100,23 @@ pub async fn handle(
         }
     };
     let sample = runtime.config.config.tracing.sample;
-    let trace = TraceContext::from_headers(req.headers(), |id| sampled(id, sample));
+    let mut trace = TraceContext::from_headers(req.headers(), |id| sampled(id, sample));
+    if trace.sampled {
+        if let Some(exporter) = shared.exporter.load_full() {
+            trace.sink = Some(exporter);
+        }
+    }
+    let server_span = trace
+        .start_server_span(format!("{} {}", req.method(), proxy.name))
+        .map(|mut span| {
+            span.set("http.request.method", req.method().as_str());
+            span.set("url.path", req.uri().path());
+            span.set("busbar.proxy", &*proxy.name);
+            if let Some(peer) = peer {
+                span.set("client.address", peer.ip().to_string());
+            }
+            span
+        });
     let log = shared.access_log.load_full();
     let bytes_in = log.as_ref().map(|_| Arc::new(AtomicU64::new(0)));
     let pending = log.map(|log| PendingAccess {
@@ -124,7 +140,9 @@ pub async fn handle(
         ended: false,
         errored: false,
     });
-    let mut meter = Meter::start(proxy.counters.clone()).with_access(pending);
+    let mut meter = Meter::start(proxy.counters.clone())
+        .with_access(pending)
+        .with_span(server_span);
     let (parts, incoming) = req.into_parts();
     let exact = http_body::Body::size_hint(&incoming).exact();
     let timed_out = Arc::new(AtomicBool::new(false));

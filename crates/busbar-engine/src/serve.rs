@@ -23,6 +23,8 @@ use std::time::{Duration, Instant};
 
 use busbar_core::metrics::Counters;
 
+use busbar_core::trace::Recording;
+
 use crate::access_log::{AccessLog, AccessRecord};
 use busbar_core::{Body, BoxError, ErrorKind};
 use bytes::Bytes;
@@ -566,6 +568,17 @@ pub struct Meter {
     counters: Arc<Counters>,
     started: Instant,
     access: Option<Box<PendingAccess>>,
+    span: Option<Box<SpanEnd>>,
+}
+
+/// The server span of a request, ended with the request.
+#[derive(Debug)]
+struct SpanEnd {
+    span: Recording,
+    status: u16,
+    bytes_out: u64,
+    ended: bool,
+    errored: bool,
 }
 
 /// An access log record waiting for the end of its response.
@@ -592,6 +605,7 @@ impl Meter {
             counters,
             started: Instant::now(),
             access: None,
+            span: None,
         }
     }
 
@@ -607,6 +621,42 @@ impl Meter {
         self
     }
 
+    /// Ends `span` (the request's server span) when the request ends.
+    pub fn with_span(mut self, span: Option<Recording>) -> Meter {
+        self.span = span.map(|span| {
+            Box::new(SpanEnd {
+                span,
+                status: 0,
+                bytes_out: 0,
+                ended: false,
+                errored: false,
+            })
+        });
+        self
+    }
+
+    fn body_bytes(&mut self, n: u64, end: bool) {
+        if let Some(a) = &mut self.access {
+            a.record.bytes_out += n;
+            a.ended |= end;
+        }
+        if let Some(s) = &mut self.span {
+            s.bytes_out += n;
+            s.ended |= end;
+        }
+    }
+
+    fn body_end(&mut self, error: bool) {
+        if let Some(a) = &mut self.access {
+            a.ended |= !error;
+            a.errored |= error;
+        }
+        if let Some(s) = &mut self.span {
+            s.ended |= !error;
+            s.errored |= error;
+        }
+    }
+
     /// Sets the back-end time the access log records.
     pub fn set_backend(&mut self, backend: Duration) {
         if let Some(a) = &mut self.access {
@@ -619,6 +669,9 @@ impl Meter {
         if let Some(a) = &mut self.access {
             a.record.status = status;
         }
+        if let Some(s) = &mut self.span {
+            s.status = status;
+        }
     }
 }
 
@@ -627,6 +680,23 @@ impl Drop for Meter {
         let elapsed = self.started.elapsed();
         self.counters.latency.observe(elapsed);
         self.counters.in_flight.fetch_sub(1, Relaxed);
+        if let Some(s) = self.span.take() {
+            let SpanEnd {
+                mut span,
+                status,
+                bytes_out,
+                ended,
+                errored,
+            } = *s;
+            span.set("http.response.status_code", i64::from(status));
+            span.set("http.response.body.size", bytes_out);
+            if status >= 500 {
+                span.fail(format!("answered {status}"));
+            } else if errored || !ended {
+                span.fail("the response body was not sent whole");
+            }
+            span.finish();
+        }
         if let Some(mut a) = self.access.take() {
             a.record.total = elapsed;
             a.record.bytes_in = a.bytes_in.load(Relaxed);
@@ -674,9 +744,7 @@ impl ResponseBody {
     /// A response body counted into `meter`'s counters; the meter ends when the body is done.
     pub fn response(inner: Body, mut meter: Meter) -> Self {
         if http_body::Body::is_end_stream(&inner) {
-            if let Some(a) = &mut meter.access {
-                a.ended = true;
-            }
+            meter.body_bytes(0, true);
         }
         Self {
             inner,
@@ -734,20 +802,19 @@ where
                             own.fetch_add(n, Relaxed);
                         }
                         let end = this.inner.is_end_stream();
-                        if let Some(a) = this._meter.as_mut().and_then(|m| m.access.as_mut()) {
-                            a.record.bytes_out += n;
-                            a.ended |= end;
+                        if let (Some(m), Direction::Out) = (this._meter.as_mut(), dir) {
+                            m.body_bytes(n, end);
                         }
                     }
                 }
                 (Poll::Ready(None), Direction::Out) => {
-                    if let Some(a) = this._meter.as_mut().and_then(|m| m.access.as_mut()) {
-                        a.ended = true;
+                    if let Some(m) = this._meter.as_mut() {
+                        m.body_end(false);
                     }
                 }
                 (Poll::Ready(Some(Err(e))), Direction::Out) => {
-                    if let Some(a) = this._meter.as_mut().and_then(|m| m.access.as_mut()) {
-                        a.errored = true;
+                    if let Some(m) = this._meter.as_mut() {
+                        m.body_end(true);
                     }
                     counters.error(ErrorKind::UpstreamReset);
                     // Where a streamed answer's failure is handled: the client's copy is cut.

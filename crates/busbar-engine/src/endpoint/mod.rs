@@ -21,7 +21,7 @@ use std::time::Instant;
 
 use busbar_config::{ConfigError, EndpointConfig, LoadedConfig};
 use busbar_core::metrics::{Counters, Registry};
-use busbar_core::trace::{SpanId, TraceContext};
+use busbar_core::trace::{SpanId, SpanKind, TraceContext};
 use busbar_core::{Blame, Body, ErrorKind, Exchange, MediationError};
 use http::{Request, Response, StatusCode};
 
@@ -342,6 +342,7 @@ impl Endpoint {
         let mut failover_from: Option<usize> = None;
         // The last failed attempt's error, answered when no URL is left for the next one.
         let mut last_error: Option<MediationError> = None;
+        let mut attempt: u64 = 0;
         self.budget.request();
         loop {
             let Some((index, admit)) = self.choose(&tried, failover_from) else {
@@ -363,9 +364,30 @@ impl Endpoint {
             *req.uri_mut() = head.uri.clone();
             *req.headers_mut() = head.headers.clone();
             req.extensions_mut().insert(replay.probe());
+            let attempt_no = attempt;
+            attempt += 1;
+            let mut recording = None;
             if let Some(trace) = head.extensions.get::<TraceContext>() {
                 // The attempt's client span is the back end's parent.
-                trace.inject(req.headers_mut(), SpanId::random());
+                let span = SpanId::random();
+                trace.inject(req.headers_mut(), span);
+                recording = trace
+                    .start_span(head.method.as_str(), SpanKind::Client, Some(span))
+                    .map(|mut r| {
+                        r.set("busbar.endpoint", &*self.name);
+                        r.set("url.full", &*member.upstream.label);
+                        r.set("http.request.method", head.method.as_str());
+                        r.set("busbar.attempt", attempt_no);
+                        r.set(
+                            "busbar.attempt.reason",
+                            match (attempt_no, failover_from) {
+                                (0, _) => "first",
+                                (_, Some(_)) => "failover",
+                                _ => "retry",
+                            },
+                        );
+                        r
+                    });
             }
 
             self.counters.attempts.fetch_add(1, Relaxed);
@@ -379,6 +401,22 @@ impl Endpoint {
             };
             let outcome = member.upstream.call(req).await;
             drop(pending);
+            if let Some(mut r) = recording {
+                match &outcome {
+                    Ok(resp) => {
+                        let status = resp.status().as_u16();
+                        r.set("http.response.status_code", i64::from(status));
+                        if status >= 500 {
+                            r.fail(format!("answered {status}"));
+                        }
+                    }
+                    Err(e) => {
+                        r.set("error.type", e.kind.as_str());
+                        r.fail(e.to_string());
+                    }
+                }
+                r.finish();
+            }
 
             let failure = match outcome {
                 Ok(resp) => {

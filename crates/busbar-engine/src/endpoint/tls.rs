@@ -148,6 +148,16 @@ pub fn client(
 }
 
 impl TlsClient {
+    /// The same settings offering `protocols` in ALPN (`h2` for gRPC).
+    pub fn with_alpn(&self, protocols: Vec<Vec<u8>>) -> TlsClient {
+        let mut config = (*self.config).clone();
+        config.alpn_protocols = protocols;
+        TlsClient {
+            config: Arc::new(config),
+            server_name: self.server_name.clone(),
+        }
+    }
+
     /// TLS towards a URL whose host is `host` (the configured `server_name` wins).
     pub fn target(&self, host: &str) -> Result<TlsTarget, String> {
         let shown = self.server_name.clone().unwrap_or_else(|| host.to_owned());

@@ -17,6 +17,7 @@ use std::time::Instant;
 
 use busbar_config::{ConfigError, LoadedConfig, StepConfig};
 use busbar_core::metrics::{Counters, Registry};
+use busbar_core::trace::SpanKind;
 use busbar_core::{Blame, ErrorKind, Exchange, Flow, MediationError};
 use tracing::Instrument;
 
@@ -163,8 +164,28 @@ pub async fn run(
         };
         let started = Instant::now();
         s.counters.requests.fetch_add(1, Relaxed);
+        // A sampled exchange records a span per step; spans the step starts (back-end
+        // attempts, nested steps) hang under it.
+        let recording = ex.trace.start_span(s.kind, SpanKind::Internal, None);
+        let outer = ex.trace.current;
+        if let Some(r) = &recording {
+            ex.trace.current = r.id();
+        }
         let result = s.step.apply(ex, &cx).instrument(span.clone()).await;
+        ex.trace.current = outer;
         s.counters.latency.observe(started.elapsed());
+        if let Some(mut r) = recording {
+            r.set("busbar.step.kind", s.kind);
+            r.set("busbar.step.path", &*s.path);
+            match &result {
+                Ok(flow) => r.set("busbar.step.flow", format!("{flow:?}").to_lowercase()),
+                Err(e) => {
+                    r.set("error.type", e.kind.as_str());
+                    r.fail(e.to_string());
+                }
+            }
+            r.finish();
+        }
         let flow = result.map_err(|e| {
             s.counters.error(e.kind);
             e.in_step(&s.path)

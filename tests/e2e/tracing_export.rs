@@ -1,0 +1,397 @@
+//! Span export over OTLP, checked by an in-process collector over real sockets: OTLP/HTTP
+//! and OTLP/gRPC, parent/child links through two busbar hops into a back end, sampling, and
+//! a collector that is down.
+
+use std::convert::Infallible;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use opentelemetry_proto::tonic::common::v1::any_value::Value;
+use opentelemetry_proto::tonic::trace::v1::span::SpanKind;
+use opentelemetry_proto::tonic::trace::v1::Span;
+use prost::Message;
+
+use crate::support::*;
+
+/// A received span with the `service.name` of its resource.
+#[derive(Debug, Clone)]
+struct Got {
+    service: String,
+    span: Span,
+}
+
+impl Got {
+    fn attr(&self, key: &str) -> Option<String> {
+        let kv = self.span.attributes.iter().find(|kv| kv.key == key)?;
+        match kv.value.as_ref()?.value.as_ref()? {
+            Value::StringValue(s) => Some(s.clone()),
+            Value::IntValue(n) => Some(n.to_string()),
+            Value::BoolValue(b) => Some(b.to_string()),
+            other => Some(format!("{other:?}")),
+        }
+    }
+    fn id(&self) -> String {
+        hex(&self.span.span_id)
+    }
+    fn parent(&self) -> String {
+        hex(&self.span.parent_span_id)
+    }
+    fn trace(&self) -> String {
+        hex(&self.span.trace_id)
+    }
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+type Spans = Arc<Mutex<Vec<Got>>>;
+
+fn store(spans: &Spans, request: &[u8]) {
+    let req = ExportTraceServiceRequest::decode(request).expect("an OTLP export request");
+    let mut out = spans.lock().expect("lock");
+    for rs in req.resource_spans {
+        let service = rs
+            .resource
+            .iter()
+            .flat_map(|r| r.attributes.iter())
+            .find(|kv| kv.key == "service.name")
+            .and_then(|kv| match kv.value.as_ref()?.value.as_ref()? {
+                Value::StringValue(s) => Some(s.clone()),
+                _ => None,
+            })
+            .unwrap_or_default();
+        for ss in rs.scope_spans {
+            for span in ss.spans {
+                out.push(Got {
+                    service: service.clone(),
+                    span,
+                });
+            }
+        }
+    }
+}
+
+/// An OTLP/HTTP collector: `POST /v1/traces` with a protobuf body.
+fn http_collector() -> (SocketAddr, Spans) {
+    let l = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = l.local_addr().expect("addr");
+    let spans: Spans = Arc::default();
+    let keep = spans.clone();
+    std::thread::spawn(move || {
+        for stream in l.incoming() {
+            let Ok(stream) = stream else { continue };
+            let spans = keep.clone();
+            std::thread::spawn(move || {
+                let mut r = BufReader::new(stream);
+                let mut line = String::new();
+                if r.read_line(&mut line).unwrap_or(0) == 0 {
+                    return;
+                }
+                assert!(line.starts_with("POST /v1/traces "), "{line}");
+                let (mut len, mut ctype) = (0usize, String::new());
+                loop {
+                    let mut h = String::new();
+                    if r.read_line(&mut h).unwrap_or(0) == 0 {
+                        return;
+                    }
+                    let h = h.trim_end().to_ascii_lowercase();
+                    if h.is_empty() {
+                        break;
+                    }
+                    if let Some(v) = h.strip_prefix("content-length:") {
+                        len = v.trim().parse().unwrap_or(0);
+                    }
+                    if let Some(v) = h.strip_prefix("content-type:") {
+                        ctype = v.trim().to_owned();
+                    }
+                }
+                assert_eq!(ctype, "application/x-protobuf");
+                let mut body = vec![0; len];
+                if r.read_exact(&mut body).is_err() {
+                    return;
+                }
+                store(&spans, &body);
+                let _ = r.get_mut().write_all(
+                    b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+                );
+            });
+        }
+    });
+    (addr, spans)
+}
+
+/// An OTLP/gRPC collector (HTTP/2 without TLS): answers "Trailers-Only" with grpc-status 0.
+fn grpc_collector() -> (SocketAddr, Spans) {
+    let l = TcpListener::bind("127.0.0.1:0").expect("bind");
+    l.set_nonblocking(true).expect("nonblocking");
+    let addr = l.local_addr().expect("addr");
+    let spans: Spans = Arc::default();
+    let keep = spans.clone();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        rt.block_on(async move {
+            let l = tokio::net::TcpListener::from_std(l).expect("listener");
+            loop {
+                let Ok((tcp, _)) = l.accept().await else {
+                    continue;
+                };
+                let spans = keep.clone();
+                tokio::spawn(async move {
+                    let service = hyper::service::service_fn(
+                        move |req: http::Request<hyper::body::Incoming>| {
+                            let spans = spans.clone();
+                            async move {
+                                assert_eq!(
+                                    req.uri().path(),
+                                    "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
+                                );
+                                assert_eq!(req.headers()["content-type"], "application/grpc");
+                                let body =
+                                    req.into_body().collect().await.expect("body").to_bytes();
+                                assert_eq!(body[0], 0, "uncompressed");
+                                let len = u32::from_be_bytes([body[1], body[2], body[3], body[4]])
+                                    as usize;
+                                assert_eq!(len + 5, body.len());
+                                store(&spans, &body[5..]);
+                                let resp = http::Response::builder()
+                                    .header("content-type", "application/grpc")
+                                    .header("grpc-status", "0")
+                                    .body(Full::new(Bytes::new()))
+                                    .expect("response");
+                                Ok::<_, Infallible>(resp)
+                            }
+                        },
+                    );
+                    let _ = hyper::server::conn::http2::Builder::new(
+                        hyper_util::rt::TokioExecutor::new(),
+                    )
+                    .serve_connection(hyper_util::rt::TokioIo::new(tcp), service)
+                    .await;
+                });
+            }
+        });
+    });
+    (addr, spans)
+}
+
+/// A back end answering with the `traceparent` it received.
+fn traceparent_back_end() -> SocketAddr {
+    let l = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = l.local_addr().expect("addr");
+    std::thread::spawn(move || {
+        for stream in l.incoming() {
+            let Ok(stream) = stream else { continue };
+            std::thread::spawn(move || {
+                let mut r = BufReader::new(stream);
+                loop {
+                    let (mut parent, mut len) = ("-".to_owned(), 0usize);
+                    let mut line = String::new();
+                    if r.read_line(&mut line).unwrap_or(0) == 0 {
+                        return;
+                    }
+                    loop {
+                        let mut h = String::new();
+                        if r.read_line(&mut h).unwrap_or(0) == 0 {
+                            return;
+                        }
+                        let h = h.trim_end();
+                        if h.is_empty() {
+                            break;
+                        }
+                        let (k, v) = h.split_once(':').unwrap_or((h, ""));
+                        match k.to_ascii_lowercase().as_str() {
+                            "traceparent" => parent = v.trim().to_owned(),
+                            "content-length" => len = v.trim().parse().unwrap_or(0),
+                            _ => {}
+                        }
+                    }
+                    let mut body = vec![0u8; len];
+                    if r.read_exact(&mut body).is_err() {
+                        return;
+                    }
+                    let head = format!(
+                        "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: {}\r\n\r\n",
+                        parent.len()
+                    );
+                    let s = r.get_mut();
+                    let _ = s.write_all(head.as_bytes());
+                    let _ = s.write_all(parent.as_bytes());
+                }
+            });
+        }
+    });
+    addr
+}
+
+fn wait_for(spans: &Spans, n: usize) -> Vec<Got> {
+    let mut got = Vec::new();
+    let ok = eventually(Duration::from_secs(10), || {
+        got = spans.lock().expect("lock").clone();
+        got.len() >= n
+    });
+    assert!(ok, "expected {n} spans, got {}: {got:#?}", got.len());
+    got
+}
+
+const PARENT: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+
+#[test]
+fn spans_join_up_through_two_hops_over_http_and_grpc_export() {
+    let (http_addr, a_spans) = http_collector();
+    let (grpc_addr, b_spans) = grpc_collector();
+    let back = traceparent_back_end();
+    let b = engine(&format!(
+        "tracing:\n  service_name: hop-b\n  otlp: {{ endpoint: \"http://{grpc_addr}\", protocol: grpc }}\nendpoints:\n  back: {{ url: \"http://{back}/x\", timeout: 5s }}\nproxies:\n  B:\n    path: /b\n    in:\n      - call: back\n"
+    ));
+    let a = engine(&format!(
+        "tracing:\n  service_name: hop-a\n  otlp: {{ endpoint: \"http://{http_addr}/v1/traces\" }}\nendpoints:\n  b: {{ url: \"http://{}/b\", timeout: 5s }}\nproxies:\n  A:\n    path: /a\n    in:\n      - set_header: {{ name: x-hop, value: a }}\n      - call: b\n",
+        b.http()
+    ));
+    let r = Client::connect(a.http())
+        .post("/a", &[("traceparent", PARENT)], b"hello")
+        .expect("answer");
+    assert_eq!(r.status, 200, "{}", r.text());
+    let at_back = r.text();
+
+    // hop A: server, set_header, call, client; hop B: server, call, client.
+    let a_got = wait_for(&a_spans, 4);
+    let b_got = wait_for(&b_spans, 3);
+    let trace = "4bf92f3577b34da6a3ce929d0e0e4736";
+    for g in a_got.iter().chain(&b_got) {
+        assert_eq!(g.trace(), trace, "{g:?}");
+    }
+    assert!(a_got.iter().all(|g| g.service == "hop-a"));
+    assert!(b_got.iter().all(|g| g.service == "hop-b"));
+    let find = |got: &[Got], kind: SpanKind, name: &str| -> Got {
+        got.iter()
+            .find(|g| g.span.kind == kind as i32 && g.span.name == name)
+            .unwrap_or_else(|| panic!("no {kind:?} span {name}: {got:#?}"))
+            .clone()
+    };
+    let a_server = find(&a_got, SpanKind::Server, "POST A");
+    let a_header = find(&a_got, SpanKind::Internal, "set_header");
+    let a_call = find(&a_got, SpanKind::Internal, "call");
+    let a_client = find(&a_got, SpanKind::Client, "POST");
+    assert_eq!(a_server.parent(), "00f067aa0ba902b7", "the caller's span");
+    assert_eq!(a_server.span.flags & 0x300, 0x300, "a remote parent");
+    assert_eq!(
+        a_server.attr("http.response.status_code").as_deref(),
+        Some("200")
+    );
+    assert_eq!(a_server.attr("busbar.proxy").as_deref(), Some("A"));
+    assert_eq!(a_header.parent(), a_server.id());
+    assert_eq!(
+        a_header.attr("busbar.step.path").as_deref(),
+        Some("proxies.A.in[0].set_header")
+    );
+    assert_eq!(a_call.parent(), a_server.id());
+    assert_eq!(a_client.parent(), a_call.id());
+    assert_eq!(a_client.attr("busbar.endpoint").as_deref(), Some("b"));
+    assert_eq!(
+        a_client.attr("busbar.attempt.reason").as_deref(),
+        Some("first")
+    );
+    assert_eq!(
+        a_client.attr("http.response.status_code").as_deref(),
+        Some("200")
+    );
+
+    let b_server = find(&b_got, SpanKind::Server, "POST B");
+    let b_call = find(&b_got, SpanKind::Internal, "call");
+    let b_client = find(&b_got, SpanKind::Client, "POST");
+    assert_eq!(
+        b_server.parent(),
+        a_client.id(),
+        "hop B continues hop A's attempt"
+    );
+    assert_eq!(b_call.parent(), b_server.id());
+    assert_eq!(b_client.parent(), b_call.id());
+    assert_eq!(at_back, format!("00-{trace}-{}-01", b_client.id()));
+    // Children lie within their parents.
+    assert!(a_client.span.start_time_unix_nano >= a_server.span.start_time_unix_nano);
+    assert!(a_client.span.end_time_unix_nano <= a_server.span.end_time_unix_nano);
+    assert_eq!(
+        metric(a.admin(), "busbar_trace_spans_total{outcome=\"exported\"}"),
+        Some(4.0)
+    );
+}
+
+#[test]
+fn unsampled_traces_are_propagated_but_not_exported() {
+    let (collector, spans) = http_collector();
+    let back = traceparent_back_end();
+    let h = engine(&format!(
+        "tracing:\n  sample: 0\n  otlp: {{ endpoint: \"http://{collector}/v1/traces\" }}\nendpoints:\n  back: {{ url: \"http://{back}/x\", timeout: 5s }}\nproxies:\n  P:\n    path: /p\n    in:\n      - call: back\n"
+    ));
+    let mut c = Client::connect(h.http());
+    // New traces at a ratio of 0, and a caller's unsampled trace: nothing recorded.
+    let r = c.post("/p", &[], b"x").expect("answer");
+    assert!(r.text().ends_with("-00"), "{}", r.text());
+    let unsampled = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00";
+    let r = c
+        .post("/p", &[("traceparent", unsampled)], b"x")
+        .expect("answer");
+    assert!(r.text().starts_with("00-4bf92f3577b34da6a3ce929d0e0e4736-"));
+    // A caller's sampled trace is recorded whatever the ratio.
+    let r = c
+        .post("/p", &[("traceparent", PARENT)], b"x")
+        .expect("answer");
+    assert_eq!(r.status, 200);
+    let got = wait_for(&spans, 3);
+    std::thread::sleep(Duration::from_millis(1500));
+    let got_later = spans.lock().expect("lock").len();
+    assert_eq!(got_later, 3, "only the sampled request's spans: {got:#?}");
+    assert!(got
+        .iter()
+        .all(|g| g.trace() == "4bf92f3577b34da6a3ce929d0e0e4736"));
+}
+
+#[test]
+fn a_collector_that_is_down_costs_spans_not_requests() {
+    let closed = {
+        let l = TcpListener::bind("127.0.0.1:0").expect("bind");
+        l.local_addr().expect("addr")
+    };
+    let h = engine(&format!(
+        "tracing:\n  otlp: {{ endpoint: \"http://{closed}/v1/traces\", timeout: 1s }}\nproxies:\n  R:\n    path: /r\n    in:\n      - respond: {{ status: 200, body: ok }}\n"
+    ));
+    let mut c = Client::connect(h.http());
+    for _ in 0..50 {
+        assert_eq!(c.get("/r").expect("answer").text(), "ok");
+    }
+    // Each request records a server span and a `respond` step span.
+    let dropped = eventually(Duration::from_secs(10), || {
+        metric(h.admin(), "busbar_trace_spans_total{outcome=\"dropped\"}") == Some(100.0)
+    });
+    assert!(
+        dropped,
+        "{:?}",
+        metric(h.admin(), "busbar_trace_spans_total{outcome=\"dropped\"}")
+    );
+    assert_eq!(
+        metric(h.admin(), "busbar_trace_spans_total{outcome=\"exported\"}"),
+        Some(0.0)
+    );
+}
+
+#[test]
+fn a_bad_otlp_endpoint_is_a_config_error() {
+    let dir = temp_dir("otlp-config");
+    let (code, out) = validate_in(
+        &dir,
+        "listeners: { http: { bind: \"127.0.0.1:0\" } }\ntracing:\n  sample: 1.5\n  otlp: { endpoint: \"ftp://x\", queue: 0 }\n",
+    );
+    assert_ne!(code, Some(0));
+    assert!(out.contains("tracing.sample"), "{out}");
+    assert!(out.contains("tracing.otlp.endpoint"), "{out}");
+    assert!(out.contains("tracing.otlp.queue"), "{out}");
+}
