@@ -184,6 +184,10 @@ impl Registry {
                 ("sent_bytes_total", "counter", "Body bytes sent."),
             ];
             for (suffix, kind, help) in counters {
+                // A step moves no bytes of its own: the proxy and endpoint counts have them.
+                if what == "step" && suffix.ends_with("bytes_total") {
+                    continue;
+                }
                 let name = format!("busbar_{what}_{suffix}");
                 let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
                 for (label, c) in map.iter() {

@@ -347,7 +347,7 @@ impl Upstream {
             && probe.map_or_else(|| body.is_buffered(), |p| p.replayable());
         self.prepare(&mut parts)?;
         let sending = Arc::new(Sending::new());
-        let mut request = Request::from_parts(parts, sending.watch(body));
+        let mut request = Request::from_parts(parts, sending.watch(body, &self.counters));
         let mut lease = match self.pools.take_idle() {
             Some(idle) => Lease {
                 pools: self.pools.clone(),
@@ -706,7 +706,7 @@ impl Sending {
     }
 
     /// `body` as it goes to the back end, reporting its progress here.
-    fn watch(self: &Arc<Self>, body: Body) -> Body {
+    fn watch(self: &Arc<Self>, body: Body, counters: &Arc<Counters>) -> Body {
         if http_body::Body::is_end_stream(&body) {
             self.set(Phase::Sent);
             return body;
@@ -716,6 +716,7 @@ impl Sending {
             Watched {
                 inner: body,
                 sending: self.clone(),
+                counters: counters.clone(),
             },
             exact,
             Origin::Client,
@@ -723,10 +724,12 @@ impl Sending {
     }
 }
 
-/// A request body that tells its [`Sending`] how far it got.
+/// A request body that tells its [`Sending`] how far it got, and counts the bytes sent
+/// (`busbar_endpoint_sent_bytes_total`).
 struct Watched {
     inner: Body,
     sending: Arc<Sending>,
+    counters: Arc<Counters>,
 }
 
 impl http_body::Body for Watched {
@@ -744,6 +747,11 @@ impl http_body::Body for Watched {
                 Poll::Pending
             }
             Poll::Ready(Some(Ok(frame))) => {
+                if let Some(data) = frame.data_ref() {
+                    this.counters
+                        .bytes_out
+                        .fetch_add(data.len() as u64, Relaxed);
+                }
                 // hyper ends the request after a frame that ends the body, without asking
                 // for more.
                 this.sending.set(if this.inner.is_end_stream() {

@@ -164,6 +164,8 @@ pub async fn run(
         };
         let started = Instant::now();
         s.counters.requests.fetch_add(1, Relaxed);
+        // A guard: an exchange abandoned mid-step (the client left) still leaves the step.
+        let in_flight = InFlight::enter(&s.counters);
         // A sampled exchange records a span per step; spans the step starts (back-end
         // attempts, nested steps) hang under it.
         let recording = ex.trace.start_span(s.kind, SpanKind::Internal, None);
@@ -173,6 +175,7 @@ pub async fn run(
         }
         let result = s.step.apply(ex, &cx).instrument(span.clone()).await;
         ex.trace.current = outer;
+        drop(in_flight);
         s.counters.latency.observe(started.elapsed());
         if let Some(mut r) = recording {
             r.set("busbar.step.kind", s.kind);
@@ -195,6 +198,26 @@ pub async fn run(
         }
     }
     Ok(Flow::Continue)
+}
+
+/// Counts a step in progress for as long as it lives.
+struct InFlight<'a>(&'a Counters);
+
+impl<'a> InFlight<'a> {
+    fn enter(counters: &'a Counters) -> Self {
+        counters
+            .in_flight
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        InFlight(counters)
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0
+            .in_flight
+            .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+    }
 }
 
 /// [`run`] behind a box: what a step that runs nested steps (`route`, `sequence`) awaits, so
