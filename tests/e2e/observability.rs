@@ -308,3 +308,23 @@ fn a_stalled_access_log_drops_lines_instead_of_slowing_requests() {
     assert!(dropped.is_some_and(|d| d > 1000.0), "dropped: {dropped:?}");
     drop(reader);
 }
+
+#[test]
+fn propagation_off_forwards_the_clients_trace_headers_untouched() {
+    let yaml = format!(
+        "tracing: {{ propagate: false }}\n{}",
+        trace_yaml(trace_back_end())
+    );
+    let h = engine(&yaml);
+    let mut c = Client::connect(h.http());
+    let r = c
+        .post(
+            "/t",
+            &[("traceparent", PARENT), ("tracestate", "v=1")],
+            b"x",
+        )
+        .expect("answer");
+    assert_eq!(r.text(), format!("{PARENT}|v=1"));
+    let r = c.post("/t", &[], b"x").expect("answer");
+    assert_eq!(r.text(), "-|-");
+}

@@ -160,6 +160,10 @@ pub enum AccessLogFormat {
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct TracingConfig {
+    /// Propagate W3C trace context: continue a caller's `traceparent` and send one to back
+    /// ends. `false` forwards the client's trace headers untouched and records no spans.
+    #[serde(default = "yes")]
+    pub propagate: bool,
     /// The share of new traces (requests without a `traceparent`) that are recorded, from 0
     /// to 1; a request with a `traceparent` follows its sampled flag. Spans are recorded only
     /// when `otlp` is set; propagation happens either way.
@@ -176,6 +180,7 @@ pub struct TracingConfig {
 impl Default for TracingConfig {
     fn default() -> Self {
         Self {
+            propagate: true,
             sample: default_sample(),
             service_name: default_service_name(),
             otlp: None,

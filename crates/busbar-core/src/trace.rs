@@ -191,6 +191,8 @@ pub struct TraceContext {
     /// Where spans of this exchange are recorded: set only for a sampled trace when export
     /// is configured.
     pub sink: Option<std::sync::Arc<dyn SpanSink>>,
+    /// False for a detached context (propagation off): back ends get no `traceparent`.
+    pub propagated: bool,
 }
 
 impl std::fmt::Debug for TraceContext {
@@ -256,9 +258,10 @@ impl TraceContext {
     /// flag decides recording), or starts a new trace, sampled when `sample` says so.
     pub fn from_headers(headers: &HeaderMap, sample: impl FnOnce(TraceId) -> bool) -> Self {
         let span_id = SpanId::random();
-        let parsed = match headers.get_all(&TRACEPARENT).iter().collect::<Vec<_>>()[..] {
+        let mut values = headers.get_all(&TRACEPARENT).iter();
+        let parsed = match (values.next(), values.next()) {
             // Two traceparent headers are ambiguous: start a new trace (W3C §4.3).
-            [one] => parse_traceparent(one.as_bytes()),
+            (Some(one), None) => parse_traceparent(one.as_bytes()),
             _ => None,
         };
         match parsed {
@@ -270,6 +273,7 @@ impl TraceContext {
                 sampled: flags & 1 == 1,
                 tracestate: tracestate(headers),
                 sink: None,
+                propagated: true,
             },
             None => {
                 let trace_id = TraceId::random();
@@ -281,6 +285,7 @@ impl TraceContext {
                     sampled: sample(trace_id),
                     tracestate: None,
                     sink: None,
+                    propagated: true,
                 }
             }
         }
@@ -297,23 +302,39 @@ impl TraceContext {
             sampled: false,
             tracestate: None,
             sink: None,
+            propagated: false,
         }
     }
 
     /// The `traceparent` value naming `span` (a back-end attempt's client span) as the parent.
     pub fn traceparent(&self, span: SpanId) -> HeaderValue {
-        let flags = if self.sampled { "01" } else { "00" };
-        let text = format!("00-{}-{}-{flags}", self.trace_id, span);
-        HeaderValue::from_str(&text).unwrap_or_else(|_| HeaderValue::from_static(""))
+        const HEX: &[u8; 16] = b"0123456789abcdef";
+        let mut out = *b"00-00000000000000000000000000000000-0000000000000000-00";
+        for i in 0..32 {
+            out[3 + i] = HEX[((self.trace_id.0 >> (124 - 4 * i)) & 0xf) as usize];
+        }
+        for i in 0..16 {
+            out[36 + i] = HEX[((span.0 >> (60 - 4 * i)) & 0xf) as usize];
+        }
+        if self.sampled {
+            out[54] = b'1';
+        }
+        HeaderValue::from_bytes(&out).unwrap_or_else(|_| HeaderValue::from_static(""))
     }
 
     /// Sets `traceparent` (child of `span`) and the caller's `tracestate` on an outgoing
     /// request, replacing whatever the client sent.
     pub fn inject(&self, headers: &mut HeaderMap, span: SpanId) {
         headers.insert(TRACEPARENT.clone(), self.traceparent(span));
-        headers.remove(&TRACESTATE);
-        if let Some(state) = &self.tracestate {
-            headers.insert(TRACESTATE.clone(), state.clone());
+        match &self.tracestate {
+            Some(state) => {
+                headers.insert(TRACESTATE.clone(), state.clone());
+            }
+            None => {
+                if headers.contains_key(&TRACESTATE) {
+                    headers.remove(&TRACESTATE);
+                }
+            }
         }
     }
 }
@@ -461,6 +482,20 @@ mod tests {
             TraceContext::from_headers(&h, |_| false).remote_parent,
             None
         );
+    }
+
+    #[test]
+    fn traceparent_is_written_in_lower_case_hex_with_the_flag() {
+        let mut t = TraceContext::detached();
+        t.trace_id = TraceId(0x0123_4567_89ab_cdef_fedc_ba98_7654_3210);
+        assert_eq!(
+            t.traceparent(SpanId(0xa1b2_c3d4_e5f6_0718)),
+            "00-0123456789abcdeffedcba9876543210-a1b2c3d4e5f60718-00"
+        );
+        t.sampled = true;
+        let v = t.traceparent(SpanId(1));
+        assert_eq!(v, "00-0123456789abcdeffedcba9876543210-0000000000000001-01");
+        assert!(parse_traceparent(v.as_bytes()).is_some());
     }
 
     #[test]

@@ -1,5 +1,5 @@
-//! The access log: one line per request, written by a thread of its own. Workers hand a
-//! record over a bounded queue and never wait: when the writer falls behind (a slow disk),
+//! The access log: one line per request, written by a thread of its own that takes the
+//! queued records every 50 ms. Workers hand a record over a bounded queue and never wait: when the writer falls behind (a slow disk),
 //! records are dropped and counted. SIGUSR1 (through [`AccessLog::reopen`]) makes the writer
 //! reopen its file, for logrotate.
 
@@ -9,7 +9,7 @@ use std::io::Write as _;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
-use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender, TrySendError};
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TryRecvError, TrySendError};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -160,41 +160,49 @@ impl Writer {
     fn run(mut self) {
         let mut buf = String::with_capacity(64 * 1024);
         loop {
-            let first = match self.rx.recv_timeout(Duration::from_millis(250)) {
-                Ok(r) => Some(r),
-                Err(RecvTimeoutError::Timeout) => None,
-                Err(RecvTimeoutError::Disconnected) => return,
-            };
+            // A timer, not the queue, wakes the writer: a wake-up per line would cost the
+            // workers more than writing the line.
+            std::thread::sleep(Duration::from_millis(50));
             if self.reopen.swap(false, Relaxed) {
                 match open(&self.target) {
                     Ok(out) => self.out = out,
                     Err(e) => tracing::error!(error = %e, "cannot reopen the access log"),
                 }
             }
-            let Some(first) = first else { continue };
-            // Everything queued goes out in one write of whole lines.
-            let mut lines = 0u64;
-            format_line(&mut buf, &first, self.format);
-            lines += 1;
-            while buf.len() < 60 * 1024 {
-                match self.rx.try_recv() {
-                    Ok(r) => {
-                        format_line(&mut buf, &r, self.format);
-                        lines += 1;
+            let mut open_queue = true;
+            loop {
+                // Whole lines, in writes of about 64 KiB.
+                let mut lines = 0u64;
+                while buf.len() < 60 * 1024 {
+                    match self.rx.try_recv() {
+                        Ok(r) => {
+                            format_line(&mut buf, &r, self.format);
+                            lines += 1;
+                        }
+                        Err(TryRecvError::Empty) => break,
+                        Err(TryRecvError::Disconnected) => {
+                            open_queue = false;
+                            break;
+                        }
                     }
-                    Err(_) => break,
                 }
+                if lines == 0 {
+                    break;
+                }
+                match self.out.write_all(buf.as_bytes()) {
+                    Ok(()) => {
+                        self.metrics.access_log_lines.fetch_add(lines, Relaxed);
+                    }
+                    Err(e) => {
+                        self.metrics.access_log_dropped.fetch_add(lines, Relaxed);
+                        tracing::error!(error = %e, "cannot write the access log");
+                    }
+                }
+                buf.clear();
             }
-            match self.out.write_all(buf.as_bytes()) {
-                Ok(()) => {
-                    self.metrics.access_log_lines.fetch_add(lines, Relaxed);
-                }
-                Err(e) => {
-                    self.metrics.access_log_dropped.fetch_add(lines, Relaxed);
-                    tracing::error!(error = %e, "cannot write the access log");
-                }
+            if !open_queue {
+                return;
             }
-            buf.clear();
         }
     }
 }

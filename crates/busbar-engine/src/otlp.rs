@@ -1,13 +1,13 @@
 //! Span export over OTLP (HTTP with protobuf bodies, or gRPC), from a thread of its own.
 //!
 //! Workers hand finished spans over a bounded queue and never wait: a full queue drops the
-//! span and counts it. The exporter thread sends batches (`batch` spans, or what arrived
-//! within a second) with the OTLP protobuf messages of `opentelemetry-proto`; a batch the
+//! span and counts it. The exporter thread takes what queued every 50 ms and sends it in
+//! batches of at most `batch` spans, over a connection kept between batches, with the OTLP protobuf messages of `opentelemetry-proto`; a batch the
 //! collector refuses or does not answer within `timeout` is dropped and counted, never
 //! retried into a growing backlog.
 
 use std::sync::atomic::Ordering::Relaxed;
-use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender, TrySendError};
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TryRecvError, TrySendError};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -27,6 +27,9 @@ use opentelemetry_proto::tonic::trace::v1::{
 use prost::Message;
 
 use crate::endpoint::tls;
+
+/// How often the exporter thread takes the queued spans.
+const POLL: Duration = Duration::from_millis(50);
 
 /// The gRPC method of OTLP trace export.
 const GRPC_PATH: &str = "/opentelemetry.proto.collector.trace.v1.TraceService/Export";
@@ -182,53 +185,59 @@ impl Worker {
                 return;
             }
         };
-        let mut open = true;
-        while open {
-            // A batch: whatever arrives within a second of its first span, up to `batch`.
-            let first = match self.rx.recv() {
-                Ok(s) => s,
-                Err(_) => return,
-            };
-            let mut spans = vec![first];
-            let deadline = Instant::now() + Duration::from_secs(1);
-            while spans.len() < self.batch {
-                let left = deadline.saturating_duration_since(Instant::now());
-                match self.rx.recv_timeout(left) {
+        let mut conn: Option<Conn> = None;
+        loop {
+            // The thread wakes on a timer and takes what queued meanwhile: producers never
+            // wake it (a wake-up per span costs a worker more than recording the span).
+            std::thread::sleep(POLL);
+            let mut spans = Vec::new();
+            let mut open = true;
+            loop {
+                match self.rx.try_recv() {
                     Ok(s) => spans.push(s),
-                    Err(RecvTimeoutError::Timeout) => break,
-                    Err(RecvTimeoutError::Disconnected) => {
+                    Err(TryRecvError::Empty) => break,
+                    Err(TryRecvError::Disconnected) => {
                         open = false;
                         break;
                     }
                 }
             }
-            let n = spans.len() as u64;
-            let body = self.encode(spans);
-            let result = rt.block_on(async {
-                tokio::time::timeout(self.timeout, send(&self.target, body))
-                    .await
-                    .unwrap_or_else(|_| Err(format!("no answer within {:?}", self.timeout)))
-            });
-            match result {
-                Ok(()) => {
-                    self.metrics.spans_exported.fetch_add(n, Relaxed);
-                }
-                Err(e) => {
-                    self.metrics.spans_dropped.fetch_add(n, Relaxed);
-                    // One line a minute at most: a collector that is down must not flood
-                    // the log.
-                    let now = Instant::now();
-                    if self
-                        .last_error_log
-                        .is_none_or(|t| now.duration_since(t) > Duration::from_secs(60))
-                    {
-                        self.last_error_log = Some(now);
-                        tracing::warn!(
-                            endpoint = %self.target.uri,
-                            "span export failed, {n} spans dropped: {e}"
-                        );
+            while !spans.is_empty() {
+                let rest = spans.split_off(spans.len().min(self.batch));
+                let batch = std::mem::replace(&mut spans, rest);
+                let n = batch.len() as u64;
+                let body = self.encode(batch);
+                let target = &self.target;
+                let result = rt.block_on(async {
+                    tokio::time::timeout(self.timeout, send(target, &mut conn, body))
+                        .await
+                        .unwrap_or_else(|_| Err(format!("no answer within {:?}", self.timeout)))
+                });
+                match result {
+                    Ok(()) => {
+                        self.metrics.spans_exported.fetch_add(n, Relaxed);
+                    }
+                    Err(e) => {
+                        conn = None;
+                        self.metrics.spans_dropped.fetch_add(n, Relaxed);
+                        // One line a minute at most: a collector that is down must not flood
+                        // the log.
+                        let now = Instant::now();
+                        if self
+                            .last_error_log
+                            .is_none_or(|t| now.duration_since(t) > Duration::from_secs(60))
+                        {
+                            self.last_error_log = Some(now);
+                            tracing::warn!(
+                                endpoint = %self.target.uri,
+                                "span export failed, {n} spans dropped: {e}"
+                            );
+                        }
                     }
                 }
+            }
+            if !open {
+                return;
             }
         }
     }
@@ -305,9 +314,13 @@ fn to_proto(s: SpanRecord) -> Span {
     }
 }
 
-/// Sends one batch on a connection of its own (a batch a second at most: reusing the
-/// connection would save little, and a fresh one never inherits a broken state).
-async fn send(target: &Target, body: Bytes) -> Result<(), String> {
+/// A connection to the collector, kept between batches.
+enum Conn {
+    Http1(hyper::client::conn::http1::SendRequest<Full<Bytes>>),
+    Http2(hyper::client::conn::http2::SendRequest<Full<Bytes>>),
+}
+
+async fn connect(target: &Target) -> Result<Conn, String> {
     let tcp = tokio::net::TcpStream::connect((target.host.as_str(), target.port))
         .await
         .map_err(|e| format!("cannot connect: {e}"))?;
@@ -315,27 +328,82 @@ async fn send(target: &Target, body: Bytes) -> Result<(), String> {
     match &target.tls {
         Some(t) => {
             let stream = t.connect(tcp).await.map_err(|e| e.message)?;
-            exchange(target, TokioIo::new(stream), body).await
+            handshake(target, TokioIo::new(stream)).await
         }
-        None => exchange(target, TokioIo::new(tcp), body).await,
+        None => handshake(target, TokioIo::new(tcp)).await,
     }
 }
 
-async fn exchange<IO>(target: &Target, io: IO, body: Bytes) -> Result<(), String>
+async fn handshake<IO>(target: &Target, io: IO) -> Result<Conn, String>
 where
     IO: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
 {
+    match target.protocol {
+        OtlpProtocol::Http => {
+            let (sender, conn) = hyper::client::conn::http1::handshake(io)
+                .await
+                .map_err(|e| format!("HTTP handshake: {e}"))?;
+            tokio::spawn(conn);
+            Ok(Conn::Http1(sender))
+        }
+        OtlpProtocol::Grpc => {
+            let (sender, conn) =
+                hyper::client::conn::http2::handshake(hyper_util::rt::TokioExecutor::new(), io)
+                    .await
+                    .map_err(|e| format!("HTTP/2 handshake: {e}"))?;
+            tokio::spawn(conn);
+            Ok(Conn::Http2(sender))
+        }
+    }
+}
+
+/// Sends one batch, on the kept connection when it is still usable. A kept connection the
+/// collector closed while idle fails the first request: that one is sent again once on a new
+/// connection.
+async fn send(target: &Target, conn: &mut Option<Conn>, body: Bytes) -> Result<(), String> {
+    let usable = match conn.as_mut() {
+        Some(Conn::Http1(s)) => s.ready().await.is_ok(),
+        Some(Conn::Http2(s)) => s.ready().await.is_ok(),
+        None => false,
+    };
+    if usable {
+        match send_on(target, conn, body.clone()).await {
+            Err(SendError::Connection(_)) => {}
+            other => return other.map_err(SendError::into_message),
+        }
+    }
+    *conn = Some(connect(target).await?);
+    send_on(target, conn, body)
+        .await
+        .map_err(SendError::into_message)
+}
+
+/// Why a batch was not accepted.
+enum SendError {
+    /// The connection failed before an answer: another connection may do.
+    Connection(String),
+    /// The collector answered, and refused.
+    Refused(String),
+}
+
+impl SendError {
+    fn into_message(self) -> String {
+        match self {
+            SendError::Connection(m) | SendError::Refused(m) => m,
+        }
+    }
+}
+
+async fn send_on(target: &Target, conn: &mut Option<Conn>, body: Bytes) -> Result<(), SendError> {
+    use SendError::{Connection, Refused};
     let authority = target
         .uri
         .authority()
         .map(|a| a.as_str().to_owned())
         .unwrap_or_default();
-    match target.protocol {
-        OtlpProtocol::Http => {
-            let (mut sender, conn) = hyper::client::conn::http1::handshake(io)
-                .await
-                .map_err(|e| format!("HTTP handshake: {e}"))?;
-            tokio::spawn(conn);
+    match conn.as_mut() {
+        None => Err(Connection("no connection".into())),
+        Some(Conn::Http1(sender)) => {
             let path = target
                 .uri
                 .path_and_query()
@@ -346,28 +414,23 @@ where
                 .header(http::header::HOST, authority)
                 .header(http::header::CONTENT_TYPE, "application/x-protobuf")
                 .body(Full::new(body))
-                .map_err(|e| e.to_string())?;
+                .map_err(|e| Refused(e.to_string()))?;
             for (k, v) in &target.headers {
                 req.headers_mut().insert(k.clone(), v.clone());
             }
             let resp = sender
                 .send_request(req)
                 .await
-                .map_err(|e| format!("request failed: {e}"))?;
+                .map_err(|e| Connection(format!("request failed: {e}")))?;
             let status = resp.status();
             let _ = resp.into_body().collect().await;
             if status.is_success() {
                 Ok(())
             } else {
-                Err(format!("the collector answered {status}"))
+                Err(Refused(format!("the collector answered {status}")))
             }
         }
-        OtlpProtocol::Grpc => {
-            let (mut sender, conn) =
-                hyper::client::conn::http2::handshake(hyper_util::rt::TokioExecutor::new(), io)
-                    .await
-                    .map_err(|e| format!("HTTP/2 handshake: {e}"))?;
-            tokio::spawn(conn);
+        Some(Conn::Http2(sender)) => {
             // gRPC framing: one uncompressed message with its 4-byte big-endian length.
             let mut framed = Vec::with_capacity(body.len() + 5);
             framed.push(0);
@@ -379,16 +442,16 @@ where
                 .header(http::header::CONTENT_TYPE, "application/grpc")
                 .header(http::header::TE, "trailers")
                 .body(Full::new(Bytes::from(framed)))
-                .map_err(|e| e.to_string())?;
+                .map_err(|e| Refused(e.to_string()))?;
             for (k, v) in &target.headers {
                 req.headers_mut().insert(k.clone(), v.clone());
             }
             let resp = sender
                 .send_request(req)
                 .await
-                .map_err(|e| format!("request failed: {e}"))?;
+                .map_err(|e| Connection(format!("request failed: {e}")))?;
             if !resp.status().is_success() {
-                return Err(format!("the collector answered {}", resp.status()));
+                return Err(Refused(format!("the collector answered {}", resp.status())));
             }
             // The outcome is `grpc-status`, in the headers (an immediate error) or trailers.
             let mut grpc_status = resp
@@ -405,7 +468,7 @@ where
                 .into_body()
                 .collect()
                 .await
-                .map_err(|e| format!("answer failed: {e}"))?;
+                .map_err(|e| Connection(format!("answer failed: {e}")))?;
             if let Some(trailers) = collected.trailers() {
                 if let Some(s) = trailers.get("grpc-status").and_then(|v| v.to_str().ok()) {
                     grpc_status = Some(s.to_owned());
@@ -416,11 +479,11 @@ where
             }
             match grpc_status.as_deref() {
                 Some("0") => Ok(()),
-                Some(code) => Err(format!(
+                Some(code) => Err(Refused(format!(
                     "the collector answered gRPC status {code}: {}",
                     message.unwrap_or_default()
-                )),
-                None => Err("the collector's answer has no grpc-status".into()),
+                ))),
+                None => Err(Refused("the collector's answer has no grpc-status".into())),
             }
         }
     }

@@ -99,8 +99,13 @@ pub async fn handle(
             return resp;
         }
     };
-    let sample = runtime.config.config.tracing.sample;
-    let mut trace = TraceContext::from_headers(req.headers(), |id| sampled(id, sample));
+    let tracing = &runtime.config.config.tracing;
+    let sample = tracing.sample;
+    let mut trace = if tracing.propagate {
+        TraceContext::from_headers(req.headers(), |id| sampled(id, sample))
+    } else {
+        TraceContext::detached()
+    };
     if trace.sampled {
         if let Some(exporter) = shared.exporter.load_full() {
             trace.sink = Some(exporter);

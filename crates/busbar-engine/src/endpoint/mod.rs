@@ -255,8 +255,11 @@ impl Endpoint {
         }
         let body = std::mem::take(&mut ex.request_body);
         let replay = Replay::new(body, self.replay_buffer);
-        // Each attempt carries the exchange's trace to the back end (`traceparent`).
-        ex.request.extensions.insert(ex.trace.clone());
+        // Each attempt carries the exchange's trace to the back end (`traceparent`), unless
+        // propagation is off (a detached trace: not sampled, no caller).
+        if ex.trace.propagated {
+            ex.request.extensions.insert(ex.trace.clone());
+        }
         let started = Instant::now();
         let result = self.measured(&ex.request, &replay).await;
         ex.backend_time += started.elapsed();
