@@ -420,6 +420,13 @@ pub fn validate(loaded: &LoadedConfig) -> Vec<ConfigError> {
     let mut served: BTreeMap<String, Served<'_>> = BTreeMap::new();
     for (name, p) in &cfg.proxies {
         let path = format!("proxies.{name}");
+        if !(1..=1024).contains(&p.json_max_depth) {
+            err(
+                None,
+                format!("{path}.json_max_depth"),
+                format!("{} is not from 1 to 1024", p.json_max_depth),
+            );
+        }
         let parsed = match pattern::PathPattern::parse(&p.path.value) {
             Ok(parsed) => Some(parsed),
             Err(msg) => {
@@ -752,7 +759,7 @@ fn check_steps(
                     err(None, here, format!("invalid header name '{name}'"));
                 }
             }
-            StepConfig::Log(_) => {}
+            StepConfig::Log(_) | StepConfig::JsonSelect(_) => {}
             StepConfig::WsseVerify(v) => check_wsse_verify(loaded, v, &here, err),
             StepConfig::WsseSecure(w) => check_wsse_secure(loaded, w, &here, err),
             StepConfig::Xslt(x) => {
@@ -771,12 +778,13 @@ fn check_steps(
                     match (&case.when, &case.then, &case.otherwise) {
                         (Some(when), Some(_), None) => {
                             let sources = usize::from(when.header.is_some())
-                                + usize::from(when.xpath.is_some());
+                                + usize::from(when.xpath.is_some())
+                                + usize::from(when.json.is_some());
                             if sources != 1 {
                                 err(
                                     None,
                                     format!("{at}.when"),
-                                    "give exactly one of 'header' or 'xpath'".into(),
+                                    "give exactly one of 'header', 'xpath' or 'json'".into(),
                                 );
                             }
                             let tests = usize::from(when.equals.is_some())
@@ -1179,7 +1187,7 @@ mod tests {
         let mut errs = load_errors(&yaml);
         assert_eq!(
             errs.pop().as_deref(),
-            Some("t.yaml: proxies.P.in[1].route[0].when: give exactly one of 'header' or 'xpath'")
+            Some("t.yaml: proxies.P.in[1].route[0].when: give exactly one of 'header', 'xpath' or 'json'")
         );
         let expect = [
             (

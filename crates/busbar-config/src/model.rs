@@ -767,6 +767,14 @@ pub struct ProxyConfig {
     /// request so the back end never receives it complete).
     #[serde(default)]
     pub xml_check: XmlCheck,
+    /// How much of a JSON body a streaming `route` checks: `read` (what the decision read,
+    /// strictly; the rest streams on unparsed) or `whole` (the rest is checked as it streams,
+    /// duplicate member names included, and a bad tail aborts the forwarded request).
+    #[serde(default)]
+    pub json_check: XmlCheck,
+    /// Deepest nesting of JSON objects and arrays a step accepts; deeper is 400.
+    #[serde(default = "default_json_depth")]
+    pub json_max_depth: usize,
     /// Namespace prefixes for this proxy's XPath expressions, added to the global ones.
     #[serde(default)]
     pub namespaces: BTreeMap<String, String>,
@@ -779,6 +787,10 @@ pub struct ProxyConfig {
     /// Steps run when a step fails; a `fault` or `respond` here decides the answer.
     #[serde(default)]
     pub on_error: Vec<StepConfig>,
+}
+
+fn default_json_depth() -> usize {
+    64
 }
 
 fn default_max_body() -> ByteSize {
@@ -813,6 +825,8 @@ pub enum StepConfig {
     WsseVerify(Box<WsseVerifyConfig>),
     /// Secure the current message (usually the response): timestamp, sign, encrypt the body.
     WsseSecure(Box<WsseSecureConfig>),
+    /// Replace the JSON body with what a JSONPath selects.
+    JsonSelect(JsonSelectConfig),
 }
 
 impl StepConfig {
@@ -830,6 +844,7 @@ impl StepConfig {
             StepConfig::Xslt(_) => "xslt",
             StepConfig::WsseVerify(_) => "wsse_verify",
             StepConfig::WsseSecure(_) => "wsse_secure",
+            StepConfig::JsonSelect(_) => "json_select",
         }
     }
 
@@ -859,7 +874,8 @@ impl StepConfig {
             | StepConfig::Sequence(_)
             | StepConfig::Xslt(_)
             | StepConfig::WsseVerify(_)
-            | StepConfig::WsseSecure(_) => Vec::new(),
+            | StepConfig::WsseSecure(_)
+            | StepConfig::JsonSelect(_) => Vec::new(),
         }
     }
 }
@@ -1011,6 +1027,47 @@ pub struct Condition {
     /// True when the header is present / the XPath selects something (or is true).
     #[serde(default)]
     pub exists: Option<bool>,
+    /// An RFC 9535 JSONPath over the current message's JSON body; the test applies to the
+    /// first node it selects. Paths of member names and indexes only (`$.a.b[0]`) decide
+    /// while the body streams; others (filters, `..`, wildcards) read the whole body.
+    #[serde(default)]
+    pub json: Option<Spanned<String>>,
+    /// JSON only: true when the first node is a number equal to this one (`42.80` equals
+    /// 42.8; the string `"42.8"` does not).
+    #[serde(default)]
+    pub eq: Option<f64>,
+    /// JSON only: a number different from this one.
+    #[serde(default)]
+    pub ne: Option<f64>,
+    /// JSON only: a number below this one.
+    #[serde(default)]
+    pub lt: Option<f64>,
+    /// JSON only: a number at most this one.
+    #[serde(default)]
+    pub le: Option<f64>,
+    /// JSON only: a number above this one.
+    #[serde(default)]
+    pub gt: Option<f64>,
+    /// JSON only: a number at least this one.
+    #[serde(default)]
+    pub ge: Option<f64>,
+    /// JSON only: when the path selects nothing, the request fails with 400 naming the path
+    /// (instead of the case not holding).
+    #[serde(default)]
+    pub required: bool,
+}
+
+/// The `json_select` step.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct JsonSelectConfig {
+    /// An RFC 9535 JSONPath over the current message's JSON body.
+    pub path: Spanned<String>,
+    /// `false` (the default): the new body is the JSON array of every selected node, in the
+    /// RFC's order (`[]` when none). `true`: the first node itself, and nothing selected is a
+    /// 400 (for a request) naming the path.
+    #[serde(default)]
+    pub first: bool,
 }
 
 /// The `xslt` step.

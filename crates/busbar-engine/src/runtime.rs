@@ -112,6 +112,8 @@ impl Runtime {
                 cx: ProxyCx {
                     max_body: p.max_body.0,
                     check_xml_tail: p.xml_check == busbar_config::XmlCheck::Whole,
+                    check_json_tail: p.json_check == busbar_config::XmlCheck::Whole,
+                    json_max_depth: p.json_max_depth,
                     endpoints: shared_endpoints.clone(),
                     offload: Offload::shared(),
                 },

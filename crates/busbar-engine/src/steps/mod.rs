@@ -26,6 +26,8 @@ use crate::offload::Offload;
 
 mod call;
 mod fault;
+pub mod json;
+mod json_select;
 mod keys;
 mod log;
 mod remove_header;
@@ -92,6 +94,7 @@ steps! {
     Xslt => xslt::XsltStep,
     WsseVerify => wsse_verify::VerifyStep,
     WsseSecure => wsse_secure::SecureStep,
+    JsonSelect => json_select::JsonSelectStep,
 }
 
 /// A step with what the executor keeps for it.
@@ -114,6 +117,10 @@ pub struct ProxyCx {
     pub max_body: u64,
     /// Check the rest of an XML body a streaming route decided on early (`xml_check: whole`).
     pub check_xml_tail: bool,
+    /// Check the rest of a JSON body a streaming route decided on early (`json_check: whole`).
+    pub check_json_tail: bool,
+    /// Deepest JSON nesting accepted.
+    pub json_max_depth: usize,
     /// Every endpoint of the runtime, by name.
     pub endpoints: Arc<BTreeMap<String, Arc<Endpoint>>>,
     /// The bounded pool CPU-heavy work runs on.
@@ -412,6 +419,8 @@ pub(crate) mod testing {
         ProxyCx {
             max_body: 1 << 20,
             check_xml_tail: false,
+            check_json_tail: false,
+            json_max_depth: 64,
             endpoints: Arc::new(BTreeMap::new()),
             offload: Offload::shared(),
         }

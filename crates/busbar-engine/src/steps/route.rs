@@ -1,4 +1,5 @@
-//! The `route` step: content-based routing on HTTP headers and on the body (XPath). Config:
+//! The `route` step: content-based routing on HTTP headers and on the body (XPath, JSONPath).
+//! Config:
 //! `busbar_config::RouteCase` (a list of `{ when, then }` cases and an optional last
 //! `{ otherwise }`).
 //!
@@ -17,10 +18,12 @@ use std::sync::Arc;
 use busbar_config::{line_of, RouteCase};
 use busbar_core::body::TailCheck;
 use busbar_core::{Blame, ErrorKind, Exchange, Flow, MediationError, Test};
+use busbar_json::{Decision, Found, Query, Scanner, SimplePath};
 use busbar_libxml::{XPathExpr, XPathValue};
 use busbar_xml::{Matcher, StreamPath, WellFormed, XmlError};
 use http::HeaderName;
 
+use super::json;
 use super::xslt::with_document;
 use super::{run_nested, Apply, BuildCx, BuiltStep, Failed, StepCx};
 
@@ -42,6 +45,77 @@ pub enum Condition {
     Streaming(StreamPath, Test),
     /// Any XPath 1.0 expression, over the buffered body.
     Full(Arc<XPathExpr>, Test),
+    /// A JSONPath of names and indexes, decided while the body streams.
+    JsonStreaming(SimplePath, JsonCondition),
+    /// Any JSONPath, over the parsed body.
+    JsonFull(Arc<Query>, JsonCondition),
+}
+
+/// What a JSON condition checks on the first node its path selects.
+#[derive(Debug)]
+pub struct JsonCondition {
+    /// The path as written (for messages).
+    text: Arc<str>,
+    test: JsonTest,
+    /// Nothing at the path is a 400 rather than a case that does not hold.
+    required: bool,
+}
+
+/// The test of a JSON condition.
+#[derive(Debug)]
+enum JsonTest {
+    Exists,
+    Equals(String),
+    Matches(regex::Regex),
+    Number(NumOp, f64),
+}
+
+#[derive(Debug, Clone, Copy)]
+enum NumOp {
+    Eq,
+    Ne,
+    Lt,
+    Le,
+    Gt,
+    Ge,
+}
+
+impl JsonTest {
+    fn compare(op: NumOp, n: f64, to: f64) -> bool {
+        match op {
+            NumOp::Eq => n == to,
+            NumOp::Ne => n != to,
+            NumOp::Lt => n < to,
+            NumOp::Le => n <= to,
+            NumOp::Gt => n > to,
+            NumOp::Ge => n >= to,
+        }
+    }
+
+    fn holds_found(&self, f: &Found) -> bool {
+        match (self, f) {
+            (JsonTest::Exists, _) => true,
+            (JsonTest::Equals(s), Found::String(v)) => s == v,
+            (JsonTest::Matches(re), Found::String(v)) => re.is_match(v),
+            (JsonTest::Number(op, to), Found::Number(text)) => text
+                .parse::<f64>()
+                .is_ok_and(|n| Self::compare(*op, n, *to)),
+            _ => false,
+        }
+    }
+
+    fn holds_value(&self, v: &serde_json::Value) -> bool {
+        use serde_json::Value;
+        match (self, v) {
+            (JsonTest::Exists, _) => true,
+            (JsonTest::Equals(s), Value::String(v)) => s == v,
+            (JsonTest::Matches(re), Value::String(v)) => re.is_match(v),
+            (JsonTest::Number(op, to), Value::Number(n)) => {
+                n.as_f64().is_some_and(|n| Self::compare(*op, n, *to))
+            }
+            _ => false,
+        }
+    }
 }
 
 impl RouteStep {
@@ -108,6 +182,67 @@ fn condition(
     } else {
         Test::Exists
     };
+    let given = [
+        when.header.is_some(),
+        when.xpath.is_some(),
+        when.json.is_some(),
+    ];
+    if given.iter().filter(|g| **g).count() != 1 {
+        return Err(cx.fail(None, at, "give exactly one of 'header', 'xpath' or 'json'"));
+    }
+    let numeric = [
+        (when.eq, NumOp::Eq),
+        (when.ne, NumOp::Ne),
+        (when.lt, NumOp::Lt),
+        (when.le, NumOp::Le),
+        (when.gt, NumOp::Gt),
+        (when.ge, NumOp::Ge),
+    ];
+    let numeric: Vec<(f64, NumOp)> = numeric
+        .into_iter()
+        .filter_map(|(v, op)| v.map(|v| (v, op)))
+        .collect();
+    if let Some(json) = &when.json {
+        let tests = numeric.len()
+            + usize::from(when.equals.is_some())
+            + usize::from(when.matches.is_some());
+        if tests > 1 {
+            return Err(cx.fail(
+                line_of(json),
+                format!("{at}.json"),
+                "give at most one test: equals, matches, eq, ne, lt, le, gt or ge",
+            ));
+        }
+        let test = match (&test, numeric.first()) {
+            (_, Some((v, op))) => JsonTest::Number(*op, *v),
+            (Test::Equals(s), None) => JsonTest::Equals(s.clone()),
+            (Test::Matches(re), None) => JsonTest::Matches(re.clone()),
+            (Test::Exists, None) => JsonTest::Exists,
+        };
+        let query = Query::compile(&json.value).map_err(|e| {
+            cx.fail(
+                line_of(json),
+                format!("{at}.json"),
+                format!("invalid JSONPath '{}': {e}", json.value),
+            )
+        })?;
+        let condition = JsonCondition {
+            text: json.value.as_str().into(),
+            test,
+            required: when.required,
+        };
+        return Ok(match query.simple() {
+            Some(path) => Condition::JsonStreaming(path.clone(), condition),
+            None => Condition::JsonFull(Arc::new(query), condition),
+        });
+    }
+    if !numeric.is_empty() || when.required {
+        return Err(cx.fail(
+            None,
+            at,
+            "eq, ne, lt, le, gt, ge and required apply to 'json' conditions only",
+        ));
+    }
     if let Some(h) = &when.header {
         return match HeaderName::from_bytes(h.value.as_bytes()) {
             Ok(name) => Ok(Condition::Header(name, test)),
@@ -119,7 +254,7 @@ fn condition(
         };
     }
     let Some(xpath) = when.xpath.as_ref() else {
-        return Err(cx.fail(None, at, "give exactly one of 'header' or 'xpath'"));
+        return Err(cx.fail(None, at, "give exactly one of 'header', 'xpath' or 'json'"));
     };
     let ns = busbar_xml::Namespaces::from_pairs(cx.namespaces.iter())
         .map_err(|e| cx.fail(None, "namespaces", e.to_string()))?;
@@ -151,6 +286,14 @@ impl Condition {
             Condition::Header(name, test) => Ok(header_holds(ex, name, test)),
             Condition::Streaming(path, test) => streaming_holds(ex, path, test, cx).await,
             Condition::Full(expr, test) => full_holds(ex, expr.clone(), test, cx).await,
+            Condition::JsonStreaming(path, c) => json_streaming_holds(ex, path, c, cx).await,
+            Condition::JsonFull(query, c) => {
+                let value = json::parsed(ex, cx).await?;
+                match query.first(&value) {
+                    Some(node) => Ok(c.test.holds_value(node)),
+                    None => c.absent(),
+                }
+            }
         }
     }
 }
@@ -161,6 +304,104 @@ fn header_holds(ex: &Exchange, name: &HeaderName, test: &Test) -> bool {
         Test::Exists => values.next().is_some(),
         Test::Equals(s) => values.any(|v| v.as_bytes() == s.as_bytes()),
         Test::Matches(_) => values.any(|v| v.to_str().is_ok_and(|v| test.accepts(v))),
+    }
+}
+
+impl JsonCondition {
+    /// Nothing at the path: the case does not hold, or the request is refused.
+    fn absent(&self) -> Result<bool, MediationError> {
+        if self.required {
+            return Err(MediationError::new(
+                ErrorKind::BadRequest,
+                Blame::Client,
+                format!("JSON field {} is missing", self.text),
+            ));
+        }
+        Ok(false)
+    }
+}
+
+/// The rest of an early-decided JSON document, checked as it streams (`json_check: whole`):
+/// the scanner that decided goes on, so a duplicate of a name read before the decision is
+/// caught too.
+struct JsonTail(Scanner);
+
+impl TailCheck for JsonTail {
+    fn feed(&mut self, chunk: &[u8]) -> Result<(), String> {
+        self.0
+            .feed(chunk)
+            .map(|_| ())
+            .map_err(|e| format!("malformed JSON: {e}"))
+    }
+    fn finish(&mut self) -> Result<(), String> {
+        self.0
+            .finish()
+            .map(|_| ())
+            .map_err(|e| format!("malformed JSON: {e}"))
+    }
+}
+
+/// Decides a simple JSONPath while the body streams: reads chunks until the scanner decides,
+/// keeps them, and leaves the body as "what was read + the rest". What was read is checked
+/// strictly (duplicate names included); with `json_check: whole` so is the rest, as it streams.
+async fn json_streaming_holds(
+    ex: &mut Exchange,
+    path: &SimplePath,
+    c: &JsonCondition,
+    cx: &StepCx<'_>,
+) -> Result<bool, MediationError> {
+    let max_body = cx.max_body();
+    let phase = ex.phase();
+    let mut scanner = Scanner::with_path(path, json::limits(cx));
+    let bad = |e: busbar_json::JsonError| json::malformed(phase, &e);
+    let known: Vec<bytes::Bytes> = ex.body_mut().read_chunks().cloned().collect();
+    let mut fed: Vec<bytes::Bytes> = Vec::with_capacity(known.len() + 4);
+    let mut decided = None;
+    for chunk in known {
+        let d = scanner.feed(&chunk).map_err(bad)?;
+        fed.push(chunk);
+        if d.is_some() {
+            decided = d;
+            break;
+        }
+    }
+    let body = ex.body_mut();
+    let mut ended = false;
+    let decision = match decided {
+        Some(d) => d,
+        None => loop {
+            match body.read_chunk(max_body).await? {
+                Some(chunk) => {
+                    let d = scanner.feed(&chunk).map_err(bad)?;
+                    fed.push(chunk);
+                    if let Some(d) = d {
+                        break d;
+                    }
+                }
+                None => {
+                    ended = true;
+                    break scanner.finish().map_err(bad)?.unwrap_or(Decision::Absent);
+                }
+            }
+        },
+    };
+    if !ended && cx.proxy.check_json_tail && !body.has_tail_check() {
+        // What was read past the deciding byte, then the rest as it streams.
+        let consumed = scanner.bytes_consumed();
+        let mut offset = 0u64;
+        for chunk in &fed {
+            let end = offset + chunk.len() as u64;
+            if end > consumed {
+                let from = consumed.saturating_sub(offset) as usize;
+                scanner.feed(&chunk[from..]).map_err(bad)?;
+            }
+            offset = end;
+        }
+        body.set_tail_check(Box::new(JsonTail(scanner)))?;
+    }
+    match decision {
+        Decision::Found(found) => Ok(c.test.holds_found(&found)),
+        Decision::Absent => c.absent(),
     }
 }
 
@@ -335,5 +576,105 @@ mod tests {
             errors[0].starts_with("t.yaml:6: sequences.s[0].route[0].when.xpath: "),
             "{errors:?}"
         );
+    }
+
+    const JSON_ROUTE: &str = "sequences:\n  s:\n    - route:\n        - when: { json: '$.tier', equals: premium, required: true }\n          then: [ { respond: { body: premium } } ]\n        - when: { json: \"$..[?(@.symbol == 'GOOG')].price\", eq: 42.8 }\n          then: [ { respond: { body: goog } } ]\n        - when: { json: '$.n', ge: 10 }\n          then: [ { respond: { body: big } } ]\n        - when: { json: '$.s', matches: '^x+$' }\n          then: [ { respond: { body: xs } } ]\n        - otherwise: [ { respond: { body: other } } ]\n";
+
+    fn json_answer(body: &str) -> Result<String, String> {
+        let steps =
+            build(&loaded(JSON_ROUTE, &std::env::temp_dir())).map_err(|e| format!("{e:?}"))?;
+        let mut ex = exchange(&[], body.as_bytes());
+        match run_steps(&steps, &mut ex) {
+            Ok(_) => Ok(String::from_utf8_lossy(&body_of(&mut ex)).into_owned()),
+            Err(e) => Err(e.reason.to_string()),
+        }
+    }
+
+    #[test]
+    fn json_conditions_test_the_first_node_by_type() {
+        assert_eq!(
+            json_answer(r#"{"tier":"premium"}"#).as_deref(),
+            Ok("premium")
+        );
+        assert_eq!(json_answer(r#"{"tier":"gold"}"#).as_deref(), Ok("other"));
+        // A number or a string of digits is not the string "premium"; numbers compare as
+        // numbers, strings never do.
+        assert_eq!(json_answer(r#"{"tier":1,"n":10.0}"#).as_deref(), Ok("big"));
+        assert_eq!(
+            json_answer(r#"{"tier":1,"n":"10"}"#).as_deref(),
+            Ok("other")
+        );
+        assert_eq!(
+            json_answer(r#"{"tier":1,"n":9.99}"#).as_deref(),
+            Ok("other")
+        );
+        assert_eq!(
+            json_answer(r#"{"tier":null,"s":"xxx"}"#).as_deref(),
+            Ok("xs")
+        );
+        let goog = r#"{"tier":"t","payload":{"order":[{"symbol":"IBM","price":42.8},{"symbol":"GOOG","price":42.80}]}}"#;
+        assert_eq!(json_answer(goog).as_deref(), Ok("goog"));
+        let as_text = r#"{"tier":"t","order":[{"symbol":"GOOG","price":"42.8"}]}"#;
+        assert_eq!(json_answer(as_text).as_deref(), Ok("other"));
+        // Only the first GOOG price counts.
+        let second =
+            r#"{"tier":"t","o":[{"symbol":"GOOG","price":1},{"symbol":"GOOG","price":42.8}]}"#;
+        assert_eq!(json_answer(second).as_deref(), Ok("other"));
+    }
+
+    #[test]
+    fn a_required_field_that_is_missing_or_a_bad_document_is_a_400() {
+        assert_eq!(
+            json_answer(r#"{"other":1}"#),
+            Err("JSON field $.tier is missing".to_owned())
+        );
+        assert_eq!(
+            json_answer(r#"["tier"]"#),
+            Err("JSON field $.tier is missing".to_owned())
+        );
+        // Bad in the part read before the decision (with `json_check: read`, what follows the
+        // deciding value is not read here).
+        for bad in [
+            r#"{"tier":"prem"#,
+            r#"{"tier":prem}"#,
+            "",
+            r#"{"x":1,"x":2,"tier":"premium"}"#,
+            "{\"tier\":\"\u{1}\"}",
+        ] {
+            let e = json_answer(bad).err().unwrap_or_default();
+            assert!(e.starts_with("Malformed JSON"), "{bad}: {e}");
+        }
+        assert_eq!(
+            json_answer(r#"{"tier":"premium""#).as_deref(),
+            Ok("premium")
+        );
+    }
+
+    #[test]
+    fn json_condition_errors_are_build_errors_at_their_key() {
+        for (when, want) in [
+            (
+                "{ json: '$[', equals: a }",
+                "route[0].when.json: invalid JSONPath",
+            ),
+            (
+                "{ json: '$.a', equals: a, eq: 1 }",
+                "route[0].when.json: give at most one test",
+            ),
+            ("{ header: x, eq: 1 }", "route[0].when: eq, ne, lt"),
+            (
+                "{ header: x, json: '$.a' }",
+                "route[0].when: give exactly one of",
+            ),
+        ] {
+            let yaml = format!(
+                "sequences:\n  s:\n    - route:\n        - when: {when}\n          then: [ {{ respond: {{}} }} ]\n"
+            );
+            let errors = build(&loaded(&yaml, &std::env::temp_dir()))
+                .err()
+                .unwrap_or_default();
+            assert_eq!(errors.len(), 1, "{when}: {errors:?}");
+            assert!(errors[0].contains(want), "{when}: {errors:?}");
+        }
     }
 }
