@@ -5,9 +5,10 @@ set -euo pipefail
 
 # Build: libxml2/libxslt headers for the XPath/XSLT binding, pkg-config, a C compiler.
 # Tests: xsltproc and xmllint (differential oracles), chromium (renders the bench report),
-# openssl and curl (TLS listener tests), systemd (`systemd-analyze verify` of the unit file).
+# openssl and curl (TLS listener tests), systemd (`systemd-analyze verify` of the unit file),
+# jq (the oracle of the jq step's tests).
 # Benchmarks (not needed for tests): wrk, nginx-light, hyperfine.
-packages=(pkg-config gcc make libxml2-dev libxslt1-dev xsltproc libxml2-utils chromium openssl curl systemd)
+packages=(pkg-config gcc make libxml2-dev libxslt1-dev xsltproc libxml2-utils chromium openssl curl systemd jq)
 if [[ "${1:-}" == "--bench" ]]; then
   packages+=(wrk nginx-light hyperfine)
 fi

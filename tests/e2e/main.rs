@@ -9,6 +9,7 @@ mod failures;
 mod fuzz_http;
 mod hardening;
 mod integrator;
+mod jq;
 mod json_route;
 mod metrics_doc;
 mod observability;

@@ -827,6 +827,8 @@ pub enum StepConfig {
     WsseSecure(Box<WsseSecureConfig>),
     /// Replace the JSON body with what a JSONPath selects.
     JsonSelect(JsonSelectConfig),
+    /// Transform the JSON body with a jq program.
+    Jq(Spanned<JqConfig>),
 }
 
 impl StepConfig {
@@ -845,6 +847,7 @@ impl StepConfig {
             StepConfig::WsseVerify(_) => "wsse_verify",
             StepConfig::WsseSecure(_) => "wsse_secure",
             StepConfig::JsonSelect(_) => "json_select",
+            StepConfig::Jq(_) => "jq",
         }
     }
 
@@ -875,7 +878,8 @@ impl StepConfig {
             | StepConfig::Xslt(_)
             | StepConfig::WsseVerify(_)
             | StepConfig::WsseSecure(_)
-            | StepConfig::JsonSelect(_) => Vec::new(),
+            | StepConfig::JsonSelect(_)
+            | StepConfig::Jq(_) => Vec::new(),
         }
     }
 }
@@ -1055,6 +1059,30 @@ pub struct Condition {
     /// (instead of the case not holding).
     #[serde(default)]
     pub required: bool,
+}
+
+/// The `jq` step: `- jq: 'PROGRAM'`, `- jq: { program: 'PROGRAM' }` or
+/// `- jq: { file: mappings/x.jq }`.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(untagged)]
+pub enum JqConfig {
+    /// The program inline.
+    Inline(Spanned<String>),
+    /// The program inline or in a file.
+    Full(JqSource),
+}
+
+/// Where a jq program is.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct JqSource {
+    /// The program.
+    #[serde(default)]
+    pub program: Option<Spanned<String>>,
+    /// A file holding the program, relative to the config file; read when the config is
+    /// built and again on reload.
+    #[serde(default)]
+    pub file: Option<Spanned<String>>,
 }
 
 /// The `json_select` step.

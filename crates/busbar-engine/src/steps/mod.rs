@@ -26,6 +26,7 @@ use crate::offload::Offload;
 
 mod call;
 mod fault;
+mod jq;
 pub mod json;
 mod json_select;
 mod keys;
@@ -95,6 +96,7 @@ steps! {
     WsseVerify => wsse_verify::VerifyStep,
     WsseSecure => wsse_secure::SecureStep,
     JsonSelect => json_select::JsonSelectStep,
+    Jq => jq::JqStep,
 }
 
 /// A step with what the executor keeps for it.

@@ -1,0 +1,254 @@
+//! jq programs for busbar: compiled once (when a config is built), run many times on JSON
+//! bytes with named variables, on any thread.
+//!
+//! The engine is jaq (a jq implementation in Rust), pinned exactly and used only here: its API
+//! changes between major versions, so the rest of busbar sees [`Program`] alone. Numbers pass
+//! through as written unless arithmetic touches them (`1.10` stays `1.10`; integers beyond
+//! 64 bits are kept exactly).
+
+use std::fmt;
+
+use jaq_core::load::{Arena, File, Loader};
+use jaq_core::{data, unwrap_valr, Compiler, Ctx, Native, Vars};
+use jaq_json::{read, Val};
+
+type Data = data::JustLut<Val>;
+
+/// A compiled jq program.
+pub struct Program {
+    filter: jaq_core::compile::Filter<Native<Data>>,
+    vars: Vec<String>,
+}
+
+impl fmt::Debug for Program {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Program").field("vars", &self.vars).finish()
+    }
+}
+
+/// Why a program does not compile, with the position in its source (1-based).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CompileError {
+    /// Line of the problem.
+    pub line: usize,
+    /// Column of the problem (in characters).
+    pub column: usize,
+    /// What is wrong.
+    pub message: String,
+}
+
+impl fmt::Display for CompileError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "line {}, column {}: {}",
+            self.line, self.column, self.message
+        )
+    }
+}
+
+/// Why a run failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RunError {
+    /// The input is not one JSON value.
+    Input(String),
+    /// The program failed (`error`, a type error like indexing a number, …).
+    Program(String),
+    /// The program gave no value, or more than one.
+    Outputs(usize),
+}
+
+impl fmt::Display for RunError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RunError::Input(m) => write!(f, "the input is not JSON: {m}"),
+            RunError::Program(m) => write!(f, "{m}"),
+            RunError::Outputs(0) => write!(f, "the program gave no value (it must give one)"),
+            RunError::Outputs(n) => write!(f, "the program gave {n} values (it must give one)"),
+        }
+    }
+}
+
+impl std::error::Error for RunError {}
+
+/// Line and column (1-based) of byte `at` in `src`.
+fn position(src: &str, at: usize) -> (usize, usize) {
+    let before = &src[..at.min(src.len())];
+    let line = before.matches('\n').count() + 1;
+    let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+    (line, column)
+}
+
+/// Byte offset of `part` in `src` when it is a slice of it.
+fn offset_in(src: &str, part: &str) -> usize {
+    let (s, p) = (src.as_ptr() as usize, part.as_ptr() as usize);
+    if p >= s && p <= s + src.len() {
+        p - s
+    } else {
+        0
+    }
+}
+
+impl Program {
+    /// Compiles `source`; `vars` are the names of the variables every run gives (without
+    /// `$`). A syntax error, an undefined variable or an unknown function is an error here,
+    /// never at run time.
+    pub fn compile(source: &str, vars: &[&str]) -> Result<Program, CompileError> {
+        let defs = jaq_core::defs()
+            .chain(jaq_std::defs())
+            .chain(jaq_json::defs());
+        let funs = jaq_core::funs::<Data>()
+            .chain(jaq_std::funs())
+            .chain(jaq_json::funs());
+        let loader = Loader::new(defs);
+        let arena = Arena::default();
+        let modules = loader
+            .load(
+                &arena,
+                File {
+                    code: source,
+                    path: (),
+                },
+            )
+            .map_err(|errors| {
+                let (at, message) = errors
+                    .first()
+                    .map(|(_, e)| match e {
+                        jaq_core::load::Error::Io(v) => (
+                            0,
+                            format!("cannot load: {}", v.first().map_or("", |x| x.1.as_str())),
+                        ),
+                        jaq_core::load::Error::Lex(v) => match v.first() {
+                            Some((expect, at)) => (
+                                offset_in(source, at),
+                                format!("expected {}", expect.as_str()),
+                            ),
+                            None => (0, "syntax error".to_owned()),
+                        },
+                        jaq_core::load::Error::Parse(v) => match v.first() {
+                            Some((expect, at)) => (
+                                offset_in(source, at),
+                                format!("expected {}", expect.as_str()),
+                            ),
+                            None => (0, "syntax error".to_owned()),
+                        },
+                    })
+                    .unwrap_or((0, "syntax error".to_owned()));
+                let (line, column) = position(source, at);
+                CompileError {
+                    line,
+                    column,
+                    message,
+                }
+            })?;
+        let globals: Vec<String> = vars.iter().map(|v| format!("${v}")).collect();
+        let filter = Compiler::default()
+            .with_funs(funs)
+            .with_global_vars(globals.iter().map(String::as_str))
+            .compile(modules)
+            .map_err(|errors| {
+                let first = errors.first().and_then(|(_, e)| e.first());
+                let (at, message) = match first {
+                    Some((name, undefined)) => (
+                        offset_in(source, name),
+                        format!("undefined {}: {name}", undefined.as_str()),
+                    ),
+                    None => (0, "cannot compile".to_owned()),
+                };
+                let (line, column) = position(source, at);
+                CompileError {
+                    line,
+                    column,
+                    message,
+                }
+            })?;
+        Ok(Program {
+            filter,
+            vars: vars.iter().map(|v| (*v).to_owned()).collect(),
+        })
+    }
+
+    /// Runs the program on one JSON value, with the variables' values as JSON texts in the
+    /// order given to [`Program::compile`]. Gives the one output value as compact JSON.
+    pub fn run(&self, input: &[u8], vars: &[&[u8]]) -> Result<Vec<u8>, RunError> {
+        let input = read::parse_single(input).map_err(|e| RunError::Input(format!("{e:?}")))?;
+        let mut values = Vec::with_capacity(self.vars.len());
+        for (i, name) in self.vars.iter().enumerate() {
+            let text = vars.get(i).copied().unwrap_or(b"null");
+            let v =
+                read::parse_single(text).map_err(|e| RunError::Input(format!("${name}: {e:?}")))?;
+            values.push(v);
+        }
+        let ctx = Ctx::<Data>::new(&self.filter.lut, Vars::new(values));
+        let mut outputs = self.filter.id.run((ctx, input)).map(unwrap_valr);
+        let first = match outputs.next() {
+            None => return Err(RunError::Outputs(0)),
+            Some(Err(e)) => return Err(RunError::Program(e.to_string())),
+            Some(Ok(v)) => v,
+        };
+        // A second output (or an error after the first) makes the run fail.
+        let mut extra = 0;
+        for more in outputs {
+            if let Err(e) = more {
+                return Err(RunError::Program(e.to_string()));
+            }
+            extra += 1;
+            if extra > 1000 {
+                break;
+            }
+        }
+        if extra > 0 {
+            return Err(RunError::Outputs(1 + extra));
+        }
+        Ok(first.to_string().into_bytes())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(src: &str, input: &str) -> Result<String, RunError> {
+        let p = Program::compile(src, &["params"]).unwrap_or_else(|e| panic!("{e}"));
+        p.run(input.as_bytes(), &[br#"{"id":"7"}"#])
+            .map(|b| String::from_utf8_lossy(&b).into_owned())
+    }
+
+    #[test]
+    fn programs_run_with_variables_and_keep_numbers_as_written() {
+        assert_eq!(
+            run(
+                "{id: $params.id, x: .x, big: .big}",
+                r#"{"x":1.10,"big":12345678901234567890}"#
+            )
+            .as_deref(),
+            Ok(r#"{"id":"7","x":1.10,"big":12345678901234567890}"#)
+        );
+        assert_eq!(run(".a | length", r#"{"a":"é\"\n"}"#).as_deref(), Ok("3"));
+        assert_eq!(
+            run(".s", r#"{"s":"a\"b\\c\n\u0001é😀"}"#).as_deref(),
+            Ok(r#""a\"b\\c\n\u0001é😀""#)
+        );
+    }
+
+    #[test]
+    fn zero_or_several_outputs_and_runtime_errors_fail() {
+        assert_eq!(run(".[]", "[1,2]"), Err(RunError::Outputs(2)));
+        assert_eq!(run("empty", "1"), Err(RunError::Outputs(0)));
+        assert!(matches!(run(".a.b", "[1]"), Err(RunError::Program(_))));
+        assert!(matches!(run("error(\"no\")", "1"), Err(RunError::Program(m)) if m.contains("no")));
+        assert!(matches!(run(".", "{"), Err(RunError::Input(_))));
+    }
+
+    #[test]
+    fn compile_errors_name_their_line_and_column() {
+        let e = Program::compile("{a: 1,\n  b: $nope}", &["params"]).expect_err("undefined");
+        assert_eq!((e.line, e.column), (2, 6), "{e}");
+        assert!(e.message.contains("$nope"), "{e}");
+        let e = Program::compile("{a: }", &[]).expect_err("syntax");
+        assert_eq!((e.line, e.column), (1, 5), "{e}");
+        let e = Program::compile("map(.) | frobnicate(1)", &[]).expect_err("unknown");
+        assert!(e.message.contains("frobnicate"), "{e}");
+        assert_eq!(e.column, 10);
+    }
+}
