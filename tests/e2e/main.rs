@@ -16,6 +16,7 @@ mod observability;
 mod packaging;
 mod route;
 mod router;
+mod scatter;
 mod support;
 mod tls;
 mod tracing_export;

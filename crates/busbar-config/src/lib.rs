@@ -343,6 +343,20 @@ pub fn validate(loaded: &LoadedConfig) -> Vec<ConfigError> {
     let echoes = cfg.echo.iter().map(|e| ("echo".to_owned(), e));
     let named = cfg.echoes.iter().map(|(k, e)| (format!("echoes.{k}"), e));
     for (path, echo) in echoes.chain(named) {
+        if let Some(file) = echo.json_file.as_deref().filter(|f| !f.is_empty()) {
+            if !loaded.resolve(file).is_file() {
+                err(
+                    None,
+                    format!("{path}.json_file"),
+                    format!("no such file: {}", loaded.resolve(file).display()),
+                );
+            }
+        }
+        if let Some(json) = echo.json.as_deref().filter(|j| !j.is_empty()) {
+            if let Err(e) = serde_json::from_str::<serde_json::Value>(json) {
+                err(None, format!("{path}.json"), format!("not JSON: {e}"));
+            }
+        }
         if let Err(e) = echo.bind.parse::<SocketAddr>() {
             err(
                 None,
@@ -691,13 +705,53 @@ fn check_steps(
         let here = format!("{path}[{i}].{}", step.kind());
         let nested_at = here.clone();
         match step {
-            StepConfig::Call(name) => {
-                if !cfg.endpoints.contains_key(&name.value) {
+            StepConfig::Call(call) => {
+                let name = call.value.endpoint();
+                if !cfg.endpoints.contains_key(name) {
                     err(
-                        line_of(name),
-                        here,
-                        format!("unknown endpoint '{}'", name.value),
+                        line_of(call),
+                        here.clone(),
+                        format!("unknown endpoint '{name}'"),
                     );
+                }
+                if let CallConfig::Shaped(shape) = &call.value {
+                    if let Some(m) = &shape.method {
+                        if http::Method::from_bytes(m.as_bytes()).is_err() {
+                            err(
+                                line_of(call),
+                                format!("{here}.method"),
+                                format!("invalid method '{m}'"),
+                            );
+                        }
+                    }
+                    if let Some(p) = &shape.path {
+                        if !p.starts_with('/') {
+                            err(
+                                line_of(call),
+                                format!("{here}.path"),
+                                format!("'{p}' must start with '/'"),
+                            );
+                        }
+                    }
+                }
+            }
+            StepConfig::ScatterGather(sg) => {
+                if sg.branches.is_empty() {
+                    err(
+                        None,
+                        format!("{here}.branches"),
+                        "give at least one branch".into(),
+                    );
+                }
+                let mut names = std::collections::BTreeSet::new();
+                for (i, b) in sg.branches.iter().enumerate() {
+                    if !names.insert(b.name.as_str()) {
+                        err(
+                            None,
+                            format!("{here}.branches[{i}].name"),
+                            format!("'{}' is used twice", b.name),
+                        );
+                    }
                 }
             }
             StepConfig::Sequence(name) => {

@@ -303,6 +303,18 @@ pub struct EchoConfig {
     /// the instance's key; the single `echo` sends no such header unless this is set.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
+    /// Answer every request with this JSON text instead of echoing (the integrator
+    /// benchmarks' "static JSON after a delay"). Empty means echo.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub json: Option<String>,
+    /// The same, from a file (relative to the config). Empty means echo, so an example can
+    /// switch with `json_file: "${BUSBAR_ECHO_JSON:-}"`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub json_file: Option<String>,
+    /// Answer `GET /stock/{id}`, `/price/{id}` and `/reviews/{id}` with small JSON naming the
+    /// id (docs/config.md gives the values); other requests are echoed.
+    #[serde(default)]
+    pub catalog: bool,
 }
 
 fn default_echo_bind() -> String {
@@ -802,7 +814,8 @@ fn default_max_body() -> ByteSize {
 #[serde(rename_all = "snake_case", deny_unknown_fields)]
 pub enum StepConfig {
     /// Send the current request to an endpoint; the response becomes the current message.
-    Call(Spanned<String>),
+    /// `- call: NAME`, or `- call: { endpoint: NAME, method: GET, path: "/stock/{id}", body: none }`.
+    Call(Spanned<CallConfig>),
     /// Answer with a fault: a SOAP fault of the request's SOAP version, or a JSON problem.
     Fault(FaultConfig),
     /// Answer the client now with the current message (or with the given status and body).
@@ -829,6 +842,9 @@ pub enum StepConfig {
     JsonSelect(JsonSelectConfig),
     /// Transform the JSON body with a jq program.
     Jq(Spanned<JqConfig>),
+    /// Run branches (each a step list, typically one `call`) in parallel on copies of the
+    /// request and answer with their JSON results aggregated.
+    ScatterGather(Box<ScatterGatherConfig>),
 }
 
 impl StepConfig {
@@ -848,6 +864,7 @@ impl StepConfig {
             StepConfig::WsseSecure(_) => "wsse_secure",
             StepConfig::JsonSelect(_) => "json_select",
             StepConfig::Jq(_) => "jq",
+            StepConfig::ScatterGather(_) => "scatter_gather",
         }
     }
 
@@ -867,6 +884,12 @@ impl StepConfig {
                         .map(|s| (format!("[{j}].otherwise"), s));
                     then.into_iter().chain(otherwise)
                 })
+                .collect(),
+            StepConfig::ScatterGather(sg) => sg
+                .branches
+                .iter()
+                .enumerate()
+                .map(|(i, b)| (format!(".branches[{i}].steps"), b.steps.as_slice()))
                 .collect(),
             StepConfig::Call(_)
             | StepConfig::Fault(_)
@@ -1059,6 +1082,109 @@ pub struct Condition {
     /// (instead of the case not holding).
     #[serde(default)]
     pub required: bool,
+}
+
+/// The `call` step.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(untagged)]
+pub enum CallConfig {
+    /// The endpoint's name: the request goes as it is.
+    Name(String),
+    /// The endpoint and how to shape the request.
+    Shaped(CallShape),
+}
+
+impl CallConfig {
+    /// The endpoint's name.
+    pub fn endpoint(&self) -> &str {
+        match self {
+            CallConfig::Name(n) => n,
+            CallConfig::Shaped(s) => &s.endpoint,
+        }
+    }
+}
+
+/// A `call` that shapes the request.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct CallShape {
+    /// The endpoint's name.
+    pub endpoint: String,
+    /// The method sent instead of the request's.
+    #[serde(default)]
+    pub method: Option<String>,
+    /// A path appended to the endpoint URL's path (`http://h/` + `/stock/{id}` →
+    /// `/stock/42`); `{name}` is the route's path parameter `name`, percent-encoded as one
+    /// segment.
+    #[serde(default)]
+    pub path: Option<String>,
+    /// `keep` (the default) sends the request's body; `none` sends no body.
+    #[serde(default)]
+    pub body: CallBody,
+}
+
+/// What body a shaped `call` sends.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CallBody {
+    /// The current request's body.
+    #[default]
+    Keep,
+    /// None (and no Content-Type).
+    None,
+}
+
+/// The `scatter_gather` step.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScatterGatherConfig {
+    /// The branches, run in parallel; their order is the aggregate's order.
+    pub branches: Vec<BranchConfig>,
+    /// `object` (`{"NAME": result, …}`) or `array` (results in branch order).
+    #[serde(default)]
+    pub aggregate: Aggregate,
+    /// Time allowed for the whole step; past it, 504 naming the branches still running.
+    #[serde(default)]
+    pub timeout: Option<Duration>,
+    /// Time allowed for each branch; a branch over it has failed.
+    #[serde(default)]
+    pub branch_timeout: Option<Duration>,
+    /// `fail` (a failed branch answers 502 naming it and cancels the others) or `partial`
+    /// (the failed branch's place holds an error object and `x-busbar-partial` names it).
+    #[serde(default)]
+    pub on_failure: OnFailure,
+}
+
+/// One branch of a `scatter_gather`.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct BranchConfig {
+    /// Its name: the key of its result in an `object` aggregate.
+    pub name: String,
+    /// Its steps, run on a copy of the request; the response they end with is its result.
+    pub steps: Vec<StepConfig>,
+}
+
+/// How branch results are combined.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Aggregate {
+    /// A JSON object keyed by branch name.
+    #[default]
+    Object,
+    /// A JSON array in branch order.
+    Array,
+}
+
+/// What a failed branch does to a `scatter_gather`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnFailure {
+    /// Answer 502 naming the branch; cancel the others.
+    #[default]
+    Fail,
+    /// Answer with what the others gave.
+    Partial,
 }
 
 /// The `jq` step: `- jq: 'PROGRAM'`, `- jq: { program: 'PROGRAM' }` or

@@ -23,6 +23,8 @@ pub struct EchoOptions {
     pub json: Option<Bytes>,
     /// Add `x-echo-name: NAME` to every response (to check which instance answered).
     pub name: Option<HeaderValue>,
+    /// Answer `GET /stock/{id}`, `/price/{id}`, `/reviews/{id}` from the catalog.
+    pub catalog: bool,
 }
 
 /// The header naming the echo instance.
@@ -44,31 +46,100 @@ pub async fn handle(opts: &EchoOptions, req: Request<Incoming>) -> Response<Resp
         tokio::time::sleep(delay).await;
     }
     let content_type = req.headers().get(CONTENT_TYPE).cloned();
-    let mut resp = match &opts.json {
-        Some(json) => {
-            let mut r = Response::new(ResponseBody::plain(Body::full(json.clone())));
+    let catalog = if opts.catalog && req.method() == http::Method::GET {
+        catalog_answer(req.uri().path())
+    } else {
+        None
+    };
+    let mut resp = match (catalog, &opts.json) {
+        (Some(json), _) => {
+            let mut r = Response::new(ResponseBody::plain(Body::full(json)));
             r.headers_mut()
                 .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
             r
         }
-        None => {
-            let incoming = req.into_body();
-            let exact = http_body::Body::size_hint(&incoming).exact();
-            let mut r = Response::new(ResponseBody::plain(Body::stream(
-                incoming,
-                exact,
-                Origin::Client,
-            )));
-            if let Some(ct) = content_type {
-                r.headers_mut().insert(CONTENT_TYPE, ct);
+        (None, json) => match json {
+            Some(json) => {
+                let mut r = Response::new(ResponseBody::plain(Body::full(json.clone())));
+                r.headers_mut()
+                    .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+                r
             }
-            r
-        }
+            None => {
+                let incoming = req.into_body();
+                let exact = http_body::Body::size_hint(&incoming).exact();
+                let mut r = Response::new(ResponseBody::plain(Body::stream(
+                    incoming,
+                    exact,
+                    Origin::Client,
+                )));
+                if let Some(ct) = content_type {
+                    r.headers_mut().insert(CONTENT_TYPE, ct);
+                }
+                r
+            }
+        },
     };
     if let Some(name) = &opts.name {
         resp.headers_mut().insert(NAME_HEADER.clone(), name.clone());
     }
     resp
+}
+
+/// FNV-1a (64-bit) of the id: the seed of its catalog values.
+fn seed(id: &str) -> u64 {
+    id.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+/// The catalog's answer for `/stock/ID`, `/price/ID` or `/reviews/ID` (ID one path segment,
+/// percent-decoded), with values derived from the id (docs/config.md, "Echo back ends").
+pub fn catalog_answer(path: &str) -> Option<Bytes> {
+    let (kind, raw) = path.strip_prefix('/')?.split_once('/')?;
+    if raw.is_empty() || raw.contains('/') {
+        return None;
+    }
+    let id = percent_decode(raw)?;
+    let h = seed(&id);
+    let warehouse = ["AMS", "FRA", "LON"][(h % 3) as usize];
+    let value = match kind {
+        "stock" => serde_json::json!({
+            "id": id,
+            "inStock": h % 1000,
+            "warehouse": warehouse,
+        }),
+        "price" => serde_json::json!({
+            "id": id,
+            "price": (h % 100_000) as f64 / 100.0,
+            "currency": "EUR",
+        }),
+        "reviews" => serde_json::json!({
+            "id": id,
+            "rating": 1 + h % 5,
+            "count": h % 10_000,
+        }),
+        _ => return None,
+    };
+    serde_json::to_vec(&value).ok().map(Bytes::from)
+}
+
+fn percent_decode(s: &str) -> Option<String> {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%' {
+            let hex = b.get(i + 1..i + 3)?;
+            let v = u8::from_str_radix(std::str::from_utf8(hex).ok()?, 16).ok()?;
+            out.push(v);
+            i += 3;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
 }
 
 /// A running standalone echo back end.

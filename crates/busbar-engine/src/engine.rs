@@ -178,8 +178,31 @@ fn local_addr(sockets: &[StdListener]) -> Option<SocketAddr> {
 }
 
 /// The echo options of `echo:` or of `echoes.NAME` (`key`), which names itself by default.
-fn echo_options(e: &busbar_config::EchoConfig, key: Option<&str>) -> EchoOptions {
-    EchoOptions {
+fn echo_options(
+    loaded: &LoadedConfig,
+    e: &busbar_config::EchoConfig,
+    key: Option<&str>,
+    at: &str,
+) -> Result<EchoOptions, ConfigErrors> {
+    let json = match (
+        e.json.as_deref().filter(|j| !j.is_empty()),
+        e.json_file.as_deref().filter(|f| !f.is_empty()),
+    ) {
+        (Some(text), _) => Some(bytes::Bytes::from(text.to_owned())),
+        (None, Some(file)) => {
+            let path = loaded.resolve(file);
+            let bytes = std::fs::read(&path).map_err(|err| {
+                ConfigErrors(vec![loaded.error(
+                    None,
+                    format!("{at}.json_file"),
+                    format!("cannot read {}: {err}", path.display()),
+                )])
+            })?;
+            Some(bytes::Bytes::from(bytes))
+        }
+        (None, None) => None,
+    };
+    Ok(EchoOptions {
         delay: e.delay.map(|d| d.0),
         // Validation checked that names are header values.
         name: e
@@ -187,8 +210,9 @@ fn echo_options(e: &busbar_config::EchoConfig, key: Option<&str>) -> EchoOptions
             .as_deref()
             .or(key)
             .and_then(|n| HeaderValue::from_str(n).ok()),
-        ..EchoOptions::default()
-    }
+        json,
+        catalog: e.catalog,
+    })
 }
 
 impl Engine {
@@ -330,7 +354,10 @@ impl Engine {
         }
         let echo = local_addr(&listeners.echo);
         if let Some(e) = &cfg.echo {
-            let handler = Arc::new(EchoHandler(echo_options(e, None)));
+            let opts = echo_options(&loaded, e, None, "echo").map_err(|e| {
+                std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string())
+            })?;
+            let handler = Arc::new(EchoHandler(opts));
             spread(
                 listeners.echo,
                 &handler,
@@ -349,7 +376,11 @@ impl Engine {
             if let Some(a) = local_addr(&sockets) {
                 echoes.insert(name.clone(), a);
             }
-            let handler = Arc::new(EchoHandler(echo_options(e, Some(&name))));
+            let opts =
+                echo_options(&loaded, e, Some(&name), &format!("echoes.{name}")).map_err(|e| {
+                    std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string())
+                })?;
+            let handler = Arc::new(EchoHandler(opts));
             spread(sockets, &handler, &ConnSettings::default(), &mut per_worker)?;
         }
         let c = control.clone();

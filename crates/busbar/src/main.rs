@@ -68,6 +68,9 @@ enum Command {
         /// Worker threads (default: one per available core).
         #[arg(long)]
         workers: Option<usize>,
+        /// Answer `GET /stock/ID`, `/price/ID` and `/reviews/ID` with small JSON naming the id.
+        #[arg(long)]
+        catalog: bool,
     },
     /// The benchmark kit: payloads, load, verification, scenario matrix, reports.
     Bench {
@@ -110,7 +113,8 @@ fn main() -> ExitCode {
             json,
             name,
             workers,
-        } => echo(listen, delay_ms, json, name, workers),
+            catalog,
+        } => echo(listen, delay_ms, json, name, workers, catalog),
         Command::Bench { command } => busbar_bench::run(command),
         Command::Health { url, timeout } => health::check(&url, timeout),
     }
@@ -283,6 +287,7 @@ fn echo(
     json: Option<PathBuf>,
     name: Option<String>,
     workers: Option<usize>,
+    catalog: bool,
 ) -> ExitCode {
     init_logging("info", false);
     let json = match json {
@@ -307,6 +312,7 @@ fn echo(
         delay: (delay_ms > 0).then(|| std::time::Duration::from_millis(delay_ms)),
         json,
         name,
+        catalog,
     };
     let workers =
         workers.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));

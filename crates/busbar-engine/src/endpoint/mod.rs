@@ -367,6 +367,9 @@ impl Endpoint {
             *req.uri_mut() = head.uri.clone();
             *req.headers_mut() = head.headers.clone();
             req.extensions_mut().insert(replay.probe());
+            if let Some(suffix) = head.extensions.get::<upstream::PathSuffix>() {
+                req.extensions_mut().insert(suffix.clone());
+            }
             let attempt_no = attempt;
             attempt += 1;
             let mut recording = None;

@@ -57,6 +57,11 @@ pub struct UpstreamSettings {
     pub queue: usize,
 }
 
+/// A path a shaped `call` appends to the endpoint URL's path (starts with `/`, already
+/// percent-encoded).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PathSuffix(pub String);
+
 /// The pooled client to one URL.
 #[derive(Debug)]
 pub struct Upstream {
@@ -518,12 +523,27 @@ impl Upstream {
     }
 
     fn prepare(&self, parts: &mut http::request::Parts) -> Result<(), MediationError> {
+        // A shaped `call` appends its path to the URL's (before the URL's own query).
+        let base = match parts.extensions.get::<PathSuffix>() {
+            Some(suffix) => {
+                let (path, query) = match self.path.split_once('?') {
+                    Some((p, q)) => (p, Some(q)),
+                    None => (self.path.as_str(), None),
+                };
+                let joined = format!("{}{}", path.trim_end_matches('/'), suffix.0);
+                match query {
+                    Some(q) => format!("{joined}?{q}"),
+                    None => joined,
+                }
+            }
+            None => self.path.clone(),
+        };
         let uri = match parts.uri.query() {
             Some(q) if !q.is_empty() => {
-                let sep = if self.path.contains('?') { '&' } else { '?' };
-                format!("{}{sep}{q}", self.path)
+                let sep = if base.contains('?') { '&' } else { '?' };
+                format!("{base}{sep}{q}")
             }
-            _ => self.path.clone(),
+            _ => base,
         };
         parts.uri = uri.parse().map_err(|e| {
             MediationError::internal(format!(

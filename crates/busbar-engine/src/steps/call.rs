@@ -1,33 +1,127 @@
 //! The `call` step: sends the current request to an endpoint; the response becomes the
-//! current message. Config: `StepConfig::Call` (the endpoint's name).
+//! current message. Config: `StepConfig::Call` (`busbar_config::CallConfig`: the endpoint's
+//! name, or the endpoint with the method, path and body to send).
 
 use std::sync::Arc;
 
-use busbar_config::{line_of, Spanned};
-use busbar_core::{Exchange, Flow, MediationError};
+use busbar_config::{line_of, CallBody, CallConfig, Spanned};
+use busbar_core::{Body, Exchange, Flow, MediationError};
+use http::Method;
 
 use super::{Apply, BuildCx, Failed, StepCx};
+use crate::endpoint::upstream::PathSuffix;
 use crate::endpoint::Endpoint;
 
 /// A built `call`.
 #[derive(Debug)]
 pub struct CallStep {
     endpoint: Arc<Endpoint>,
+    method: Option<Method>,
+    path: Option<Vec<Piece>>,
+    no_body: bool,
+}
+
+/// A piece of a path template.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Piece {
+    Text(String),
+    Param(String),
+}
+
+/// `/stock/{id}` → text and parameter pieces.
+fn template(path: &str) -> Result<Vec<Piece>, String> {
+    let mut pieces = Vec::new();
+    let mut rest = path;
+    while let Some(open) = rest.find('{') {
+        if open > 0 {
+            pieces.push(Piece::Text(rest[..open].to_owned()));
+        }
+        let close = rest[open..]
+            .find('}')
+            .ok_or_else(|| format!("'{path}': a '{{' without its '}}'"))?;
+        let name = &rest[open + 1..open + close];
+        if name.is_empty() || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
+            return Err(format!("'{path}': '{{{name}}}' is not a parameter name"));
+        }
+        pieces.push(Piece::Param(name.to_owned()));
+        rest = &rest[open + close + 1..];
+    }
+    if rest.contains('}') {
+        return Err(format!("'{path}': a '}}' without its '{{'"));
+    }
+    if !rest.is_empty() {
+        pieces.push(Piece::Text(rest.to_owned()));
+    }
+    Ok(pieces)
+}
+
+/// Percent-encodes a parameter as one path segment: everything but RFC 3986's unreserved
+/// characters, so `/`, `?`, `#`, `%` and `..` cannot change the path's shape.
+fn segment(value: &str) -> String {
+    let mut out = String::with_capacity(value.len());
+    for b in value.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'~') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
 }
 
 impl CallStep {
-    /// Resolves the endpoint's name.
-    pub fn build(name: &Spanned<String>, cx: &mut BuildCx<'_>, here: &str) -> Result<Self, Failed> {
-        match cx.endpoints.get(&name.value) {
-            Some(endpoint) => Ok(Self {
-                endpoint: endpoint.clone(),
-            }),
-            None => Err(cx.fail(
-                line_of(name),
-                here,
-                format!("unknown endpoint '{}'", name.value),
-            )),
+    /// Resolves the endpoint's name; compiles the path template.
+    pub fn build(
+        call: &Spanned<CallConfig>,
+        cx: &mut BuildCx<'_>,
+        here: &str,
+    ) -> Result<Self, Failed> {
+        let name = call.value.endpoint();
+        let Some(endpoint) = cx.endpoints.get(name).cloned() else {
+            return Err(cx.fail(line_of(call), here, format!("unknown endpoint '{name}'")));
+        };
+        let mut step = CallStep {
+            endpoint,
+            method: None,
+            path: None,
+            no_body: false,
+        };
+        if let CallConfig::Shaped(shape) = &call.value {
+            if let Some(m) = &shape.method {
+                step.method = Some(Method::from_bytes(m.as_bytes()).map_err(|_| {
+                    cx.fail(
+                        line_of(call),
+                        format!("{here}.method"),
+                        format!("invalid method '{m}'"),
+                    )
+                })?);
+            }
+            if let Some(p) = &shape.path {
+                step.path = Some(
+                    template(p).map_err(|m| cx.fail(line_of(call), format!("{here}.path"), m))?,
+                );
+            }
+            step.no_body = shape.body == CallBody::None;
         }
+        Ok(step)
+    }
+
+    fn render(&self, pieces: &[Piece], ex: &Exchange) -> Result<String, MediationError> {
+        let mut out = String::new();
+        for p in pieces {
+            match p {
+                Piece::Text(t) => out.push_str(t),
+                Piece::Param(name) => match ex.param(name) {
+                    Some(v) => out.push_str(&segment(v)),
+                    None => {
+                        return Err(MediationError::internal(format!(
+                            "the call path needs the path parameter '{name}', which this route does not have"
+                        )))
+                    }
+                },
+            }
+        }
+        Ok(out)
     }
 }
 
@@ -38,6 +132,23 @@ impl Apply for CallStep {
                 "'call' after a response: only one call per exchange is supported",
             ));
         }
+        if let Some(pieces) = &self.path {
+            let suffix = self.render(pieces, ex)?;
+            ex.request.extensions.insert(PathSuffix(suffix));
+        }
+        if let Some(m) = &self.method {
+            ex.request.method = m.clone();
+        }
+        if self.no_body {
+            ex.request_body = Body::empty();
+            for h in [
+                http::header::CONTENT_LENGTH,
+                http::header::TRANSFER_ENCODING,
+                http::header::CONTENT_TYPE,
+            ] {
+                ex.request.headers.remove(h);
+            }
+        }
         self.endpoint.call(ex).await?;
         Ok(Flow::Continue)
     }
@@ -46,6 +157,7 @@ impl Apply for CallStep {
 #[cfg(test)]
 mod tests {
     use super::super::testing::*;
+    use super::{segment, template, Piece};
 
     #[test]
     fn an_unknown_endpoint_is_a_build_error_at_the_steps_path() {
@@ -56,5 +168,26 @@ mod tests {
             errors,
             vec!["t.yaml:5: sequences.s[0].call: unknown endpoint 'nowhere'".to_owned()]
         );
+    }
+
+    #[test]
+    fn path_templates_take_parameters_as_single_encoded_segments() {
+        assert_eq!(
+            template("/stock/{id}/x").ok(),
+            Some(vec![
+                Piece::Text("/stock/".into()),
+                Piece::Param("id".into()),
+                Piece::Text("/x".into())
+            ])
+        );
+        assert!(template("/a/{id").is_err());
+        assert!(template("/a/{}").is_err());
+        assert!(template("/a/{b c}").is_err());
+        assert!(template("/a/}").is_err());
+        assert_eq!(segment("42"), "42");
+        assert_eq!(segment("a b"), "a%20b");
+        assert_eq!(segment("../x"), "..%2Fx".replace("..", "%2E%2E"));
+        assert_eq!(segment("a/b?c#d%"), "a%2Fb%3Fc%23d%25");
+        assert_eq!(segment("é"), "%C3%A9");
     }
 }

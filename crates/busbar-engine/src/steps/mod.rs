@@ -34,6 +34,7 @@ mod log;
 mod remove_header;
 mod respond;
 mod route;
+mod scatter_gather;
 mod sequence;
 mod set_header;
 mod wsse_secure;
@@ -97,6 +98,7 @@ steps! {
     WsseSecure => wsse_secure::SecureStep,
     JsonSelect => json_select::JsonSelectStep,
     Jq => jq::JqStep,
+    ScatterGather => scatter_gather::ScatterGatherStep,
 }
 
 /// A step with what the executor keeps for it.
