@@ -175,3 +175,55 @@ fn the_jq_step_sees_params_and_headers_and_fails_cleanly() {
     assert_eq!(r.status, 400);
     assert_eq!(seen.lock().expect("lock").len(), 1);
 }
+
+#[test]
+fn json_to_soap_round_trips_every_order_through_a_soap_back_end() {
+    let ex = Example::start("integrator.yaml", &[]);
+    let mut c = Client::connect(ex.listen());
+    let mut rng = Rng(0xfeed_beef_0000_0042);
+    for n in [1usize, 2, 5, 40, 400] {
+        let doc = orders_doc(&mut rng, n);
+        let r = c
+            .post("/api/soap", &[JSON], doc.as_bytes())
+            .expect("answer");
+        assert_eq!(r.status, 200, "{}", r.text());
+        assert_eq!(r.header("content-type"), Some("application/json"));
+        let got: Value = serde_json::from_slice(&r.body).expect("JSON");
+        let want: Value = serde_json::from_str(&doc).expect("JSON");
+        assert!(
+            same(&got, &want),
+            "{n} orders\n busbar: {got}\n sent:   {want}"
+        );
+    }
+    // What went to the back end is SOAP 1.1: check through a recording back end.
+    let (back, seen) = recording_back_end();
+    let example = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../examples/integrator.yaml"
+    ))
+    .expect("example");
+    let from = example.find("  JsonToSoap:").expect("JsonToSoap");
+    let h = engine(&format!(
+        "endpoints:\n  standard: {{ url: \"http://{back}/s\" }}\nproxies:\n{}",
+        &example[from..]
+    ));
+    let doc = r#"{"size":1,"payload":{"order":[{"symbol":"A&B","buyerID":"u<1>","price":1.5,"volume":2}]}}"#;
+    let r = Client::connect(h.http())
+        .post("/api/soap", &[JSON], doc.as_bytes())
+        .expect("answer");
+    assert_eq!(r.status, 200, "{}", r.text());
+    let sent = String::from_utf8(seen.lock().expect("lock")[0].clone()).expect("UTF-8");
+    assert!(sent.contains("<soapenv:Envelope xmlns:soapenv=\"http://schemas.xmlsoap.org/soap/envelope/\"><soapenv:Body><buyStocks xmlns=\"http://services.samples\">"), "{sent}");
+    assert!(
+        sent.contains("<symbol>A&amp;B</symbol><buyerID>u&lt;1&gt;</buyerID>"),
+        "{sent}"
+    );
+    // Not JSON in, or a key that cannot be an element name: 400, nothing sent.
+    for bad in [&b"{\"a b\":1}"[..], b"<x/>"] {
+        let r = Client::connect(h.http())
+            .post("/api/soap", &[JSON], bad)
+            .expect("answer");
+        assert_eq!(r.status, 400, "{}", r.text());
+    }
+    assert_eq!(seen.lock().expect("lock").len(), 1);
+}

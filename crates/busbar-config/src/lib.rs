@@ -813,7 +813,11 @@ fn check_steps(
                     err(None, here, format!("invalid header name '{name}'"));
                 }
             }
-            StepConfig::Log(_) | StepConfig::JsonSelect(_) | StepConfig::Jq(_) => {}
+            StepConfig::Log(_)
+            | StepConfig::JsonSelect(_)
+            | StepConfig::Jq(_)
+            | StepConfig::JsonToXml(_)
+            | StepConfig::XmlToJson(_) => {}
             StepConfig::WsseVerify(v) => check_wsse_verify(loaded, v, &here, err),
             StepConfig::WsseSecure(w) => check_wsse_secure(loaded, w, &here, err),
             StepConfig::Xslt(x) => {

@@ -845,6 +845,10 @@ pub enum StepConfig {
     /// Run branches (each a step list, typically one `call`) in parallel on copies of the
     /// request and answer with their JSON results aggregated.
     ScatterGather(Box<ScatterGatherConfig>),
+    /// Turn the JSON body into XML (optionally a SOAP envelope): docs/json-xml.md.
+    JsonToXml(JsonToXmlConfig),
+    /// Turn the XML body (optionally a SOAP envelope's Body) into JSON: docs/json-xml.md.
+    XmlToJson(XmlToJsonConfig),
 }
 
 impl StepConfig {
@@ -865,6 +869,8 @@ impl StepConfig {
             StepConfig::JsonSelect(_) => "json_select",
             StepConfig::Jq(_) => "jq",
             StepConfig::ScatterGather(_) => "scatter_gather",
+            StepConfig::JsonToXml(_) => "json_to_xml",
+            StepConfig::XmlToJson(_) => "xml_to_json",
         }
     }
 
@@ -902,7 +908,9 @@ impl StepConfig {
             | StepConfig::WsseVerify(_)
             | StepConfig::WsseSecure(_)
             | StepConfig::JsonSelect(_)
-            | StepConfig::Jq(_) => Vec::new(),
+            | StepConfig::Jq(_)
+            | StepConfig::JsonToXml(_)
+            | StepConfig::XmlToJson(_) => Vec::new(),
         }
     }
 }
@@ -1082,6 +1090,91 @@ pub struct Condition {
     /// (instead of the case not holding).
     #[serde(default)]
     pub required: bool,
+}
+
+/// The `json_to_xml` step.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct JsonToXmlConfig {
+    /// The root element's name; without it the JSON must be an object of one member, whose
+    /// name is the root's.
+    #[serde(default)]
+    pub root: Option<String>,
+    /// The default namespace of the elements (on the root).
+    #[serde(default)]
+    pub namespace: Option<String>,
+    /// `"1.1"` or `"1.2"`: wrap the document in a SOAP envelope's Body.
+    #[serde(default)]
+    pub soap: Option<SoapWrap>,
+    /// The element name of a top-level array's items.
+    #[serde(default = "default_item")]
+    pub item: String,
+}
+
+fn default_item() -> String {
+    "item".to_owned()
+}
+
+/// A SOAP version to wrap in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+pub enum SoapWrap {
+    /// SOAP 1.1 (`text/xml`).
+    #[serde(rename = "1.1")]
+    V11,
+    /// SOAP 1.2 (`application/soap+xml`).
+    #[serde(rename = "1.2")]
+    V12,
+}
+
+/// The `xml_to_json` step.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct XmlToJsonConfig {
+    /// `unwrap`: the document is a SOAP envelope (1.1 or 1.2); its Body's first element is
+    /// converted.
+    #[serde(default)]
+    pub soap: Option<SoapUnwrap>,
+    /// Element names always rendered as arrays, even when they occur once.
+    #[serde(default)]
+    pub arrays: Vec<String>,
+    /// `drop` (the default): the JSON is the root element's content; `keep`: an object with
+    /// the root's name as its one member.
+    #[serde(default)]
+    pub root: RootMode,
+    /// `infer` (the default): texts that are JSON numbers, `true` or `false` become them;
+    /// `string`: every text stays a string.
+    #[serde(default)]
+    pub types: JsonXmlTypes,
+}
+
+/// What to do with a SOAP envelope.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SoapUnwrap {
+    /// Take the Body's first element.
+    Unwrap,
+}
+
+/// Whether the root element's name is kept.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RootMode {
+    /// The JSON is the root's content.
+    #[default]
+    Drop,
+    /// `{"root": content}`.
+    Keep,
+}
+
+/// How element texts become JSON values.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum JsonXmlTypes {
+    /// Numbers and booleans where the text is one.
+    #[default]
+    Infer,
+    /// Strings only.
+    String,
 }
 
 /// The `call` step.

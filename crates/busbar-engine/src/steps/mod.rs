@@ -29,6 +29,7 @@ mod fault;
 mod jq;
 pub mod json;
 mod json_select;
+mod json_xml;
 mod keys;
 mod log;
 mod remove_header;
@@ -99,6 +100,8 @@ steps! {
     JsonSelect => json_select::JsonSelectStep,
     Jq => jq::JqStep,
     ScatterGather => scatter_gather::ScatterGatherStep,
+    JsonToXml => json_xml::JsonToXmlStep,
+    XmlToJson => json_xml::XmlToJsonStep,
 }
 
 /// A step with what the executor keeps for it.
