@@ -108,6 +108,8 @@ fn every_documented_metric_is_exported_and_every_exported_one_documented() {
         "busbar_endpoint_errors_total{endpoint=\"dead\",kind=\"connect_refused\"}",
         "busbar_upstream_attempts_total{endpoint=\"echo\"",
         "busbar_upstream_failures_total{endpoint=\"dead\"",
+        "busbar_upstream_idle_connections{endpoint=\"echo\"",
+        "busbar_listener_connections_total{listener=\"http\"}",
         "busbar_step_requests_total{step=\"proxies.P.in[0].set_header\"}",
         "busbar_step_latency_seconds_count{step=\"proxies.P.in[1].call\"}",
         "busbar_step_errors_total{step=\"proxies.D.in[0].call\",kind=\"connect_refused\"}",

@@ -101,6 +101,17 @@ pub struct UpstreamCounters {
     pub pending: AtomicI64,
     /// Its circuit breaker: 0 closed, 1 open, 2 half-open.
     pub breaker_state: AtomicU64,
+    /// Keep-alive connections to this URL waiting in the pools for a request.
+    pub idle: AtomicI64,
+}
+
+/// Connections of one listener.
+#[derive(Debug, Default)]
+pub struct ListenerCounters {
+    /// Connections accepted.
+    pub accepted: AtomicU64,
+    /// Connections open now.
+    pub open: AtomicI64,
 }
 
 impl Counters {
@@ -122,6 +133,7 @@ pub struct Registry {
     endpoints: Mutex<BTreeMap<String, Arc<Counters>>>,
     steps: Mutex<BTreeMap<String, Arc<Counters>>>,
     upstreams: Mutex<BTreeMap<(String, String), Arc<UpstreamCounters>>>,
+    listeners: Mutex<BTreeMap<String, Arc<ListenerCounters>>>,
     /// Config reloads that succeeded.
     pub reloads: AtomicU64,
     /// Config reloads that failed (the old config kept serving).
@@ -150,6 +162,12 @@ impl Registry {
     /// The counters of the step at config path `path` (like `proxies.P.in[0].call`).
     pub fn step(&self, path: &str) -> Arc<Counters> {
         Self::get(&self.steps, path)
+    }
+
+    /// The connection counters of listener `name`.
+    pub fn listener(&self, name: &str) -> Arc<ListenerCounters> {
+        let mut map = self.listeners.lock().unwrap_or_else(|p| p.into_inner());
+        map.entry(name.to_owned()).or_default().clone()
     }
 
     /// The counters of URL `url` (shown with credentials redacted) of endpoint `endpoint`.
@@ -258,6 +276,27 @@ impl Registry {
                     .render(&mut out, &name, &format!("{what}=\"{}\"", escape(label)));
             }
         }
+        {
+            let map = self.listeners.lock().unwrap_or_else(|p| p.into_inner());
+            let _ = writeln!(out, "# HELP busbar_listener_connections Client connections open.\n# TYPE busbar_listener_connections gauge");
+            for (name, c) in map.iter() {
+                let _ = writeln!(
+                    out,
+                    "busbar_listener_connections{{listener=\"{}\"}} {}",
+                    escape(name),
+                    c.open.load(Relaxed)
+                );
+            }
+            let _ = writeln!(out, "# HELP busbar_listener_connections_total Client connections accepted.\n# TYPE busbar_listener_connections_total counter");
+            for (name, c) in map.iter() {
+                let _ = writeln!(
+                    out,
+                    "busbar_listener_connections_total{{listener=\"{}\"}} {}",
+                    escape(name),
+                    c.accepted.load(Relaxed)
+                );
+            }
+        }
         let _ = writeln!(
             out,
             "# HELP busbar_reloads_total Config reloads by result.\n# TYPE busbar_reloads_total counter\nbusbar_reloads_total{{result=\"ok\"}} {}\nbusbar_reloads_total{{result=\"failed\"}} {}",
@@ -292,6 +331,11 @@ impl Registry {
             ),
             ("pending", "gauge", "Requests in progress to this URL."),
             (
+                "idle_connections",
+                "gauge",
+                "Keep-alive connections to this URL waiting in the pools.",
+            ),
+            (
                 "breaker_state",
                 "gauge",
                 "Circuit breaker of this URL: 0 closed, 1 open, 2 half-open.",
@@ -305,6 +349,7 @@ impl Registry {
                     "attempts_total" => c.attempts.load(Relaxed) as i64,
                     "failures_total" => c.failures.load(Relaxed) as i64,
                     "pending" => c.pending.load(Relaxed),
+                    "idle_connections" => c.idle.load(Relaxed),
                     _ => c.breaker_state.load(Relaxed) as i64,
                 };
                 let _ = writeln!(

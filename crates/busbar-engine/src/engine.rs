@@ -203,7 +203,7 @@ fn echo_options(
         (None, None) => None,
     };
     Ok(EchoOptions {
-        delay: e.delay.map(|d| d.0),
+        delay: e.delay.map(|d| d.0).filter(|d| !d.is_zero()),
         // Validation checked that names are header values.
         name: e
             .name
@@ -341,6 +341,7 @@ impl Engine {
                 header_read_timeout: l.header_read_timeout.0,
                 keep_alive: l.keep_alive,
                 send_timeout: l.send_timeout.0,
+                connections: Some(shared.metrics.listener(&name)),
             };
             if let Some(a) = local_addr(&sockets) {
                 bound.insert(name.clone(), a);

@@ -73,6 +73,8 @@ pub struct ConnSettings {
     pub keep_alive: bool,
     /// Longest pause while writing to the client before the connection is closed.
     pub send_timeout: Duration,
+    /// Where the listener's connections are counted (proxy listeners).
+    pub connections: Option<Arc<busbar_core::metrics::ListenerCounters>>,
 }
 
 impl Default for ConnSettings {
@@ -82,6 +84,7 @@ impl Default for ConnSettings {
             header_read_timeout: Duration::from_secs(30),
             keep_alive: true,
             send_timeout: Duration::from_secs(60),
+            connections: None,
         }
     }
 }
@@ -490,6 +493,7 @@ async fn accept_loop<H: Handler>(
         let _ = stream.set_nodelay(true);
         let stream = SendTimeout::new(stream, settings.send_timeout);
         let guard = tracker.enter();
+        let counted = settings.connections.clone().map(ConnCount::enter);
         let tls = handler.tls();
         let handler = handler.clone();
         let settings = settings.clone();
@@ -515,7 +519,25 @@ async fn accept_loop<H: Handler>(
                 }
             }
             drop(guard);
+            drop(counted);
         });
+    }
+}
+
+/// A client connection counted open for as long as it lives.
+struct ConnCount(Arc<busbar_core::metrics::ListenerCounters>);
+
+impl ConnCount {
+    fn enter(c: Arc<busbar_core::metrics::ListenerCounters>) -> Self {
+        c.accepted.fetch_add(1, Relaxed);
+        c.open.fetch_add(1, Relaxed);
+        ConnCount(c)
+    }
+}
+
+impl Drop for ConnCount {
+    fn drop(&mut self) {
+        self.0.open.fetch_sub(1, Relaxed);
     }
 }
 

@@ -317,8 +317,30 @@ impl Scanner {
     /// there: the bytes after [`Scanner::bytes_consumed`] are not examined (feed them again
     /// to go on checking). `None` while undecided, and after the decision.
     pub fn feed(&mut self, chunk: &[u8]) -> Result<Option<Decision>, JsonError> {
-        for &c in chunk {
-            let decision = self.byte(c)?;
+        let mut i = 0;
+        while i < chunk.len() {
+            // Fast path: a run of plain ASCII inside a string (no quote, backslash, control
+            // or non-ASCII byte) needs no state change, only copying when the string is kept.
+            if matches!(self.token, Token::Str { .. })
+                && self.esc == 0
+                && self.cont == 0
+                && self.high.is_none()
+            {
+                let run = chunk[i..]
+                    .iter()
+                    .position(|&b| b == b'"' || b == b'\\' || !(0x20..0x80).contains(&b))
+                    .unwrap_or(chunk.len() - i);
+                if run > 0 {
+                    if self.keep {
+                        self.raw.extend_from_slice(&chunk[i..i + run]);
+                    }
+                    i += run;
+                    self.offset += run as u64;
+                    continue;
+                }
+            }
+            let decision = self.byte(chunk[i])?;
+            i += 1;
             self.offset += 1;
             if let Some(d) = decision {
                 self.consumed = self.offset;

@@ -98,6 +98,8 @@ struct Pools {
     lists: Vec<Mutex<Vec<Idle>>>,
     pool_size: usize,
     keep_alive: Duration,
+    /// Where the number of idle connections is shown (`busbar_upstream_idle_connections`).
+    stats: Arc<UpstreamCounters>,
 }
 
 struct Idle {
@@ -132,11 +134,13 @@ impl Pools {
             conn,
             since: Instant::now(),
         });
+        self.stats.idle.fetch_add(1, Relaxed);
     }
 
     fn take_idle(&self) -> Option<Idle> {
         let mut pool = self.list().lock().unwrap_or_else(|p| p.into_inner());
         while let Some(idle) = pool.pop() {
+            self.stats.idle.fetch_sub(1, Relaxed);
             if idle.since.elapsed() < self.keep_alive
                 && !idle.sender.is_closed()
                 && idle.sender.is_ready()
@@ -154,6 +158,7 @@ impl Drop for Pools {
         // Idle connections of a replaced runtime are closed, not left to time out.
         for pool in &self.lists {
             let pool = pool.lock().unwrap_or_else(|p| p.into_inner());
+            self.stats.idle.fetch_sub(pool.len() as i64, Relaxed);
             for idle in pool.iter() {
                 idle.conn.abort();
             }
@@ -324,6 +329,7 @@ impl Upstream {
                     .collect(),
                 pool_size: settings.pool_size,
                 keep_alive: settings.keep_alive,
+                stats: stats.clone(),
             }),
             settings,
             limit,

@@ -25,6 +25,8 @@ const VARS: [&str; 4] = ["params", "query", "headers", "vars"];
 #[derive(Debug)]
 pub struct JqStep {
     program: Arc<Program>,
+    /// Which of [`VARS`] the program mentions: the others are passed as `null`, unbuilt.
+    uses: [bool; 4],
 }
 
 impl JqStep {
@@ -62,17 +64,19 @@ impl JqStep {
                 }
             },
         };
+        let uses = VARS.map(|v| source.contains(&format!("${v}")));
         match Program::compile(&source, &VARS) {
             Ok(program) => Ok(JqStep {
                 program: Arc::new(program),
+                uses,
             }),
             Err(e) => Err(cx.fail(line, at, format!("jq program, {e}"))),
         }
     }
 }
 
-/// The variables of a run, as JSON texts in [`VARS`] order.
-fn variables(ex: &Exchange) -> [Vec<u8>; 4] {
+/// The variables of a run, as JSON texts in [`VARS`] order (`null` for those not used).
+fn variables(ex: &Exchange, uses: [bool; 4]) -> [Vec<u8>; 4] {
     let params: Map<String, Value> = ex
         .params
         .iter()
@@ -110,8 +114,14 @@ fn variables(ex: &Exchange) -> [Vec<u8>; 4] {
             (k.clone(), Value::String(value))
         })
         .collect();
-    [params, query, headers, vars]
-        .map(|m| serde_json::to_vec(&Value::Object(m)).unwrap_or_default())
+    let mut used = uses.into_iter();
+    [params, query, headers, vars].map(|m| {
+        if used.next().unwrap_or(true) {
+            serde_json::to_vec(&Value::Object(m)).unwrap_or_default()
+        } else {
+            b"null".to_vec()
+        }
+    })
 }
 
 /// Percent-decoding of a query component (`+` is a space), lossy for invalid UTF-8.
@@ -143,7 +153,7 @@ impl Apply for JqStep {
     async fn apply(&self, ex: &mut Exchange, cx: &StepCx<'_>) -> Result<Flow, MediationError> {
         let phase = ex.phase();
         let bytes = ex.body_mut().bytes(cx.max_body()).await?;
-        let vars = variables(ex);
+        let vars = variables(ex, self.uses);
         let limits = json::limits(cx);
         let program = self.program.clone();
         let size = bytes.len() as u64;

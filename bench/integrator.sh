@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# Same-run measurement of the integrator scenarios of examples/integrator.yaml (docs/integrator.md)
+# against the echo back end direct and nginx. busbar (with its embedded echo back ends) and
+# nginx on core 0, wrk on core 1.
+#   Throughput: back ends answer a fixed JSON document with no delay (JsonToSoap needs a SOAP
+#   answer: it runs on a second busbar in echo mode); ROUNDS rounds, targets alternating.
+#   Latency: back ends answer after 5 ms (the seed's methodology); p50/p99 at c = 50 and 500.
+# Usage: bench/integrator.sh [seconds per cell, default 10]. Environment: ROUNDS (3), CONC (50).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+secs=${1:-10}
+rounds=${ROUNDS:-3}
+conc=${CONC:-50}
+scripts/setup.sh --bench >/dev/null
+cargo build --release --bin busbar
+bin=./target/release/busbar
+tmp=$(mktemp -d)
+cleanup() { kill $(jobs -p) 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$tmp"; }
+trap cleanup EXIT
+
+# Payloads (docs/integrator.md shapes).
+python3 - "$tmp" <<'PY'
+import json, random, sys
+d = sys.argv[1]
+random.seed(7)
+def exact(doc_fn, size):
+    pad = 0
+    while True:
+        s = json.dumps(doc_fn("x" * pad), separators=(",", ":"))
+        if len(s) >= size:
+            return s
+        pad += size - len(s)
+# WSO2's passthrough shape at exactly 1 KB.
+s = exact(lambda p: {"payload": {"symbol": ["json"] * 20, "pad": p}}, 1024)
+open(f"{d}/passthrough.json", "w").write(s)
+for tier in ["premium", "standard"]:
+    open(f"{d}/{tier}.json", "w").write(exact(lambda p: {"customerTier": tier, "customer": {"id": 7}, "pad": p}, 1024))
+orders = [{"symbol": random.choice(["GOOG", "IBM", "MSFT"]), "buyerID": f"u{i}", "price": round(random.uniform(1, 100), 2), "volume": random.randint(1, 1000)} for i in range(10)]
+orders[0] = {"symbol": "GOOG", "buyerID": "u0", "price": 42.8, "volume": 5}
+open(f"{d}/orders.json", "w").write(json.dumps({"size": len(orders), "payload": {"order": orders}}))
+items = [{"sku": f"SKU-{i:04}", "qty": random.randint(1, 9), "unitPrice": round(random.uniform(1, 200), 2)} for i in range(20)]
+doc = lambda p: {"orderId": "O-1", "orderDate": "2026-11-24T10:15:00Z", "currency": "EUR", "customer": {"id": "C-7", "firstName": "Ada", "lastName": "Lovelace", "email": "Ada.L@Example.COM", "tier": "gold", "address": {"line1": "12 St James's Square", "city": "London", "zip": "SW1Y 4LB", "country": "GB"}}, "items": items, "filler": p}
+open(f"{d}/order.json", "w").write(exact(doc, 5120))
+open(f"{d}/fixed.json", "w").write(json.dumps({"status": "ok", "id": 42, "items": [{"sku": "A", "qty": 1}] * 4}))
+PY
+
+start_busbar() { # name listen admin echo-port-base json delay
+  BUSBAR_WORKERS=1 BUSBAR_LOG=warn BUSBAR_LISTEN=$2 BUSBAR_ADMIN=$3 \
+  BUSBAR_ECHO_STANDARD=127.0.0.1:$(($4)) BUSBAR_ECHO_PREMIUM=127.0.0.1:$(($4 + 1)) \
+  BUSBAR_ECHO_STOCK=127.0.0.1:$(($4 + 2)) BUSBAR_ECHO_PRICE=127.0.0.1:$(($4 + 3)) \
+  BUSBAR_ECHO_REVIEWS=127.0.0.1:$(($4 + 4)) BUSBAR_ECHO_JSON=$5 BUSBAR_ECHO_DELAY=$6 \
+    taskset -c 0 $bin run examples/integrator.yaml > "$tmp/$1.log" 2>&1 &
+  for _ in $(seq 100); do curl -sf -o /dev/null "http://$2/api/product/1" && return; sleep 0.1; done
+  echo "busbar $1 did not start"; cat "$tmp/$1.log"; exit 1
+}
+mkdir -p /tmp/busbar-bench-nginx-body /tmp/busbar-bench-nginx-proxy
+
+cell() { # label url conc [env...]
+  local label=$1 url=$2 c=$3; shift 3
+  local out
+  out=$(env "$@" taskset -c 1 wrk -t1 -c"$c" -d"${secs}s" --latency -s bench/json.lua "$url")
+  local rps p50 p99 errs
+  rps=$(awk '/Requests\/sec/ {print $2}' <<<"$out")
+  p50=$(awk '$1=="50%" {print $2}' <<<"$out")
+  p99=$(awk '$1=="99%" {print $2}' <<<"$out")
+  errs=$(grep -E "Non-2xx|Socket errors" <<<"$out" | tr '\n' ' ' || true)
+  printf "%-16s %4s %10s %9s %9s %s\n" "$label" "$c" "$rps" "$p50" "$p99" "$errs" | tee -a "$tmp/results"
+}
+
+targets() { # the scenarios of one instance (A on :8281)
+  cell echo-direct http://127.0.0.1:9010/echo "$1" BODY="$tmp/passthrough.json"
+  cell nginx http://127.0.0.1:8381/api/passthrough "$1" BODY="$tmp/passthrough.json"
+  cell passthrough http://127.0.0.1:8281/api/passthrough "$1" BODY="$tmp/passthrough.json"
+  cell cbr http://127.0.0.1:8281/api/route "$1" BODY="$tmp/premium.json" BODY2="$tmp/standard.json"
+  cell cbr-filter http://127.0.0.1:8281/api/route/filter "$1" BODY="$tmp/orders.json"
+  cell map http://127.0.0.1:8281/api/map "$1" BODY="$tmp/orders.json"
+  cell transform http://127.0.0.1:8281/api/transform "$1" BODY="$tmp/order.json"
+  cell scatter-gather http://127.0.0.1:8281/api/product/ "$1" IDS=1000
+}
+
+echo "== throughput: fixed JSON, no delay, c=$conc, $rounds rounds of ${secs}s"
+start_busbar a 127.0.0.1:8281 127.0.0.1:9912 9010 "$tmp/fixed.json" 0ms
+start_busbar b 127.0.0.1:8282 127.0.0.1:9913 9020 "" 0ms
+taskset -c 0 nginx -p "$tmp" -c "$PWD/bench/peers/nginx-json.conf" &
+for _ in $(seq 50); do curl -sf -o /dev/null -d x http://127.0.0.1:8381/api/passthrough && break; sleep 0.1; done
+printf "%-16s %4s %10s %9s %9s\n" target c req/s p50 p99
+for _ in $(seq "$rounds"); do
+  targets "$conc"
+  cell json-to-soap http://127.0.0.1:8282/api/soap "$conc" BODY="$tmp/orders.json"
+done
+mv "$tmp/results" "$tmp/throughput"
+echo
+echo "medians, and ratios to passthrough (and passthrough to nginx):"
+med() { awk -v t="$1" '$1==t {print $3}' "$tmp/throughput" | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+pt=$(med passthrough)
+for t in echo-direct nginx passthrough cbr cbr-filter map transform scatter-gather json-to-soap; do
+  m=$(med "$t")
+  awk -v t="$t" -v m="$m" -v pt="$pt" -v ng="$(med nginx)" 'BEGIN {
+    r = m / pt; extra = (t == "passthrough") ? sprintf("  (%.2fx nginx)", m / ng) : "";
+    printf "%-16s %10.0f  %.2fx passthrough%s\n", t, m, r, extra }'
+done
+
+echo
+echo "== latency: back ends answer after 5 ms"
+kill %1 %2 2>/dev/null || true; sleep 1
+start_busbar a 127.0.0.1:8281 127.0.0.1:9912 9010 "$tmp/fixed.json" 5ms
+printf "%-16s %4s %10s %9s %9s\n" target c req/s p50 p99
+for c in 50 500; do
+  cell echo-direct http://127.0.0.1:9010/echo "$c" BODY="$tmp/passthrough.json"
+  cell passthrough http://127.0.0.1:8281/api/passthrough "$c" BODY="$tmp/passthrough.json"
+  cell cbr http://127.0.0.1:8281/api/route "$c" BODY="$tmp/premium.json" BODY2="$tmp/standard.json"
+  cell scatter-gather http://127.0.0.1:8281/api/product/ "$c" IDS=1000
+done
