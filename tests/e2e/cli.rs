@@ -93,55 +93,77 @@ fn every_example_validates_and_boots() {
         }
         seen += 1;
         let text = std::fs::read_to_string(&path).expect("example");
-        // Every address variable of the file (`${BUSBAR_X:-host:port}`) on a free port.
-        let mut envs: Vec<(String, String)> = Vec::new();
-        for (at, _) in text.match_indices("${BUSBAR_") {
-            let rest = &text[at + 2..];
-            let Some(end) = rest.find('}') else { continue };
-            let Some((var, default)) = rest[..end].split_once(":-") else {
-                continue;
-            };
-            if default.parse::<std::net::SocketAddr>().is_ok()
-                && !envs.iter().any(|(k, _)| k == var)
-            {
-                envs.push((var.to_owned(), format!("127.0.0.1:{}", free_port())));
+        // Every address variable of the file (`${BUSBAR_X:-host:port}`) on a free port. A port
+        // found free can be taken by a parallel test before the example binds it: then the
+        // example refuses to start, and it is tried again on other ports.
+        let mut started = None;
+        let mut last_err = String::new();
+        for _attempt in 0..3 {
+            let mut envs: Vec<(String, String)> = Vec::new();
+            for (at, _) in text.match_indices("${BUSBAR_") {
+                let rest = &text[at + 2..];
+                let Some(end) = rest.find('}') else { continue };
+                let Some((var, default)) = rest[..end].split_once(":-") else {
+                    continue;
+                };
+                if default.parse::<std::net::SocketAddr>().is_ok()
+                    && !envs.iter().any(|(k, _)| k == var)
+                {
+                    envs.push((var.to_owned(), format!("127.0.0.1:{}", free_port())));
+                }
             }
+            envs.push(("BUSBAR_WORKERS".to_owned(), "1".to_owned()));
+            envs.push(("BUSBAR_KEYS".to_owned(), test_keys().display().to_string()));
+            let addr_of = |var: &str| -> std::net::SocketAddr {
+                envs.iter()
+                    .find(|(k, _)| k == var)
+                    .unwrap_or_else(|| panic!("{}: no {var}", path.display()))
+                    .1
+                    .parse()
+                    .expect("addr")
+            };
+            let (listen, admin) = (addr_of("BUSBAR_LISTEN"), addr_of("BUSBAR_ADMIN"));
+            let out = busbar()
+                .arg("validate")
+                .arg(&path)
+                .envs(envs.clone())
+                .output()
+                .expect("validate");
+            assert!(
+                out.status.success(),
+                "{}: {}",
+                path.display(),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let log = std::env::temp_dir().join(format!(
+                "busbar-example-{}-{}.log",
+                std::process::id(),
+                free_port()
+            ));
+            let mut child = busbar()
+                .arg("run")
+                .arg(&path)
+                .envs(envs.clone())
+                .stdout(Stdio::null())
+                .stderr(std::fs::File::create(&log).expect("log file"))
+                .spawn()
+                .expect("run");
+            let up = eventually(Duration::from_secs(10), || {
+                std::net::TcpStream::connect(listen).is_ok()
+            });
+            if up {
+                let _ = std::fs::remove_file(&log);
+                started = Some((child, listen, admin));
+                break;
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+            last_err = std::fs::read_to_string(&log).unwrap_or_default();
+            let _ = std::fs::remove_file(&log);
         }
-        envs.push(("BUSBAR_WORKERS".to_owned(), "1".to_owned()));
-        envs.push(("BUSBAR_KEYS".to_owned(), test_keys().display().to_string()));
-        let addr_of = |var: &str| -> std::net::SocketAddr {
-            envs.iter()
-                .find(|(k, _)| k == var)
-                .unwrap_or_else(|| panic!("{}: no {var}", path.display()))
-                .1
-                .parse()
-                .expect("addr")
+        let Some((mut child, listen, admin)) = started else {
+            panic!("{} did not start listening:\n{last_err}", path.display());
         };
-        let (listen, admin) = (addr_of("BUSBAR_LISTEN"), addr_of("BUSBAR_ADMIN"));
-        let out = busbar()
-            .arg("validate")
-            .arg(&path)
-            .envs(envs.clone())
-            .output()
-            .expect("validate");
-        assert!(
-            out.status.success(),
-            "{}: {}",
-            path.display(),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let mut child = busbar()
-            .arg("run")
-            .arg(&path)
-            .envs(envs.clone())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("run");
-        let up = eventually(Duration::from_secs(10), || {
-            std::net::TcpStream::connect(listen).is_ok()
-        });
-        assert!(up, "{} did not start listening", path.display());
         let ready = eventually(Duration::from_secs(10), || {
             Client::connect(admin)
                 .get("/readyz")

@@ -390,39 +390,47 @@ impl Example {
             .join("../../examples")
             .join(name);
         let text = std::fs::read_to_string(&path).expect("example");
-        let mut addrs = std::collections::BTreeMap::new();
-        for (at, _) in text.match_indices("${BUSBAR_") {
-            let rest = &text[at + 2..];
-            let Some(end) = rest.find('}') else { continue };
-            let Some((var, default)) = rest[..end].split_once(":-") else {
-                continue;
-            };
-            if default.parse::<SocketAddr>().is_ok() && !addrs.contains_key(var) {
-                let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-                addrs.insert(var.to_owned(), l.local_addr().expect("addr"));
+        let mut last_err = String::new();
+        // A port found free can be taken by a parallel test before the example binds it: the
+        // example then refuses to start, and it is tried again on other ports.
+        for _attempt in 0..3 {
+            let mut addrs = std::collections::BTreeMap::new();
+            for (at, _) in text.match_indices("${BUSBAR_") {
+                let rest = &text[at + 2..];
+                let Some(end) = rest.find('}') else { continue };
+                let Some((var, default)) = rest[..end].split_once(":-") else {
+                    continue;
+                };
+                if default.parse::<SocketAddr>().is_ok() && !addrs.contains_key(var) {
+                    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+                    addrs.insert(var.to_owned(), l.local_addr().expect("addr"));
+                }
             }
+            let listen = *addrs
+                .get("BUSBAR_LISTEN")
+                .expect("BUSBAR_LISTEN in the example");
+            let log = temp_dir("example").join("stderr.log");
+            let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_busbar"))
+                .arg("run")
+                .arg(&path)
+                .envs(addrs.iter().map(|(k, v)| (k.clone(), v.to_string())))
+                .env("BUSBAR_WORKERS", "1")
+                .env("BUSBAR_LOG", "warn")
+                .envs(env.iter().copied())
+                .stdout(std::process::Stdio::null())
+                .stderr(std::fs::File::create(&log).expect("log"))
+                .spawn()
+                .expect("busbar run");
+            if eventually(Duration::from_secs(20), || {
+                TcpStream::connect(listen).is_ok()
+            }) {
+                return Example { child, addrs };
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+            last_err = std::fs::read_to_string(&log).unwrap_or_default();
         }
-        let listen = *addrs
-            .get("BUSBAR_LISTEN")
-            .expect("BUSBAR_LISTEN in the example");
-        let child = std::process::Command::new(env!("CARGO_BIN_EXE_busbar"))
-            .arg("run")
-            .arg(&path)
-            .envs(addrs.iter().map(|(k, v)| (k.clone(), v.to_string())))
-            .env("BUSBAR_WORKERS", "1")
-            .env("BUSBAR_LOG", "warn")
-            .envs(env.iter().copied())
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .expect("busbar run");
-        let example = Example { child, addrs };
-        assert!(
-            eventually(Duration::from_secs(20), || TcpStream::connect(listen)
-                .is_ok()),
-            "{name} did not start listening on {listen}"
-        );
-        example
+        panic!("{name} did not start listening:\n{last_err}");
     }
 
     /// The address of the proxies' listener.
