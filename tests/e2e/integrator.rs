@@ -65,3 +65,46 @@ fn json_passthrough_forwards_every_size_byte_for_byte_to_the_standard_back_end()
     let r = c.get("/api/passthrough").expect("response");
     assert_eq!(r.status, 405);
 }
+
+/// The kit's JSON payloads and its byte-exact verification against JsonPassthrough and JsonCBR
+/// (each tier's document comes back whole from its own back end).
+#[test]
+fn bench_json_payloads_verify_through_the_example() {
+    let ex = Example::start("integrator.yaml", &[]);
+    let dir = temp_dir("bench-json");
+    let bin = env!("CARGO_BIN_EXE_busbar");
+    for (kind, size, path) in [
+        ("passthrough", "4097", "/api/passthrough"),
+        ("premium", "1024", "/api/route"),
+        ("standard", "65537", "/api/route"),
+    ] {
+        let out = std::process::Command::new(bin)
+            .args(["bench", "payload", "--json", kind, "--size", size])
+            .output()
+            .expect("payload");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(out.stdout.len(), size.parse::<usize>().expect("size"));
+        let file = dir.join(format!("{kind}.json"));
+        std::fs::write(&file, &out.stdout).expect("write");
+        let url = format!("http://{}{path}", ex.listen());
+        let load = std::process::Command::new(bin)
+            .args([
+                "bench", "load", &url, "--verify", "direct", "-n", "100", "-c", "4", "--body",
+            ])
+            .arg(&file)
+            .output()
+            .expect("load");
+        let text = String::from_utf8_lossy(&load.stdout).into_owned()
+            + &String::from_utf8_lossy(&load.stderr);
+        assert!(load.status.success(), "{text}");
+        assert!(text.contains("verify 0"), "{kind}: {text}");
+        assert!(
+            text.contains("100 ok") && text.contains("status 0"),
+            "{kind}: {text}"
+        );
+    }
+}

@@ -27,6 +27,7 @@ pub use check::Scenario;
 pub use error::BenchError;
 pub use load::LoadArgs;
 pub use matrix::RunArgs;
+pub mod json_payload;
 pub use payload::{buy_stocks, soap_action, PayloadError, Variant};
 pub use report::ReportArgs;
 pub use verify::VerifyArgs;
@@ -50,7 +51,7 @@ pub enum BenchCommand {
 #[derive(clap::Args, Debug, Clone)]
 pub struct PayloadArgs {
     /// Exact size in bytes (at least 512; k and m suffixes allowed).
-    #[arg(long, value_parser = util::parse_size, required_unless_present = "orders")]
+    #[arg(long, value_parser = util::parse_size, required_unless_present_any = ["orders", "json"])]
     pub size: Option<usize>,
     /// Instead of a size, the number of orders (the size is then the smallest holding them).
     #[arg(long, conflicts_with = "size")]
@@ -58,6 +59,13 @@ pub struct PayloadArgs {
     /// Which payload.
     #[arg(long, value_enum, default_value_t = Variant::Plain)]
     pub variant: Variant,
+    /// A JSON payload of the integrator scenarios instead (docs/integrator.md): `passthrough`,
+    /// `premium`, `standard` and `order` at `--size`; `orders` with `--orders` orders.
+    #[arg(long, value_enum)]
+    pub json: Option<json_payload::JsonKind>,
+    /// Seed of the JSON payloads' values.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
 }
 
 #[derive(Parser, Debug)]
@@ -114,6 +122,20 @@ pub fn run(cmd: BenchCommand) -> ExitCode {
 }
 
 fn payload_command(args: &PayloadArgs) -> Result<(), BenchError> {
+    if let Some(kind) = args.json {
+        let bytes = json_payload::json_payload(
+            kind,
+            args.size.unwrap_or(1024),
+            args.orders.unwrap_or(10),
+            args.seed,
+        )
+        .map_err(BenchError::Usage)?;
+        let mut out = std::io::stdout().lock();
+        return out
+            .write_all(&bytes)
+            .and_then(|()| out.flush())
+            .map_err(|e| BenchError::io("cannot write the payload to stdout", e));
+    }
     let size = match args.orders {
         Some(n) => size_for_orders(n).map_err(BenchError::Usage)?,
         None => args.size.unwrap_or(1024),
