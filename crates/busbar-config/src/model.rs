@@ -1233,9 +1233,10 @@ pub enum CallBody {
 pub struct ScatterGatherConfig {
     /// The branches, run in parallel; their order is the aggregate's order.
     pub branches: Vec<BranchConfig>,
-    /// `object` (`{"NAME": result, …}`) or `array` (results in branch order).
+    /// `object` (`{"NAME": result, …}`), `array` (results in branch order), or
+    /// `{ jq: PROGRAM }`: the program runs on the object and its one output is the answer.
     #[serde(default)]
-    pub aggregate: Aggregate,
+    pub aggregate: AggregateConfig,
     /// Time allowed for the whole step; past it, 504 naming the branches still running.
     #[serde(default)]
     pub timeout: Option<Duration>,
@@ -1256,6 +1257,25 @@ pub struct BranchConfig {
     pub name: String,
     /// Its steps, run on a copy of the request; the response they end with is its result.
     pub steps: Vec<StepConfig>,
+}
+
+/// How branch results are combined, as written.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(untagged)]
+pub enum AggregateConfig {
+    /// `object` or `array`.
+    Kind(Aggregate),
+    /// A jq program over the `object` aggregate.
+    Jq {
+        /// The program (`$params` holds the path parameters).
+        jq: String,
+    },
+}
+
+impl Default for AggregateConfig {
+    fn default() -> Self {
+        AggregateConfig::Kind(Aggregate::Object)
+    }
 }
 
 /// How branch results are combined.

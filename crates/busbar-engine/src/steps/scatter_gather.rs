@@ -9,7 +9,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use busbar_config::{Aggregate, OnFailure, ScatterGatherConfig};
+use busbar_config::{Aggregate, AggregateConfig, OnFailure, ScatterGatherConfig};
 use busbar_core::{Blame, Body, ErrorKind, Exchange, Flow, MediationError};
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use http::header::{HeaderName, HeaderValue, CONTENT_TYPE};
@@ -25,6 +25,8 @@ pub static PARTIAL_HEADER: HeaderName = HeaderName::from_static("x-busbar-partia
 pub struct ScatterGatherStep {
     branches: Vec<Branch>,
     aggregate: Aggregate,
+    /// A jq program run on the object aggregate.
+    jq: Option<Arc<busbar_jq::Program>>,
     timeout: Option<Duration>,
     branch_timeout: Option<Duration>,
     on_failure: OnFailure,
@@ -50,9 +52,22 @@ impl ScatterGatherStep {
     pub fn build(
         config: &ScatterGatherConfig,
         cx: &mut BuildCx<'_>,
-        _here: &str,
+        here: &str,
     ) -> Result<Self, Failed> {
         let mut lists = cx.take_children().into_iter();
+        let (aggregate, jq) = match &config.aggregate {
+            AggregateConfig::Kind(kind) => (*kind, None),
+            AggregateConfig::Jq { jq } => match busbar_jq::Program::compile(jq, &["params"]) {
+                Ok(p) => (Aggregate::Object, Some(Arc::new(p))),
+                Err(e) => {
+                    return Err(cx.fail(
+                        None,
+                        format!("{here}.aggregate.jq"),
+                        format!("jq program, {e}"),
+                    ))
+                }
+            },
+        };
         let branches = config
             .branches
             .iter()
@@ -63,7 +78,8 @@ impl ScatterGatherStep {
             .collect();
         Ok(ScatterGatherStep {
             branches,
-            aggregate: config.aggregate,
+            aggregate,
+            jq,
             timeout: config.timeout.map(|d| d.0),
             branch_timeout: config.branch_timeout.map(|d| d.0),
             on_failure: config.on_failure,
@@ -307,6 +323,23 @@ impl Apply for ScatterGatherStep {
         } else {
             b']'
         });
+        if let Some(program) = &self.jq {
+            let params: serde_json::Map<String, serde_json::Value> = ex
+                .params
+                .iter()
+                .map(|(k, v)| (k.to_string(), serde_json::Value::String(v.clone())))
+                .collect();
+            let params = serde_json::to_vec(&params).unwrap_or_else(|_| b"{}".to_vec());
+            let program = program.clone();
+            let input = out;
+            let size = input.len() as u64;
+            out = cx
+                .offload(size, move || program.run(&input, &[&params]))
+                .await?
+                .map_err(|e| {
+                    MediationError::internal(format!("The aggregate of {} failed: {e}", cx.path))
+                })?;
+        }
         let mut resp = Response::new(Body::full(out));
         resp.headers_mut()
             .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
@@ -347,6 +380,25 @@ mod tests {
         assert_eq!(errors.len(), 1, "{errors:?}");
         assert!(
             errors[0].contains("sequences.s[0].scatter_gather.branches[0].steps[0].call: unknown endpoint 'nowhere'"),
+            "{errors:?}"
+        );
+    }
+
+    #[test]
+    fn a_jq_aggregate_reshapes_the_results() {
+        let yaml = "sequences:\n  s:\n    - scatter_gather:\n        aggregate: { jq: '{total: (.a.x + .b[0]), names: (keys | join(\",\"))}' }\n        branches:\n          - name: a\n            steps: [ { respond: { body: '{\"x\":1}' } } ]\n          - name: b\n            steps: [ { respond: { body: '[2]' } } ]\n";
+        let steps = build(&loaded(yaml, &std::env::temp_dir())).unwrap_or_else(|e| panic!("{e:?}"));
+        let mut ex = exchange(&[], b"");
+        run_steps(&steps, &mut ex).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(body_of(&mut ex), br#"{"total":3,"names":"a,b"}"#.to_vec());
+        let bad = "sequences:\n  s:\n    - scatter_gather:\n        aggregate: { jq: '{a: }' }\n        branches:\n          - name: a\n            steps: [ { respond: {} } ]\n";
+        let errors = build(&loaded(bad, &std::env::temp_dir()))
+            .err()
+            .unwrap_or_default();
+        assert!(
+            errors
+                .iter()
+                .any(|e| e.contains("sequences.s[0].scatter_gather.aggregate.jq: jq program")),
             "{errors:?}"
         );
     }
