@@ -1,65 +1,12 @@
 //! Observability over real sockets: the access log (both formats, reopen for logrotate, a
 //! writer that falls behind) and W3C trace context propagation to back ends.
 
-use std::io::{BufRead, BufReader, Write};
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use busbar_engine::echo::EchoOptions;
 
 use crate::support::*;
-
-/// A back end that answers each request with the `traceparent` and `tracestate` it received,
-/// as `traceparent|tracestate` (`-` for a missing one).
-fn trace_back_end() -> SocketAddr {
-    let l = TcpListener::bind("127.0.0.1:0").expect("bind");
-    let addr = l.local_addr().expect("addr");
-    std::thread::spawn(move || {
-        for stream in l.incoming() {
-            let Ok(stream) = stream else { continue };
-            std::thread::spawn(move || {
-                let mut r = BufReader::new(stream);
-                loop {
-                    let (mut parent, mut state, mut len) = ("-".to_owned(), "-".to_owned(), 0);
-                    let mut line = String::new();
-                    if r.read_line(&mut line).unwrap_or(0) == 0 {
-                        return;
-                    }
-                    loop {
-                        let mut h = String::new();
-                        if r.read_line(&mut h).unwrap_or(0) == 0 {
-                            return;
-                        }
-                        let h = h.trim_end();
-                        if h.is_empty() {
-                            break;
-                        }
-                        let (k, v) = h.split_once(':').unwrap_or((h, ""));
-                        match k.to_ascii_lowercase().as_str() {
-                            "traceparent" => parent = v.trim().to_owned(),
-                            "tracestate" => state = v.trim().to_owned(),
-                            "content-length" => len = v.trim().parse().unwrap_or(0),
-                            _ => {}
-                        }
-                    }
-                    let mut body = vec![0u8; len];
-                    if std::io::Read::read_exact(&mut r, &mut body).is_err() {
-                        return;
-                    }
-                    let text = format!("{parent}|{state}");
-                    let head = format!(
-                        "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: {}\r\n\r\n",
-                        text.len()
-                    );
-                    let s = r.get_mut();
-                    let _ = s.write_all(head.as_bytes());
-                    let _ = s.write_all(text.as_bytes());
-                }
-            });
-        }
-    });
-    addr
-}
 
 fn trace_yaml(back: SocketAddr) -> String {
     format!(
@@ -71,7 +18,7 @@ const PARENT: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
 
 #[test]
 fn a_valid_traceparent_continues_to_the_back_end_under_a_new_parent() {
-    let h = engine(&trace_yaml(trace_back_end()));
+    let h = engine(&trace_yaml(header_back_end(&["traceparent", "tracestate"])));
     let mut c = Client::connect(h.http());
     let r = c
         .post(
@@ -110,7 +57,7 @@ fn a_valid_traceparent_continues_to_the_back_end_under_a_new_parent() {
 
 #[test]
 fn a_missing_or_broken_traceparent_starts_a_new_trace_per_request() {
-    let h = engine(&trace_yaml(trace_back_end()));
+    let h = engine(&trace_yaml(header_back_end(&["traceparent", "tracestate"])));
     let mut c = Client::connect(h.http());
     let mut traces = std::collections::HashSet::new();
     for incoming in [
@@ -140,7 +87,10 @@ fn a_missing_or_broken_traceparent_starts_a_new_trace_per_request() {
 
 #[test]
 fn sampling_zero_marks_new_traces_unsampled() {
-    let yaml = format!("tracing: {{ sample: 0 }}\n{}", trace_yaml(trace_back_end()));
+    let yaml = format!(
+        "tracing: {{ sample: 0 }}\n{}",
+        trace_yaml(header_back_end(&["traceparent", "tracestate"]))
+    );
     let h = engine(&yaml);
     let r = Client::connect(h.http())
         .post("/t", &[], b"x")
@@ -313,7 +263,7 @@ fn a_stalled_access_log_drops_lines_instead_of_slowing_requests() {
 fn propagation_off_forwards_the_clients_trace_headers_untouched() {
     let yaml = format!(
         "tracing: {{ propagate: false }}\n{}",
-        trace_yaml(trace_back_end())
+        trace_yaml(header_back_end(&["traceparent", "tracestate"]))
     );
     let h = engine(&yaml);
     let mut c = Client::connect(h.http());

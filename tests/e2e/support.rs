@@ -355,6 +355,61 @@ pub fn recording_back_end() -> (
     (addr, seen)
 }
 
+/// A back end that answers each request with the values of the request headers `names`
+/// (lower case) it received, joined with `|` (`-` for a missing one): what a back end saw of
+/// trace headers, say.
+pub fn header_back_end(names: &'static [&'static str]) -> SocketAddr {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = l.local_addr().expect("addr");
+    std::thread::spawn(move || {
+        for stream in l.incoming() {
+            let Ok(stream) = stream else { continue };
+            std::thread::spawn(move || {
+                let mut r = BufReader::new(stream);
+                loop {
+                    let mut seen = vec!["-".to_owned(); names.len()];
+                    let mut len = 0usize;
+                    let mut line = String::new();
+                    if r.read_line(&mut line).unwrap_or(0) == 0 {
+                        return;
+                    }
+                    loop {
+                        let mut h = String::new();
+                        if r.read_line(&mut h).unwrap_or(0) == 0 {
+                            return;
+                        }
+                        let h = h.trim_end();
+                        if h.is_empty() {
+                            break;
+                        }
+                        let (k, v) = h.split_once(':').unwrap_or((h, ""));
+                        let k = k.to_ascii_lowercase();
+                        if k == "content-length" {
+                            len = v.trim().parse().unwrap_or(0);
+                        }
+                        if let Some(i) = names.iter().position(|n| *n == k) {
+                            seen[i] = v.trim().to_owned();
+                        }
+                    }
+                    let mut body = vec![0u8; len];
+                    if r.read_exact(&mut body).is_err() {
+                        return;
+                    }
+                    let text = seen.join("|");
+                    let head = format!(
+                        "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: {}\r\n\r\n",
+                        text.len()
+                    );
+                    let s = r.get_mut();
+                    let _ = s.write_all(head.as_bytes());
+                    let _ = s.write_all(text.as_bytes());
+                }
+            });
+        }
+    });
+    addr
+}
+
 /// WS-Security test keys (CA, client, server, rogue, expired, untrusted), generated once per
 /// test run with openssl by tests/interop/keys.sh.
 pub fn test_keys() -> PathBuf {

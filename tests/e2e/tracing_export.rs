@@ -183,55 +183,6 @@ fn grpc_collector() -> (SocketAddr, Spans) {
     (addr, spans)
 }
 
-/// A back end answering with the `traceparent` it received.
-fn traceparent_back_end() -> SocketAddr {
-    let l = TcpListener::bind("127.0.0.1:0").expect("bind");
-    let addr = l.local_addr().expect("addr");
-    std::thread::spawn(move || {
-        for stream in l.incoming() {
-            let Ok(stream) = stream else { continue };
-            std::thread::spawn(move || {
-                let mut r = BufReader::new(stream);
-                loop {
-                    let (mut parent, mut len) = ("-".to_owned(), 0usize);
-                    let mut line = String::new();
-                    if r.read_line(&mut line).unwrap_or(0) == 0 {
-                        return;
-                    }
-                    loop {
-                        let mut h = String::new();
-                        if r.read_line(&mut h).unwrap_or(0) == 0 {
-                            return;
-                        }
-                        let h = h.trim_end();
-                        if h.is_empty() {
-                            break;
-                        }
-                        let (k, v) = h.split_once(':').unwrap_or((h, ""));
-                        match k.to_ascii_lowercase().as_str() {
-                            "traceparent" => parent = v.trim().to_owned(),
-                            "content-length" => len = v.trim().parse().unwrap_or(0),
-                            _ => {}
-                        }
-                    }
-                    let mut body = vec![0u8; len];
-                    if r.read_exact(&mut body).is_err() {
-                        return;
-                    }
-                    let head = format!(
-                        "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: {}\r\n\r\n",
-                        parent.len()
-                    );
-                    let s = r.get_mut();
-                    let _ = s.write_all(head.as_bytes());
-                    let _ = s.write_all(parent.as_bytes());
-                }
-            });
-        }
-    });
-    addr
-}
-
 fn wait_for(spans: &Spans, n: usize) -> Vec<Got> {
     let mut got = Vec::new();
     let ok = eventually(Duration::from_secs(10), || {
@@ -248,7 +199,7 @@ const PARENT: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
 fn spans_join_up_through_two_hops_over_http_and_grpc_export() {
     let (http_addr, a_spans) = http_collector();
     let (grpc_addr, b_spans) = grpc_collector();
-    let back = traceparent_back_end();
+    let back = header_back_end(&["traceparent"]);
     let b = engine(&format!(
         "tracing:\n  service_name: hop-b\n  otlp: {{ endpoint: \"http://{grpc_addr}\", protocol: grpc }}\nendpoints:\n  back: {{ url: \"http://{back}/x\", timeout: 5s }}\nproxies:\n  B:\n    path: /b\n    in:\n      - call: back\n"
     ));
@@ -328,7 +279,7 @@ fn spans_join_up_through_two_hops_over_http_and_grpc_export() {
 #[test]
 fn unsampled_traces_are_propagated_but_not_exported() {
     let (collector, spans) = http_collector();
-    let back = traceparent_back_end();
+    let back = header_back_end(&["traceparent"]);
     let h = engine(&format!(
         "tracing:\n  sample: 0\n  otlp: {{ endpoint: \"http://{collector}/v1/traces\" }}\nendpoints:\n  back: {{ url: \"http://{back}/x\", timeout: 5s }}\nproxies:\n  P:\n    path: /p\n    in:\n      - call: back\n"
     ));

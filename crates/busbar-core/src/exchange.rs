@@ -8,7 +8,6 @@ use std::time::Instant;
 use http::{request, HeaderMap, Response};
 
 use crate::body::Body;
-use crate::error::{Blame, ErrorKind, MediationError};
 use crate::fault::MessageFormat;
 
 /// What a step tells the executor to do next.
@@ -131,26 +130,6 @@ impl Exchange {
         });
     }
 
-    /// The current message's body as JSON, parsed once and cached (up to `max_body` bytes).
-    /// A body that is not JSON is the client's error (for a request) or the back end's.
-    pub async fn json(&mut self, max_body: u64) -> Result<Arc<serde_json::Value>, MediationError> {
-        if let Some(v) = self.take_view::<Arc<serde_json::Value>>() {
-            self.put_view(v.clone());
-            return Ok(v);
-        }
-        let bytes = self.body_mut().bytes(max_body).await?;
-        let value = serde_json::from_slice::<serde_json::Value>(&bytes).map_err(|e| {
-            let (kind, blame) = match self.phase() {
-                Phase::Request => (ErrorKind::BadRequest, Blame::Client),
-                Phase::Response => (ErrorKind::UpstreamReset, Blame::Upstream),
-            };
-            MediationError::new(kind, blame, format!("Malformed JSON: {e}")).with_source(e)
-        })?;
-        let value = Arc::new(value);
-        self.put_view(value.clone());
-        Ok(value)
-    }
-
     /// The path parameter `name`, if the router matched one.
     pub fn param(&self, name: &str) -> Option<&str> {
         self.params
@@ -225,24 +204,6 @@ mod tests {
             .map(http::Request::into_parts)
             .unwrap_or_else(|e| panic!("{e}"));
         Exchange::new(parts, Body::full(body), "P".into())
-    }
-
-    #[tokio::test(flavor = "current_thread")]
-    async fn json_is_parsed_once_and_dropped_when_the_body_changes() {
-        let mut ex = exchange(br#"{"a": 1}"#);
-        let first = ex.json(1024).await.unwrap_or_else(|e| panic!("{e}"));
-        let second = ex.json(1024).await.unwrap_or_else(|e| panic!("{e}"));
-        assert!(Arc::ptr_eq(&first, &second), "parsed twice");
-        ex.set_body(Body::full(&br#"{"a": 2}"#[..]));
-        let third = ex.json(1024).await.unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(third["a"], 2);
-    }
-
-    #[tokio::test(flavor = "current_thread")]
-    async fn malformed_json_in_a_request_is_the_clients_error() {
-        let mut ex = exchange(b"{\"a\": ");
-        let e = ex.json(1024).await.err();
-        assert!(e.is_some_and(|e| e.blame == Blame::Client && e.kind == ErrorKind::BadRequest));
     }
 
     #[test]

@@ -100,7 +100,7 @@ pub fn catalog_answer(path: &str) -> Option<Bytes> {
     if raw.is_empty() || raw.contains('/') {
         return None;
     }
-    let id = percent_decode(raw)?;
+    let id = crate::router::percent_decode(raw)?;
     let h = seed(&id);
     let warehouse = ["AMS", "FRA", "LON"][(h % 3) as usize];
     let value = match kind {
@@ -122,24 +122,6 @@ pub fn catalog_answer(path: &str) -> Option<Bytes> {
         _ => return None,
     };
     serde_json::to_vec(&value).ok().map(Bytes::from)
-}
-
-fn percent_decode(s: &str) -> Option<String> {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'%' {
-            let hex = b.get(i + 1..i + 3)?;
-            let v = u8::from_str_radix(std::str::from_utf8(hex).ok()?, 16).ok()?;
-            out.push(v);
-            i += 3;
-        } else {
-            out.push(b[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).ok()
 }
 
 /// A running standalone echo back end.

@@ -194,7 +194,7 @@ fn has_dot_segment(path: &str) -> bool {
 }
 
 /// Decodes `%XX` escapes; `None` when an escape is malformed or the result is not UTF-8.
-fn percent_decode(s: &str) -> Option<String> {
+pub(crate) fn percent_decode(s: &str) -> Option<String> {
     if !s.contains('%') {
         return Some(s.to_owned());
     }

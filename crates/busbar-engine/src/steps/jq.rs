@@ -77,11 +77,7 @@ impl JqStep {
 
 /// The variables of a run, as JSON texts in [`VARS`] order (`null` for those not used).
 fn variables(ex: &Exchange, uses: [bool; 4]) -> [Vec<u8>; 4] {
-    let params: Map<String, Value> = ex
-        .params
-        .iter()
-        .map(|(k, v)| (k.to_string(), Value::String(v.clone())))
-        .collect();
+    let params = params_object(ex);
     let mut query = Map::new();
     if let Some(q) = ex.request.uri.query() {
         for pair in q.split('&').filter(|p| !p.is_empty()) {
@@ -122,6 +118,14 @@ fn variables(ex: &Exchange, uses: [bool; 4]) -> [Vec<u8>; 4] {
             b"null".to_vec()
         }
     })
+}
+
+/// The route's path parameters as a JSON object (`$params`).
+pub(super) fn params_object(ex: &Exchange) -> Map<String, Value> {
+    ex.params
+        .iter()
+        .map(|(k, v)| (k.to_string(), Value::String(v.clone())))
+        .collect()
 }
 
 /// Percent-decoding of a query component (`+` is a space), lossy for invalid UTF-8.

@@ -52,3 +52,36 @@ pub fn malformed(phase: Phase, e: &JsonError) -> MediationError {
     };
     MediationError::new(kind, blame, format!("Malformed JSON: {e}"))
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use busbar_core::{Blame, Body, ErrorKind};
+
+    use super::super::testing::{exchange, proxy_cx};
+    use super::super::StepCx;
+    use super::parsed;
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn json_is_parsed_once_and_dropped_when_the_body_changes() {
+        let proxy = proxy_cx();
+        let path: Arc<str> = "s".into();
+        let span = tracing::Span::none();
+        let cx = StepCx {
+            proxy: &proxy,
+            path: &path,
+            span: &span,
+        };
+        let mut ex = exchange(&[], br#"{"a": 1}"#);
+        let first = parsed(&mut ex, &cx).await.unwrap_or_else(|e| panic!("{e}"));
+        let second = parsed(&mut ex, &cx).await.unwrap_or_else(|e| panic!("{e}"));
+        assert!(Arc::ptr_eq(&first, &second), "parsed twice");
+        ex.set_body(Body::full(&br#"{"a": 2}"#[..]));
+        let third = parsed(&mut ex, &cx).await.unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(third["a"], 2);
+        let mut bad = exchange(&[], b"{\"a\": ");
+        let e = parsed(&mut bad, &cx).await.err();
+        assert!(e.is_some_and(|e| e.blame == Blame::Client && e.kind == ErrorKind::BadRequest));
+    }
+}

@@ -74,12 +74,7 @@ mod tests {
     const FIRST: &str = "sequences:\n  s:\n    - json_select: { path: \"$.a\", first: true }\n";
 
     fn run(yaml: &str, body: &str) -> Result<String, String> {
-        let steps = build(&loaded(yaml, &std::env::temp_dir())).map_err(|e| format!("{e:?}"))?;
-        let mut ex = exchange(&[], body.as_bytes());
-        match run_steps(&steps, &mut ex) {
-            Ok(_) => Ok(String::from_utf8_lossy(&body_of(&mut ex)).into_owned()),
-            Err(e) => Err(e.reason.to_string()),
-        }
+        answer(yaml, body)
     }
 
     #[test]

@@ -406,6 +406,17 @@ pub(crate) mod testing {
         }
     }
 
+    /// Builds sequence `s` of `yaml`, runs it on a request with `body`, and gives the
+    /// resulting body as text, or the error's reason.
+    pub fn answer(yaml: &str, body: &str) -> Result<String, String> {
+        let steps = build(&loaded(yaml, &std::env::temp_dir())).map_err(|e| format!("{e:?}"))?;
+        let mut ex = exchange(&[], body.as_bytes());
+        match run_steps(&steps, &mut ex) {
+            Ok(_) => Ok(String::from_utf8_lossy(&body_of(&mut ex)).into_owned()),
+            Err(e) => Err(e.reason.to_string()),
+        }
+    }
+
     /// A request exchange with `headers` and `body`.
     pub fn exchange(headers: &[(&str, &str)], body: &[u8]) -> Exchange {
         let mut b = http::Request::builder()

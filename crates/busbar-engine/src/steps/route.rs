@@ -581,13 +581,7 @@ mod tests {
     const JSON_ROUTE: &str = "sequences:\n  s:\n    - route:\n        - when: { json: '$.tier', equals: premium, required: true }\n          then: [ { respond: { body: premium } } ]\n        - when: { json: \"$..[?(@.symbol == 'GOOG')].price\", eq: 42.8 }\n          then: [ { respond: { body: goog } } ]\n        - when: { json: '$.n', ge: 10 }\n          then: [ { respond: { body: big } } ]\n        - when: { json: '$.s', matches: '^x+$' }\n          then: [ { respond: { body: xs } } ]\n        - otherwise: [ { respond: { body: other } } ]\n";
 
     fn json_answer(body: &str) -> Result<String, String> {
-        let steps =
-            build(&loaded(JSON_ROUTE, &std::env::temp_dir())).map_err(|e| format!("{e:?}"))?;
-        let mut ex = exchange(&[], body.as_bytes());
-        match run_steps(&steps, &mut ex) {
-            Ok(_) => Ok(String::from_utf8_lossy(&body_of(&mut ex)).into_owned()),
-            Err(e) => Err(e.reason.to_string()),
-        }
+        super::super::testing::answer(JSON_ROUTE, body)
     }
 
     #[test]

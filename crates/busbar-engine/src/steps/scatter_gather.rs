@@ -324,12 +324,8 @@ impl Apply for ScatterGatherStep {
             b']'
         });
         if let Some(program) = &self.jq {
-            let params: serde_json::Map<String, serde_json::Value> = ex
-                .params
-                .iter()
-                .map(|(k, v)| (k.to_string(), serde_json::Value::String(v.clone())))
-                .collect();
-            let params = serde_json::to_vec(&params).unwrap_or_else(|_| b"{}".to_vec());
+            let params = serde_json::to_vec(&super::jq::params_object(ex))
+                .unwrap_or_else(|_| b"{}".to_vec());
             let program = program.clone();
             let input = out;
             let size = input.len() as u64;
