@@ -425,6 +425,7 @@ pub fn validate(loaded: &LoadedConfig) -> Vec<ConfigError> {
     for (name, e) in &cfg.endpoints {
         check_endpoint(loaded, name, e, &mut err);
     }
+    check_databases(loaded, &mut err);
     for (name, steps) in &cfg.sequences {
         check_steps(loaded, steps, &format!("sequences.{name}"), &mut err);
     }
@@ -694,6 +695,141 @@ fn check_url(url: &str) -> Result<bool, String> {
     Ok(https)
 }
 
+fn check_sql(
+    cfg: &Config,
+    sql: &Spanned<SqlConfig>,
+    here: &str,
+    err: &mut impl FnMut(Option<u64>, String, String),
+) {
+    let line = line_of(sql);
+    let c = &sql.value;
+    if !cfg.databases.contains_key(&c.database) {
+        err(
+            line,
+            format!("{here}.database"),
+            format!("unknown database '{}'", c.database),
+        );
+    }
+    match (&c.query, c.transaction.is_empty()) {
+        (None, true) => err(
+            line,
+            here.to_owned(),
+            "give 'query' (one statement) or 'transaction' (a list of them)".into(),
+        ),
+        (Some(_), false) => err(
+            line,
+            here.to_owned(),
+            "give 'query' or 'transaction', not both".into(),
+        ),
+        _ => {}
+    }
+    if let Some(status) = c.status {
+        if !(200..=299).contains(&status) {
+            err(
+                line,
+                format!("{here}.status"),
+                format!("{status} is not a success status (200-299)"),
+            );
+        }
+    }
+    let lists = std::iter::once((format!("{here}.params"), &c.params)).chain(
+        c.transaction
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (format!("{here}.transaction[{i}].params"), &t.params)),
+    );
+    for (at, params) in lists {
+        for (name, p) in params {
+            let sources = p.sources();
+            if sources.len() != 1 {
+                err(
+                    line,
+                    format!("{at}.{name}"),
+                    format!(
+                        "give exactly one of path, query, header, json, var or value (found {})",
+                        if sources.is_empty() {
+                            "none".to_owned()
+                        } else {
+                            sources.join(", ")
+                        }
+                    ),
+                );
+            }
+            if let Some(h) = &p.header {
+                if http::HeaderName::from_bytes(h.as_bytes()).is_err() {
+                    err(
+                        line,
+                        format!("{at}.{name}.header"),
+                        format!("invalid header name '{h}'"),
+                    );
+                }
+            }
+            if (p.min.is_some() || p.max.is_some()) && p.ty != SqlType::Int {
+                err(
+                    line,
+                    format!("{at}.{name}"),
+                    "min and max need type: int".into(),
+                );
+            }
+        }
+    }
+}
+
+fn check_databases(
+    loaded: &LoadedConfig,
+    err: &mut impl FnMut(Option<u64>, String, String),
+) {
+    for (name, d) in &loaded.config.databases {
+        let at = format!("databases.{name}");
+        // An empty URL (an unset variable's default) stands aside for `path` or `host`.
+        let url = d.url.as_ref().filter(|u| !u.expose().is_empty());
+        let given = [url.is_some(), d.path.is_some(), d.host.is_some()]
+            .iter()
+            .filter(|x| **x)
+            .count();
+        if given != 1 {
+            err(
+                None,
+                at.clone(),
+                "give exactly one of url, path (SQLite) or host (PostgreSQL)".into(),
+            );
+        }
+        if let Some(url) = url {
+            let u = url.expose();
+            if !(u.starts_with("sqlite:")
+                || u.starts_with("postgres://")
+                || u.starts_with("postgresql://"))
+            {
+                err(
+                    None,
+                    format!("{at}.url"),
+                    format!(
+                        "unsupported database URL '{}': use sqlite:PATH, sqlite::memory: or postgres://…",
+                        url.redacted()
+                    ),
+                );
+            }
+        }
+        let files: Vec<&Spanned<String>> = match &d.init {
+            Some(InitConfig::File(f)) => vec![f],
+            Some(InitConfig::ByKind { sqlite, postgres }) => {
+                sqlite.iter().chain(postgres.iter()).collect()
+            }
+            None => Vec::new(),
+        };
+        for f in files {
+            let file = loaded.resolve(&f.value);
+            if !file.is_file() {
+                err(
+                    line_of(f),
+                    format!("{at}.init"),
+                    format!("file not found: {}", file.display()),
+                );
+            }
+        }
+    }
+}
+
 fn check_steps(
     loaded: &LoadedConfig,
     steps: &[StepConfig],
@@ -818,6 +954,7 @@ fn check_steps(
             | StepConfig::Jq(_)
             | StepConfig::JsonToXml(_)
             | StepConfig::XmlToJson(_) => {}
+            StepConfig::Sql(sql) => check_sql(cfg, sql, &here, err),
             StepConfig::WsseVerify(v) => check_wsse_verify(loaded, v, &here, err),
             StepConfig::WsseSecure(w) => check_wsse_secure(loaded, w, &here, err),
             StepConfig::Xslt(x) => {

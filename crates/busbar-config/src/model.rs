@@ -43,6 +43,9 @@ pub struct Config {
     /// Back-end endpoints by name.
     #[serde(default)]
     pub endpoints: BTreeMap<String, EndpointConfig>,
+    /// Databases by name, for the `sql` step: SQLite (embedded) or PostgreSQL.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub databases: BTreeMap<String, DatabaseConfig>,
     /// Namespace prefixes (prefix → URI) for every XPath in the file; a proxy may add its own.
     #[serde(default)]
     pub namespaces: BTreeMap<String, String>,
@@ -849,6 +852,9 @@ pub enum StepConfig {
     JsonToXml(JsonToXmlConfig),
     /// Turn the XML body (optionally a SOAP envelope's Body) into JSON: docs/json-xml.md.
     XmlToJson(XmlToJsonConfig),
+    /// Run SQL on a database with values bound from the request; the result (JSON) is the
+    /// response: docs/databases.md.
+    Sql(Box<Spanned<SqlConfig>>),
 }
 
 impl StepConfig {
@@ -871,6 +877,7 @@ impl StepConfig {
             StepConfig::ScatterGather(_) => "scatter_gather",
             StepConfig::JsonToXml(_) => "json_to_xml",
             StepConfig::XmlToJson(_) => "xml_to_json",
+            StepConfig::Sql(_) => "sql",
         }
     }
 
@@ -910,7 +917,8 @@ impl StepConfig {
             | StepConfig::JsonSelect(_)
             | StepConfig::Jq(_)
             | StepConfig::JsonToXml(_)
-            | StepConfig::XmlToJson(_) => Vec::new(),
+            | StepConfig::XmlToJson(_)
+            | StepConfig::Sql(_) => Vec::new(),
         }
     }
 }
@@ -1740,4 +1748,298 @@ pub enum WsseKeyTransport {
     /// RSA PKCS#1 v1.5 (legacy).
     #[serde(rename = "rsa-1_5")]
     Rsa15,
+}
+
+/// A database (`databases.NAME`): SQLite or PostgreSQL, given by `url` (`sqlite:PATH`,
+/// `sqlite::memory:`, `postgres://user:password@host:port/db`), by `path` (SQLite) or by
+/// `host`, `port`, `user`, `password` and `dbname` (PostgreSQL). An empty `url` stands aside,
+/// so `url: "${DB_URL:-}"` beside a `path` picks PostgreSQL only when the variable is set.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct DatabaseConfig {
+    /// The database as a URL; its password is a secret.
+    #[serde(default)]
+    pub url: Option<SecretUrl>,
+    /// A SQLite file, relative to the config file (created when missing).
+    #[serde(default)]
+    pub path: Option<String>,
+    /// PostgreSQL's host (or a Unix socket directory).
+    #[serde(default)]
+    pub host: Option<String>,
+    /// PostgreSQL's port (5432).
+    #[serde(default)]
+    pub port: Option<u16>,
+    /// PostgreSQL's user.
+    #[serde(default)]
+    pub user: Option<String>,
+    /// PostgreSQL's password.
+    #[serde(default)]
+    pub password: Option<Secret<String>>,
+    /// PostgreSQL's database.
+    #[serde(default)]
+    pub dbname: Option<String>,
+    /// Connections: PostgreSQL's pool size, SQLite's threads. Default (or 0): the worker
+    /// count.
+    #[serde(default)]
+    pub pool: Option<usize>,
+    /// Longest wait for a free connection; past it, 503 with Retry-After.
+    #[serde(default = "default_acquire_timeout")]
+    pub acquire_timeout: Duration,
+    /// Longest time a statement may run; past it, it is cancelled and the answer is 504.
+    #[serde(default = "default_statement_timeout")]
+    pub statement_timeout: Duration,
+    /// Longest time to open a PostgreSQL connection.
+    #[serde(default = "default_db_connect_timeout")]
+    pub connect_timeout: Duration,
+    /// How long a SQLite writer waits for another's lock.
+    #[serde(default = "default_busy_timeout")]
+    pub busy_timeout: Duration,
+    /// Keep prepared statements per connection; turn off behind PgBouncer in transaction
+    /// mode.
+    #[serde(default = "default_true")]
+    pub statement_cache: bool,
+    /// SQL run at start (schema, seed rows; it must be safe to run again): a file, or one
+    /// file per kind (`{ sqlite: FILE, postgres: FILE }`), relative to the config file.
+    #[serde(default)]
+    pub init: Option<InitConfig>,
+}
+
+fn default_acquire_timeout() -> Duration {
+    Duration(std::time::Duration::from_secs(2))
+}
+
+fn default_statement_timeout() -> Duration {
+    Duration(std::time::Duration::from_secs(10))
+}
+
+fn default_db_connect_timeout() -> Duration {
+    Duration(std::time::Duration::from_secs(5))
+}
+
+fn default_busy_timeout() -> Duration {
+    Duration(std::time::Duration::from_secs(5))
+}
+
+/// A database's start-up SQL.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(untagged)]
+pub enum InitConfig {
+    /// One file for whichever kind the database is.
+    File(Spanned<String>),
+    /// A file per kind.
+    ByKind {
+        /// For SQLite.
+        #[serde(default)]
+        sqlite: Option<Spanned<String>>,
+        /// For PostgreSQL.
+        #[serde(default)]
+        postgres: Option<Spanned<String>>,
+    },
+}
+
+/// The `sql` step.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct SqlConfig {
+    /// The database's name in `databases`.
+    pub database: String,
+    /// One statement, with `:name` parameters (or one per database kind).
+    #[serde(default)]
+    pub query: Option<QueryText>,
+    /// Or several, run in one transaction (all or nothing); the last one's result answers.
+    #[serde(default)]
+    pub transaction: Vec<SqlStatementConfig>,
+    /// Where each `:name` of `query` gets its value.
+    #[serde(default)]
+    pub params: BTreeMap<String, SqlParamConfig>,
+    /// The answer: `rows` (a JSON array), `row` (the first row as an object), `affected`
+    /// (`{"affected": n, "id": …}`) or `none` (no body).
+    #[serde(default)]
+    pub result: SqlResult,
+    /// For `row` when there is no row: `error` (404, the default) or `null` (200 with the
+    /// body `null`).
+    #[serde(default)]
+    pub not_found: NotFoundConfig,
+    /// The answer's status (default 200; 204 for `none`).
+    #[serde(default)]
+    pub status: Option<u16>,
+    /// NUMERIC/DECIMAL columns as JSON `number`s (the database's digits, unrounded) or
+    /// `string`s.
+    #[serde(default)]
+    pub numeric: NumericConfig,
+}
+
+/// One statement of a `sql` transaction.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct SqlStatementConfig {
+    /// The statement, with `:name` parameters (or one per database kind).
+    pub query: QueryText,
+    /// Where each `:name` gets its value (the step's `params` are used for names not here).
+    #[serde(default)]
+    pub params: BTreeMap<String, SqlParamConfig>,
+}
+
+/// A statement's text: the same for every database, or one per kind where their SQL
+/// differs (`{ sqlite: "…", postgres: "…" }`).
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(untagged)]
+pub enum QueryText {
+    /// For any database.
+    Any(String),
+    /// Per kind.
+    ByKind {
+        /// For SQLite.
+        #[serde(default)]
+        sqlite: Option<String>,
+        /// For PostgreSQL.
+        #[serde(default)]
+        postgres: Option<String>,
+    },
+}
+
+impl QueryText {
+    /// The text for a database of `kind` (`sqlite` or `postgres`).
+    pub fn for_kind(&self, kind: &str) -> Option<&str> {
+        match self {
+            QueryText::Any(t) => Some(t),
+            QueryText::ByKind { sqlite, postgres } => match kind {
+                "sqlite" => sqlite.as_deref(),
+                _ => postgres.as_deref(),
+            },
+        }
+    }
+}
+
+/// Where a statement parameter's value comes from: exactly one of `path`, `query`, `header`,
+/// `json`, `var` or `value`.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct SqlParamConfig {
+    /// A path parameter of the route (`/api/customers/{id}`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    /// A query-string parameter.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub query: Option<String>,
+    /// A request header.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub header: Option<String>,
+    /// An RFC 9535 JSONPath into the JSON body (its first node).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub json: Option<String>,
+    /// An exchange variable.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub var: Option<String>,
+    /// A literal.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<Literal>,
+    /// The value's type, checked (and text converted) before the database sees it: `any`
+    /// (the default), `int`, `float`, `text`, `bool` or `json`.
+    #[serde(default, rename = "type")]
+    pub ty: SqlType,
+    /// The value when the source has none; without it (and without `nullable`), a missing
+    /// value is a 400.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default: Option<Literal>,
+    /// A missing value is NULL.
+    #[serde(default)]
+    pub nullable: bool,
+    /// For `int`: smaller values are raised to this.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min: Option<i64>,
+    /// For `int`: larger values are capped at this.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max: Option<i64>,
+}
+
+impl SqlParamConfig {
+    /// The sources given, by name.
+    pub fn sources(&self) -> Vec<&'static str> {
+        let mut out = Vec::new();
+        for (name, set) in [
+            ("path", self.path.is_some()),
+            ("query", self.query.is_some()),
+            ("header", self.header.is_some()),
+            ("json", self.json.is_some()),
+            ("var", self.var.is_some()),
+            ("value", self.value.is_some()),
+        ] {
+            if set {
+                out.push(name);
+            }
+        }
+        out
+    }
+}
+
+/// A literal value in the config.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(untagged)]
+pub enum Literal {
+    /// `true` or `false`.
+    Bool(bool),
+    /// An integer.
+    Int(i64),
+    /// A number.
+    Float(f64),
+    /// Text.
+    Text(String),
+}
+
+/// A `sql` parameter's type.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SqlType {
+    /// As the source gives it: text from paths, queries, headers and variables; JSON's own
+    /// type from the body.
+    #[default]
+    Any,
+    /// An integer.
+    Int,
+    /// A number.
+    Float,
+    /// Text.
+    Text,
+    /// A boolean.
+    Bool,
+    /// A JSON document.
+    Json,
+}
+
+/// A `sql` step's answer.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SqlResult {
+    /// Every row, as a JSON array.
+    #[default]
+    Rows,
+    /// The first row, as a JSON object.
+    Row,
+    /// `{"affected": n, "id": …}`.
+    Affected,
+    /// No body.
+    None,
+}
+
+/// What a `row` answer is when there is no row.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NotFoundConfig {
+    /// 404 as a problem.
+    #[default]
+    Error,
+    /// 200 with the body `null`.
+    Null,
+}
+
+/// How NUMERIC columns are written.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NumericConfig {
+    /// JSON numbers.
+    #[default]
+    Number,
+    /// JSON strings.
+    String,
 }

@@ -122,6 +122,37 @@ fn is_local_host(host: &str, local: Option<SocketAddr>) -> bool {
     }
 }
 
+/// The databases' pool gauges and readiness, read when scraped.
+fn database_metrics(
+    databases: &std::collections::BTreeMap<String, std::sync::Arc<busbar_sql::Database>>,
+    out: &mut String,
+) {
+    use std::fmt::Write;
+    let families: [(&str, &str, fn(&busbar_sql::Database) -> usize); 3] = [
+        (
+            "busbar_database_connections_in_use",
+            "Connections (SQLite: threads) running a request now.",
+            |db| db.pool_status().0,
+        ),
+        (
+            "busbar_database_pool_size",
+            "Most connections (SQLite: threads) the database may use.",
+            |db| db.pool_status().1,
+        ),
+        (
+            "busbar_database_up",
+            "1 when the database answered its last use or probe, else 0.",
+            |db| usize::from(db.ready().is_ok()),
+        ),
+    ];
+    for (name, help, value) in families {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge");
+        for db in databases.values() {
+            let _ = writeln!(out, "{name}{{database=\"{}\"}} {}", db.name(), value(db));
+        }
+    }
+}
+
 fn text(status: StatusCode, ct: &'static str, body: impl Into<bytes::Bytes>) -> Response<Body> {
     let mut r = Response::new(Body::full(body.into()));
     *r.status_mut() = status;
@@ -136,16 +167,34 @@ async fn handle(control: &Control, req: Request<Incoming>) -> Response<Body> {
         (&Method::GET, "/healthz") => text(StatusCode::OK, "text/plain", "ok\n"),
         (&Method::GET, "/readyz") => {
             if shared.draining.load(Relaxed) {
-                text(StatusCode::SERVICE_UNAVAILABLE, "text/plain", "draining\n")
-            } else {
+                return text(StatusCode::SERVICE_UNAVAILABLE, "text/plain", "draining\n");
+            }
+            // Every database must have answered its last use or probe.
+            let rt = shared.runtime.load();
+            let down: Vec<String> = rt
+                .databases
+                .values()
+                .filter_map(|db| {
+                    db.ready()
+                        .err()
+                        .map(|why| format!("database {} ({}): {why}\n", db.name(), db.kind()))
+                })
+                .collect();
+            if down.is_empty() {
                 text(StatusCode::OK, "text/plain", "ready\n")
+            } else {
+                text(StatusCode::SERVICE_UNAVAILABLE, "text/plain", down.concat())
             }
         }
-        (&Method::GET, "/metrics") => text(
-            StatusCode::OK,
-            "text/plain; version=0.0.4; charset=utf-8",
-            shared.metrics.render(),
-        ),
+        (&Method::GET, "/metrics") => {
+            let mut out = shared.metrics.render();
+            database_metrics(&shared.runtime.load().databases, &mut out);
+            text(
+                StatusCode::OK,
+                "text/plain; version=0.0.4; charset=utf-8",
+                out,
+            )
+        }
         (&Method::GET, "/config") => {
             let rt = shared.runtime.load();
             match serde_json::to_value(&rt.config.config) {

@@ -4,7 +4,8 @@
 //! compiled steps, endpoints, one [`router::Router`] per listener); [`steps`] holds one module
 //! per step, the closed set of them and the executor; [`offload`] is the one bounded pool for
 //! CPU-heavy step work; [`endpoint`] holds the back-end endpoints (pooled keep-alive clients
-//! behind retry, failover, load balancing and circuit breakers);
+//! behind retry, failover, load balancing and circuit breakers); [`databases`] opens the
+//! config's databases for the `sql` step;
 //! [`serve`] runs one event loop per worker thread, each with its own `SO_REUSEPORT` socket,
 //! over a [`serve::Handler`]; [`proxy`] is the request path of a proxy listener (match →
 //! sequences → reply or error answer); [`engine`] builds, binds and serves, with reload and
@@ -13,6 +14,7 @@
 
 pub mod access_log;
 pub mod admin;
+pub mod databases;
 pub mod echo;
 pub mod endpoint;
 pub mod engine;

@@ -344,6 +344,10 @@ fn error_response(
     *resp.status_mut() = status;
     resp.headers_mut()
         .insert(CONTENT_TYPE, rendered.content_type);
+    if let Some(secs) = e.retry_after {
+        resp.headers_mut()
+            .insert(http::header::RETRY_AFTER, HeaderValue::from(secs));
+    }
     if e.kind == ErrorKind::BodyTooLarge || e.kind == ErrorKind::ClientBody {
         // The rest of the request body was not read: the connection cannot carry another
         // request.

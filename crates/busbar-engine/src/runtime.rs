@@ -43,6 +43,8 @@ pub struct Runtime {
     pub tls: Vec<Option<Arc<rustls::ServerConfig>>>,
     /// Endpoints by name.
     pub endpoints: Arc<BTreeMap<String, Arc<Endpoint>>>,
+    /// Databases by name.
+    pub databases: BTreeMap<String, Arc<busbar_sql::Database>>,
     /// The config this was built from.
     pub config: LoadedConfig,
 }
@@ -75,7 +77,16 @@ impl Runtime {
             }
         }
         let shared_endpoints = Arc::new(endpoints);
-        let mut b = BuildCx::new(loaded, metrics, &shared_endpoints);
+        let mut databases = BTreeMap::new();
+        for (name, d) in &cfg.databases {
+            match crate::databases::open(loaded, name, d, workers) {
+                Ok(db) => {
+                    databases.insert(name.clone(), db);
+                }
+                Err(e) => errors.push(e),
+            }
+        }
+        let mut b = BuildCx::new(loaded, metrics, &shared_endpoints, &databases);
         for name in cfg.sequences.keys() {
             b.sequence(name);
         }
@@ -137,6 +148,7 @@ impl Runtime {
                 listener_names,
                 tls,
                 endpoints: shared_endpoints,
+                databases,
                 config: loaded.clone(),
             })
         } else {

@@ -22,6 +22,8 @@ pub mod testing;
 mod value;
 
 pub use statement::Statement;
+/// PostgreSQL connection settings (parsed from a URL or built field by field).
+pub use tokio_postgres::Config as PgConfig;
 pub use value::{NumericAs, Value};
 
 /// Rows are buffered up to this many bytes of JSON; past it, the answer streams.
@@ -85,7 +87,7 @@ pub enum Shape {
     /// `{"affected": n}`, with `"id"`: the first column of the first row the statement
     /// returned (`RETURNING id`), or SQLite's last insert id after an INSERT.
     Affected,
-    /// Nothing.
+    /// Nothing but the count of rows changed ([`Output::Done`]).
     Empty,
 }
 
@@ -109,8 +111,11 @@ pub enum Output {
     Json(Bytes),
     /// A `row` query found no row.
     NoRow,
-    /// An empty answer.
-    Empty,
+    /// No body: the statement ran and changed `affected` rows.
+    Done {
+        /// Rows inserted, updated or deleted.
+        affected: u64,
+    },
     /// A JSON array too long to buffer: its chunks in order. An error mid-way ends the
     /// stream with it (the client's connection is then cut, never given a truncated array
     /// as complete).

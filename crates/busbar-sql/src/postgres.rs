@@ -153,7 +153,7 @@ impl Postgres {
             return collect(rows, query.shape, query.numeric, true).await;
         }
         let tx = client.transaction().await.map_err(classify)?;
-        let mut last = Step::Done(Output::Empty);
+        let mut last = Step::Done(Output::Done { affected: 0 });
         for (i, (s, v)) in query.statements.iter().zip(&query.values).enumerate() {
             let shape = if i + 1 == query.statements.len() {
                 query.shape
@@ -347,7 +347,9 @@ async fn collect(
             Shape::Row => Output::NoRow,
             Shape::Rows => Output::Json(Bytes::from_static(b"[]")),
             Shape::Affected => Output::Json(affected_json(rows.rows_affected(), None)),
-            Shape::Empty => Output::Empty,
+            Shape::Empty => Output::Done {
+                affected: rows.rows_affected().unwrap_or(0),
+            },
         }));
     };
     let cols: Vec<(String, Type)> = first
@@ -370,7 +372,7 @@ async fn collect(
             }
             Output::Json(Bytes::new())
         }
-        Shape::Empty => Output::Empty,
+        Shape::Empty => Output::Done { affected: 0 },
         Shape::Rows => {
             w.out.push(b'[');
             write_row(&mut w, &first, &cols)?;
@@ -396,6 +398,9 @@ async fn collect(
     Ok(Step::Done(match (shape, out) {
         (Shape::Affected, _) => Output::Json(affected_json(rows.rows_affected(), Some(&w.out))),
         (Shape::Row, _) => Output::Json(Bytes::from(w.out)),
+        (Shape::Empty, _) => Output::Done {
+            affected: rows.rows_affected().unwrap_or(0),
+        },
         (_, out) => out,
     }))
 }

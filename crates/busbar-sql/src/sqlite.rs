@@ -228,7 +228,7 @@ impl Work {
         let tx = conn
             .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
             .map_err(classify)?;
-        let mut last = Output::Empty;
+        let mut last = Output::Done { affected: 0 };
         for (i, (s, v)) in self.statements.iter().zip(&self.values).enumerate() {
             let shape = if i + 1 == self.statements.len() {
                 self.shape
@@ -290,7 +290,7 @@ fn run_one(
                 let chunk = Bytes::from(std::mem::take(&mut w.out));
                 if !send_chunk(r, chunk, *start, deadline) {
                     // The client left: stop reading rows.
-                    return Ok(Output::Empty);
+                    return Ok(Output::Done { affected: 0 });
                 }
             }
         }
@@ -322,7 +322,9 @@ fn run_one(
             out.push(b'}');
             Ok(Output::Json(Bytes::from(out)))
         }
-        Shape::Empty => Ok(Output::Empty),
+        Shape::Empty => Ok(Output::Done {
+            affected: if columns.is_empty() { conn.changes() } else { count },
+        }),
     }
 }
 

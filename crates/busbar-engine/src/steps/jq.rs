@@ -129,7 +129,7 @@ pub(super) fn params_object(ex: &Exchange) -> Map<String, Value> {
 }
 
 /// Percent-decoding of a query component (`+` is a space), lossy for invalid UTF-8.
-fn decode(s: &str) -> String {
+pub(super) fn decode(s: &str) -> String {
     let b = s.as_bytes();
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;

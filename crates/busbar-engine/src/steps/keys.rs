@@ -137,7 +137,8 @@ mod tests {
         let l = loaded(yaml, &dir);
         let metrics = Registry::default();
         let endpoints = BTreeMap::new();
-        let mut cx = BuildCx::new(&l, &metrics, &endpoints);
+        let databases = std::collections::BTreeMap::new();
+        let mut cx = BuildCx::new(&l, &metrics, &endpoints, &databases);
         let steps = l
             .config
             .sequences

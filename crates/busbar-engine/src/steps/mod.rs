@@ -38,6 +38,7 @@ mod route;
 mod scatter_gather;
 mod sequence;
 mod set_header;
+mod sql;
 mod wsse_secure;
 mod wsse_verify;
 mod xslt;
@@ -102,6 +103,7 @@ steps! {
     ScatterGather => scatter_gather::ScatterGatherStep,
     JsonToXml => json_xml::JsonToXmlStep,
     XmlToJson => json_xml::XmlToJsonStep,
+    Sql => sql::SqlStep,
 }
 
 /// A step with what the executor keeps for it.
@@ -265,6 +267,8 @@ pub struct BuildCx<'a> {
     metrics: &'a Registry,
     /// The endpoints, built.
     pub endpoints: &'a BTreeMap<String, Arc<Endpoint>>,
+    /// The databases, open.
+    pub databases: &'a BTreeMap<String, Arc<busbar_sql::Database>>,
     /// Namespace prefixes in scope for the steps being built.
     pub namespaces: BTreeMap<String, String>,
     errors: Vec<ConfigError>,
@@ -281,11 +285,13 @@ impl<'a> BuildCx<'a> {
         loaded: &'a LoadedConfig,
         metrics: &'a Registry,
         endpoints: &'a BTreeMap<String, Arc<Endpoint>>,
+        databases: &'a BTreeMap<String, Arc<busbar_sql::Database>>,
     ) -> Self {
         Self {
             loaded,
             metrics,
             endpoints,
+            databases,
             namespaces: loaded.config.namespaces.clone(),
             errors: Vec::new(),
             sequences: HashMap::new(),
@@ -392,7 +398,8 @@ pub(crate) mod testing {
     pub fn build(loaded: &LoadedConfig) -> Result<Vec<BuiltStep>, Vec<String>> {
         let metrics = Registry::default();
         let endpoints = BTreeMap::new();
-        let mut cx = BuildCx::new(loaded, &metrics, &endpoints);
+        let databases = BTreeMap::new();
+        let mut cx = BuildCx::new(loaded, &metrics, &endpoints, &databases);
         let steps = loaded
             .config
             .sequences
