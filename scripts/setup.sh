@@ -6,9 +6,10 @@ set -euo pipefail
 # Build: libxml2/libxslt headers for the XPath/XSLT binding, pkg-config, a C compiler.
 # Tests: xsltproc and xmllint (differential oracles), chromium (renders the bench report),
 # openssl and curl (TLS listener tests), systemd (`systemd-analyze verify` of the unit file),
-# jq (the oracle of the jq step's tests).
+# jq (the oracle of the jq step's tests), postgresql (the database tests start throw-away
+# servers of their own with initdb and pg_ctl; nothing uses the package's own cluster).
 # Benchmarks (not needed for tests): wrk, nginx-light, hyperfine.
-packages=(pkg-config gcc make libxml2-dev libxslt1-dev xsltproc libxml2-utils chromium openssl curl systemd jq)
+packages=(pkg-config gcc make libxml2-dev libxslt1-dev xsltproc libxml2-utils chromium openssl curl systemd jq postgresql)
 if [[ "${1:-}" == "--bench" ]]; then
   packages+=(wrk nginx-light hyperfine)
 fi

@@ -3,6 +3,7 @@
 mod admin;
 mod backend_faults;
 mod cli;
+mod db_crud;
 mod direct;
 mod endpoints;
 mod failures;

@@ -170,6 +170,27 @@ impl Client {
         }
     }
 
+    /// Any request, with Content-Length when there is a body.
+    pub fn request(
+        &mut self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: &[u8],
+    ) -> std::io::Result<Resp> {
+        let mut head = format!("{method} {path} HTTP/1.1\r\nHost: test\r\n");
+        if !body.is_empty() || matches!(method, "POST" | "PUT" | "PATCH") {
+            head.push_str(&format!("Content-Length: {}\r\n", body.len()));
+        }
+        for (k, v) in headers {
+            head.push_str(&format!("{k}: {v}\r\n"));
+        }
+        head.push_str("\r\n");
+        let mut out = head.into_bytes();
+        out.extend_from_slice(body);
+        self.exchange(out)
+    }
+
     pub fn get(&mut self, path: &str) -> std::io::Result<Resp> {
         let req = format!("GET {path} HTTP/1.1\r\nHost: test\r\n\r\n");
         self.stream.get_mut().write_all(req.as_bytes())?;

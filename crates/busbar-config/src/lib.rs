@@ -775,24 +775,21 @@ fn check_sql(
     }
 }
 
-fn check_databases(
-    loaded: &LoadedConfig,
-    err: &mut impl FnMut(Option<u64>, String, String),
-) {
+fn check_databases(loaded: &LoadedConfig, err: &mut impl FnMut(Option<u64>, String, String)) {
     for (name, d) in &loaded.config.databases {
         let at = format!("databases.{name}");
-        // An empty URL (an unset variable's default) stands aside for `path` or `host`.
+        // A URL wins over `path` (so one file can switch with a variable); an empty one (an
+        // unset variable's default) stands aside for `path` or `host`.
         let url = d.url.as_ref().filter(|u| !u.expose().is_empty());
-        let given = [url.is_some(), d.path.is_some(), d.host.is_some()]
-            .iter()
-            .filter(|x| **x)
-            .count();
-        if given != 1 {
+        if url.is_none() && d.path.is_some() == d.host.is_some() {
             err(
                 None,
                 at.clone(),
-                "give exactly one of url, path (SQLite) or host (PostgreSQL)".into(),
+                "give url, path (SQLite) or host (PostgreSQL)".into(),
             );
+        }
+        if url.is_some() && d.host.is_some() {
+            err(None, at.clone(), "give url or host, not both".into());
         }
         if let Some(url) = url {
             let u = url.expose();

@@ -1752,8 +1752,9 @@ pub enum WsseKeyTransport {
 
 /// A database (`databases.NAME`): SQLite or PostgreSQL, given by `url` (`sqlite:PATH`,
 /// `sqlite::memory:`, `postgres://user:password@host:port/db`), by `path` (SQLite) or by
-/// `host`, `port`, `user`, `password` and `dbname` (PostgreSQL). An empty `url` stands aside,
-/// so `url: "${DB_URL:-}"` beside a `path` picks PostgreSQL only when the variable is set.
+/// `host`, `port`, `user`, `password` and `dbname` (PostgreSQL). A `url` wins over `path`, and an
+/// empty one stands aside, so `url: "${DB_URL:-}"` beside a `path` picks the URL's database
+/// only when the variable is set.
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct DatabaseConfig {

@@ -121,8 +121,6 @@ pub struct MediationError {
     pub source: Option<BoxError>,
     /// A SOAP fault code chosen by the step, instead of the one the blame implies.
     pub fault_code: Option<FaultCode>,
-    /// Seconds after which a retry may succeed (the `Retry-After` header of a 503).
-    pub retry_after: Option<u32>,
 }
 
 impl std::fmt::Display for MediationError {
@@ -158,7 +156,6 @@ impl MediationError {
             status: None,
             source: None,
             fault_code: None,
-            retry_after: None,
         }
     }
 
@@ -190,12 +187,6 @@ impl MediationError {
     /// Sets the status clients get.
     pub fn with_status(mut self, status: StatusCode) -> Self {
         self.status = Some(status);
-        self
-    }
-
-    /// Tells clients to retry after `secs` seconds (`Retry-After`).
-    pub fn with_retry_after(mut self, secs: u32) -> Self {
-        self.retry_after = Some(secs);
         self
     }
 

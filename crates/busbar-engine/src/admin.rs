@@ -128,7 +128,8 @@ fn database_metrics(
     out: &mut String,
 ) {
     use std::fmt::Write;
-    let families: [(&str, &str, fn(&busbar_sql::Database) -> usize); 3] = [
+    type Read = fn(&busbar_sql::Database) -> usize;
+    let families: [(&str, &str, Read); 3] = [
         (
             "busbar_database_connections_in_use",
             "Connections (SQLite: threads) running a request now.",

@@ -344,9 +344,11 @@ fn error_response(
     *resp.status_mut() = status;
     resp.headers_mut()
         .insert(CONTENT_TYPE, rendered.content_type);
-    if let Some(secs) = e.retry_after {
+    if status == http::StatusCode::SERVICE_UNAVAILABLE {
+        // Every 503 (a busy pool, a database or back end down on purpose or not) is worth
+        // another try shortly.
         resp.headers_mut()
-            .insert(http::header::RETRY_AFTER, HeaderValue::from(secs));
+            .insert(http::header::RETRY_AFTER, HeaderValue::from_static("1"));
     }
     if e.kind == ErrorKind::BodyTooLarge || e.kind == ErrorKind::ClientBody {
         // The rest of the request body was not read: the connection cannot carry another

@@ -323,7 +323,11 @@ fn run_one(
             Ok(Output::Json(Bytes::from(out)))
         }
         Shape::Empty => Ok(Output::Done {
-            affected: if columns.is_empty() { conn.changes() } else { count },
+            affected: if columns.is_empty() {
+                conn.changes()
+            } else {
+                count
+            },
         }),
     }
 }

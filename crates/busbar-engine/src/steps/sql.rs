@@ -62,6 +62,13 @@ enum Source {
     Value(Value),
 }
 
+/// A statement as configured: its config path, its text, its own parameters.
+type Listed<'a> = (
+    String,
+    &'a QueryText,
+    Option<&'a BTreeMap<String, SqlParamConfig>>,
+);
+
 impl SqlStep {
     /// Parses the statements and ties every `:name` to its source.
     pub fn build(
@@ -82,16 +89,21 @@ impl SqlStep {
         let mut used: Vec<String> = Vec::new();
         let mut statements = Vec::new();
         let mut binds = Vec::new();
-        let list: Vec<(String, &QueryText, Option<&BTreeMap<String, SqlParamConfig>>)> =
-            match &c.query {
-                Some(q) => vec![(format!("{here}.query"), q, None)],
-                None => c
-                    .transaction
-                    .iter()
-                    .enumerate()
-                    .map(|(i, t)| (format!("{here}.transaction[{i}]"), &t.query, Some(&t.params)))
-                    .collect(),
-            };
+        let list: Vec<Listed<'_>> = match &c.query {
+            Some(q) => vec![(format!("{here}.query"), q, None)],
+            None => c
+                .transaction
+                .iter()
+                .enumerate()
+                .map(|(i, t)| {
+                    (
+                        format!("{here}.transaction[{i}]"),
+                        &t.query,
+                        Some(&t.params),
+                    )
+                })
+                .collect(),
+        };
         let mut failed = false;
         for (at, text, own) in list {
             let Some(sql) = text.for_kind(db.kind()) else {
@@ -158,9 +170,8 @@ impl SqlStep {
             }
         }
         let status = match c.status {
-            Some(s) => StatusCode::from_u16(s).map_err(|e| {
-                cx.fail(line, format!("{here}.status"), e.to_string())
-            })?,
+            Some(s) => StatusCode::from_u16(s)
+                .map_err(|e| cx.fail(line, format!("{here}.status"), e.to_string()))?,
             None if c.result == SqlResult::None => StatusCode::NO_CONTENT,
             None => StatusCode::OK,
         };
@@ -209,7 +220,11 @@ fn build_params(
             match HeaderName::from_bytes(v.as_bytes()) {
                 Ok(h) => Source::Header(h),
                 Err(_) => {
-                    cx.fail(line, format!("{at}.{name}.header"), format!("invalid header name '{v}'"));
+                    cx.fail(
+                        line,
+                        format!("{at}.{name}.header"),
+                        format!("invalid header name '{v}'"),
+                    );
                     failed = true;
                     continue;
                 }
@@ -218,7 +233,11 @@ fn build_params(
             match JsonPath::compile(v) {
                 Ok(q) => Source::Json(q, v.clone()),
                 Err(e) => {
-                    cx.fail(line, format!("{at}.{name}.json"), format!("invalid JSONPath '{v}': {e}"));
+                    cx.fail(
+                        line,
+                        format!("{at}.{name}.json"),
+                        format!("invalid JSONPath '{v}': {e}"),
+                    );
                     failed = true;
                     continue;
                 }
@@ -274,18 +293,16 @@ impl Param {
             Source::Query(q) => query_param(ex, q).map(Value::Text),
             Source::Header(h) => match ex.request.headers.get(h) {
                 Some(v) => Some(Value::Text(
-                    v.to_str()
-                        .map_err(|_| self.bad("is not text"))?
-                        .to_owned(),
+                    v.to_str().map_err(|_| self.bad("is not text"))?.to_owned(),
                 )),
                 None => None,
             },
-            Source::Json(q, _) => body
-                .and_then(|b| q.first(b))
-                .map(Value::from_json),
+            Source::Json(q, _) => body.and_then(|b| q.first(b)).map(Value::from_json),
             Source::Var(v) => match ex.var(v) {
                 Some(var) => Some(Value::Text(
-                    var.as_str().ok_or_else(|| self.bad("is not text"))?.to_owned(),
+                    var.as_str()
+                        .ok_or_else(|| self.bad("is not text"))?
+                        .to_owned(),
                 )),
                 None => None,
             },
@@ -300,7 +317,11 @@ impl Param {
                     return Err(MediationError::new(
                         ErrorKind::BadRequest,
                         Blame::Client,
-                        format!("Parameter '{}' is missing ({})", self.name, self.source.describe()),
+                        format!(
+                            "Parameter '{}' is missing ({})",
+                            self.name,
+                            self.source.describe()
+                        ),
                     ))
                 }
             },
@@ -320,13 +341,13 @@ impl Param {
             SqlType::Any => Ok(v),
             SqlType::Text => match v {
                 Value::Text(_) => Ok(v),
-                other if self.from_text() => Ok(other),
+                other if self.text_source() => Ok(other),
                 _ => Err(self.bad("must be text")),
             },
             SqlType::Int => {
                 let i = match &v {
                     Value::Int(i) => Some(*i),
-                    Value::Text(t) if self.from_text() => t.parse::<i64>().ok(),
+                    Value::Text(t) if self.text_source() => t.parse::<i64>().ok(),
                     _ => None,
                 };
                 let i = i.ok_or_else(|| self.bad("must be an integer"))?;
@@ -336,7 +357,7 @@ impl Param {
             SqlType::Float => match &v {
                 Value::Int(i) => Ok(Value::Float(*i as f64)),
                 Value::Float(_) => Ok(v),
-                Value::Text(t) if self.from_text() => t
+                Value::Text(t) if self.text_source() => t
                     .parse::<f64>()
                     .ok()
                     .filter(|f| f.is_finite())
@@ -346,7 +367,7 @@ impl Param {
             },
             SqlType::Bool => match &v {
                 Value::Bool(_) => Ok(v),
-                Value::Text(t) if self.from_text() => match t.as_str() {
+                Value::Text(t) if self.text_source() => match t.as_str() {
                     "true" | "1" => Ok(Value::Bool(true)),
                     "false" | "0" => Ok(Value::Bool(false)),
                     _ => Err(self.bad("must be true or false")),
@@ -354,7 +375,7 @@ impl Param {
                 _ => Err(self.bad("must be true or false")),
             },
             SqlType::Json => match v {
-                Value::Text(t) if self.from_text() => serde_json::from_str::<Json>(&t)
+                Value::Text(t) if self.text_source() => serde_json::from_str::<Json>(&t)
                     .map(Value::Json)
                     .map_err(|_| self.bad("must be JSON")),
                 Value::Text(t) => Ok(Value::Json(Json::String(t))),
@@ -368,7 +389,7 @@ impl Param {
 
     /// True when the source gives text (path, query, header, variable): typed values are
     /// parsed from it; JSON and literals keep their own types.
-    fn from_text(&self) -> bool {
+    fn text_source(&self) -> bool {
         matches!(
             self.source,
             Source::Path(_) | Source::Query(_) | Source::Header(_) | Source::Var(_)
@@ -379,7 +400,11 @@ impl Param {
         MediationError::new(
             ErrorKind::BadRequest,
             Blame::Client,
-            format!("Parameter '{}' {what} ({})", self.name, self.source.describe()),
+            format!(
+                "Parameter '{}' {what} ({})",
+                self.name,
+                self.source.describe()
+            ),
         )
     }
 }
@@ -433,9 +458,7 @@ impl Apply for SqlStep {
             .map_err(failure)?;
         let body = match out {
             Output::Json(b) => Body::full(b),
-            Output::Done { affected: 0 }
-                if self.shape == Shape::Empty && !self.null_when_none =>
-            {
+            Output::Done { affected: 0 } if self.shape == Shape::Empty && !self.null_when_none => {
                 return Err(MediationError::new(
                     ErrorKind::NotFound,
                     Blame::Client,
@@ -469,7 +492,11 @@ impl Apply for SqlStep {
 fn failure(e: DbError) -> MediationError {
     let (kind, blame, status) = match e.class {
         ErrorClass::Conflict => (ErrorKind::BadRequest, Blame::Client, StatusCode::CONFLICT),
-        ErrorClass::BadValue => (ErrorKind::BadRequest, Blame::Client, StatusCode::BAD_REQUEST),
+        ErrorClass::BadValue => (
+            ErrorKind::BadRequest,
+            Blame::Client,
+            StatusCode::BAD_REQUEST,
+        ),
         ErrorClass::Busy | ErrorClass::Unavailable => (
             ErrorKind::Unavailable,
             Blame::Upstream,
@@ -486,14 +513,10 @@ fn failure(e: DbError) -> MediationError {
             StatusCode::INTERNAL_SERVER_ERROR,
         ),
     };
-    let retry = matches!(e.class, ErrorClass::Busy | ErrorClass::Unavailable);
-    let mut m = MediationError::new(kind, blame, e.message.clone())
+    // A 503 carries `Retry-After` (the proxy adds it to every 503).
+    MediationError::new(kind, blame, e.message.clone())
         .with_status(status)
-        .with_source(e);
-    if retry {
-        m = m.with_retry_after(1);
-    }
-    m
+        .with_source(e)
 }
 
 /// Streamed rows as a response body.
