@@ -15,7 +15,8 @@ import org.apache.camel.support.builder.Namespaces;
 
 /**
  * The ESB proxies of the busbar benchmark contract (DirectProxy, the three CBRs, XSLTProxy) as
- * Camel routes, so busbar and Camel can be measured against the same echo back end in one run.
+ * Camel routes, so busbar and Camel can be measured against the same echo back end in one run;
+ * and the JSON/REST integrator scenarios of examples/integrator.yaml on its paths (JsonRoutes).
  *
  * Settings (system property, else environment variable, else default):
  *   camel.port / CAMEL_PORT          listen port on 127.0.0.1 (8290)
