@@ -110,6 +110,7 @@ warm_camel() { # scenarios to warm
 }
 
 echo "== throughput: fixed JSON, no delay, c=$conc, $rounds rounds of ${secs}s; peers:$peers"
+echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 start_busbar a 127.0.0.1:8281 127.0.0.1:9912 9010 "$tmp/fixed.json" 0ms
 start_busbar b 127.0.0.1:8282 127.0.0.1:9913 9020 "" 0ms
 if has nginx; then
@@ -134,6 +135,8 @@ for _ in $(seq "$rounds"); do
   done
 done
 mv "$tmp/results" "$tmp/throughput"
+# Other work on the machine shows here: 2 cores, and wrk alone takes one.
+echo "load average after the rounds: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo
 echo "medians, and ratios to passthrough (and passthrough to nginx):"
 med() { awk -v t="$1" '$1==t {print $3}' "$tmp/throughput" | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
