@@ -5,6 +5,10 @@
 # Environment: PORT (8290), ECHO (http://127.0.0.1:9000/service/EchoService), CPU (0: the core
 # taskset pins the JVM to), POOL (512 back-end connections), JAVA_OPTS (replaces the heap/GC
 # flags below), BUILD_ONLY (build, then exit). SIGTERM/SIGINT stop Camel gracefully; the exit status is the JVM's.
+# The integrator routes (/api/..., examples/integrator.yaml's back-end addresses by default):
+# JSON_STANDARD (http://127.0.0.1:9010/echo), JSON_PREMIUM (http://127.0.0.1:9011/echo),
+# JSON_SOAP (the SOAP service of /api/soap: JSON_STANDARD), JSON_STOCK, JSON_PRICE, JSON_REVIEWS
+# (the product services' base URLs: http://127.0.0.1:9012, :9013, :9014).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../../.." && pwd)
@@ -28,6 +32,12 @@ taskset -c "${CPU:-0}" java $java_opts \
   -Dcamel.port="$port" \
   -Dcamel.echo="${ECHO:-http://127.0.0.1:9000/service/EchoService}" \
   -Dcamel.pool="${POOL:-512}" \
+  -Dcamel.json.standard="${JSON_STANDARD:-http://127.0.0.1:9010/echo}" \
+  -Dcamel.json.premium="${JSON_PREMIUM:-http://127.0.0.1:9011/echo}" \
+  -Dcamel.json.soap="${JSON_SOAP:-${JSON_STANDARD:-http://127.0.0.1:9010/echo}}" \
+  -Dcamel.json.stock="${JSON_STOCK:-http://127.0.0.1:9012}" \
+  -Dcamel.json.price="${JSON_PRICE:-http://127.0.0.1:9013}" \
+  -Dcamel.json.reviews="${JSON_REVIEWS:-http://127.0.0.1:9014}" \
   -Dcamel.xslt.request="$repo/examples/xslt/reverse-request.xsl" \
   -Dcamel.xslt.response="$repo/examples/xslt/reverse-response.xsl" \
   -cp "$here/target/classes:$here/target/lib/*" busbar.bench.camel.CamelPeer &

@@ -15,7 +15,8 @@ import org.apache.camel.support.builder.Namespaces;
 
 /**
  * The ESB proxies of the busbar benchmark contract (DirectProxy, the three CBRs, XSLTProxy) as
- * Camel routes, so busbar and Camel can be measured against the same echo back end in one run.
+ * Camel routes, so busbar and Camel can be measured against the same echo back end in one run;
+ * and the JSON/REST integrator scenarios of examples/integrator.yaml on its paths (JsonRoutes).
  *
  * Settings (system property, else environment variable, else default):
  *   camel.port / CAMEL_PORT          listen port on 127.0.0.1 (8290)
@@ -25,6 +26,14 @@ import org.apache.camel.support.builder.Namespaces;
  *   camel.xslt.response / CAMEL_XSLT_RESPONSE  response stylesheet (XSLTProxy)
  *   camel.pool / CAMEL_POOL          back-end connection pool size (512)
  *   camel.max.body / CAMEL_MAX_BODY  largest request/response body in bytes (64 MiB)
+ *
+ * The JSON/REST integrator scenarios (JsonRoutes, on busbar's /api/... paths):
+ *   camel.json.standard / CAMEL_JSON_STANDARD  standard back end (http://127.0.0.1:9010/echo)
+ *   camel.json.premium / CAMEL_JSON_PREMIUM    premium back end (http://127.0.0.1:9011/echo)
+ *   camel.json.soap / CAMEL_JSON_SOAP          SOAP back end of /api/soap (the standard one)
+ *   camel.json.stock / CAMEL_JSON_STOCK        product services of /api/product/{id}
+ *   camel.json.price / CAMEL_JSON_PRICE          (http://127.0.0.1:9012, :9013, :9014)
+ *   camel.json.reviews / CAMEL_JSON_REVIEWS
  */
 public final class CamelPeer {
     static final String ROUTING_VALUE = "xadmin;server1;community#1.0##";
@@ -68,6 +77,15 @@ public final class CamelPeer {
             }
         }
 
+        String standard = setting("camel.json.standard", "CAMEL_JSON_STANDARD", "http://127.0.0.1:9010/echo");
+        JsonRoutes.Settings json = new JsonRoutes.Settings(host, port, standard,
+                setting("camel.json.premium", "CAMEL_JSON_PREMIUM", "http://127.0.0.1:9011/echo"),
+                setting("camel.json.soap", "CAMEL_JSON_SOAP", standard),
+                setting("camel.json.stock", "CAMEL_JSON_STOCK", "http://127.0.0.1:9012"),
+                setting("camel.json.price", "CAMEL_JSON_PRICE", "http://127.0.0.1:9013"),
+                setting("camel.json.reviews", "CAMEL_JSON_REVIEWS", "http://127.0.0.1:9014"),
+                pool, maxBody);
+
         Main main = new Main();
         // The CBR routes read the body with XPath and then forward it: the Netty stream must be
         // replayable. (On by default in Camel 4; stated so the benchmark config is explicit.)
@@ -75,8 +93,11 @@ public final class CamelPeer {
         main.configure().addRoutesBuilder(new Routes(host, port, echo,
                 Path.of(xslRequest).toAbsolutePath().toString(),
                 Path.of(xslResponse).toAbsolutePath().toString(), pool, maxBody));
+        main.configure().addRoutesBuilder(new JsonRoutes(json));
         System.out.println("camel-peer: pid " + ProcessHandle.current().pid() + " listening on http://"
-                + host + ":" + port + "/service/ -> " + echo);
+                + host + ":" + port + "/service/ -> " + echo + ", /api/ -> " + json.standard() + " (premium "
+                + json.premium() + ", soap " + json.soap() + ", products " + json.stock() + " " + json.price() + " "
+                + json.reviews() + ")");
         main.run(args);
     }
 
