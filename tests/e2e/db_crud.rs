@@ -626,3 +626,43 @@ proxies:
         assert!(out.contains(want), "missing {want:?} in:\n{out}");
     }
 }
+
+/// Database credentials never show: not in `/config`, not in `/readyz`; an unreachable
+/// server does not stop the start, and `/readyz` names it.
+#[test]
+fn database_secrets_stay_hidden_and_an_unreachable_server_is_not_ready() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("port");
+    let h = engine(&format!(
+        r#"
+databases:
+  a: {{ url: "postgres://dave:db-pw-9@127.0.0.1:{port}/x", connect_timeout: 1s }}
+  b: {{ host: 127.0.0.1, port: {port}, user: erin, password: "db-pw-10", dbname: y }}
+proxies:
+  P:
+    path: /p
+    in:
+      - sql: {{ database: a, query: "SELECT 1 AS one", result: row }}
+"#
+    ));
+    let cfg = Client::connect(h.admin()).get("/config").expect("config").text();
+    for secret in ["db-pw-9", "db-pw-10", "dave"] {
+        assert!(!cfg.contains(secret), "{secret} shows in /config:\n{cfg}");
+    }
+    assert!(cfg.contains("postgres://<redacted>@127.0.0.1"), "{cfg}");
+    assert!(
+        eventually(Duration::from_secs(10), || {
+            let r = Client::connect(h.admin()).get("/readyz").expect("readyz");
+            r.status == 503 && r.text().contains("database a") && r.text().contains("database b")
+        }),
+        "readyz does not name the databases"
+    );
+    let ready = Client::connect(h.admin()).get("/readyz").expect("readyz").text();
+    assert!(!ready.contains("db-pw"), "{ready}");
+    let r = Client::connect(h.http()).get("/p").expect("answer");
+    assert_eq!(r.status, 503, "{}", r.text());
+    assert_eq!(r.header("retry-after"), Some("1"));
+    assert!(!r.text().contains("db-pw") && !r.text().contains("SELECT"), "{}", r.text());
+}
