@@ -647,7 +647,10 @@ proxies:
       - sql: {{ database: a, query: "SELECT 1 AS one", result: row }}
 "#
     ));
-    let cfg = Client::connect(h.admin()).get("/config").expect("config").text();
+    let cfg = Client::connect(h.admin())
+        .get("/config")
+        .expect("config")
+        .text();
     for secret in ["db-pw-9", "db-pw-10", "dave"] {
         assert!(!cfg.contains(secret), "{secret} shows in /config:\n{cfg}");
     }
@@ -659,10 +662,44 @@ proxies:
         }),
         "readyz does not name the databases"
     );
-    let ready = Client::connect(h.admin()).get("/readyz").expect("readyz").text();
+    let ready = Client::connect(h.admin())
+        .get("/readyz")
+        .expect("readyz")
+        .text();
     assert!(!ready.contains("db-pw"), "{ready}");
     let r = Client::connect(h.http()).get("/p").expect("answer");
     assert_eq!(r.status, 503, "{}", r.text());
     assert_eq!(r.header("retry-after"), Some("1"));
-    assert!(!r.text().contains("db-pw") && !r.text().contains("SELECT"), "{}", r.text());
+    assert!(
+        !r.text().contains("db-pw") && !r.text().contains("SELECT"),
+        "{}",
+        r.text()
+    );
+}
+
+/// `tls: require` with `tls_ca`: the engine's connections to PostgreSQL are encrypted.
+#[test]
+fn postgres_over_tls_from_the_config() {
+    let pg = TempPostgres::start_tls().unwrap_or_else(|e| panic!("{e}"));
+    let h = engine(&format!(
+        r#"
+databases:
+  db: {{ url: "{}", tls: require, tls_ca: "{}" }}
+proxies:
+  P:
+    path: /ssl
+    in:
+      - sql: {{ database: db, query: "SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()", result: row }}
+"#,
+        pg.url(),
+        pg.ca().display()
+    ));
+    let mut answer = String::new();
+    let ok = eventually(Duration::from_secs(20), || {
+        let r = Client::connect(h.http()).get("/ssl").expect("answer");
+        answer = r.text();
+        r.status == 200
+    });
+    assert!(ok, "{answer}");
+    assert_eq!(answer, r#"{"ssl":true}"#);
 }

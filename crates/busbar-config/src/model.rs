@@ -1803,6 +1803,25 @@ pub struct DatabaseConfig {
     /// file per kind (`{ sqlite: FILE, postgres: FILE }`), relative to the config file.
     #[serde(default)]
     pub init: Option<InitConfig>,
+    /// PostgreSQL over TLS: `disable` (the default, unless the URL says `sslmode=require`)
+    /// or `require` (TLS or no connection; the server's certificate is checked against the
+    /// system's roots or `tls_ca`, and its name against the host).
+    #[serde(default)]
+    pub tls: DbTls,
+    /// A PEM file of the CA certificates trusted for the server (instead of the system's).
+    #[serde(default)]
+    pub tls_ca: Option<String>,
+}
+
+/// TLS to PostgreSQL.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DbTls {
+    /// Plain TCP (or a Unix socket).
+    #[default]
+    Disable,
+    /// TLS with the server's certificate checked.
+    Require,
 }
 
 fn default_acquire_timeout() -> Duration {

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use busbar_config::{line_of, ConfigError, DatabaseConfig, InitConfig, LoadedConfig};
+use busbar_config::{line_of, ConfigError, DatabaseConfig, DbTls, InitConfig, LoadedConfig};
 use busbar_sql::{Database, Kind, Options, PgConfig};
 
 /// Opens database `name`. SQLite opens now (a failure, its init included, is a config error);
@@ -70,6 +70,17 @@ pub fn open(
         }
         None => None,
     };
+    let tls = match &kind {
+        Kind::Postgres(c)
+            if d.tls == DbTls::Require || c.get_ssl_mode() == busbar_sql::PgSslMode::Require =>
+        {
+            let ca = d.tls_ca.as_ref().map(|f| loaded.resolve(f));
+            let client = crate::endpoint::tls::client(ca.as_deref(), None, None)
+                .map_err(|(_, msg)| fail(&format!("{at}.tls_ca"), None, msg))?;
+            Some(client.rustls())
+        }
+        _ => None,
+    };
     let options = Options {
         kind,
         pool: d.pool.filter(|p| *p > 0).unwrap_or(workers),
@@ -78,6 +89,7 @@ pub fn open(
         connect_timeout: d.connect_timeout.0,
         statement_cache: d.statement_cache,
         init,
+        tls,
     };
     Database::open(name, options).map_err(|e| fail(&at, None, e))
 }

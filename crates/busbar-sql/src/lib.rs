@@ -22,6 +22,8 @@ pub mod testing;
 mod value;
 
 pub use statement::Statement;
+/// Whether a PostgreSQL URL asked for TLS (`sslmode=`).
+pub use tokio_postgres::config::SslMode as PgSslMode;
 /// PostgreSQL connection settings (parsed from a URL or built field by field).
 pub use tokio_postgres::Config as PgConfig;
 pub use value::{NumericAs, Value};
@@ -46,6 +48,9 @@ pub struct Options {
     pub statement_cache: bool,
     /// SQL run once at start (schema, seed rows); it should be idempotent.
     pub init: Option<String>,
+    /// PostgreSQL over TLS with these settings (the server's certificate is checked against
+    /// their roots and the host name); `None`: plain TCP.
+    pub tls: Option<Arc<rustls::ClientConfig>>,
 }
 
 /// Which database.

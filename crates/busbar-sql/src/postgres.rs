@@ -14,6 +14,7 @@ use tokio::sync::mpsc;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::{Format, FromSql, IsNull, Kind as TypeKind, ToSql, Type};
 use tokio_postgres::{NoTls, RowStream};
+use tokio_postgres_rustls::MakeRustlsConnect;
 
 use crate::value::{civil_from_days, rfc3339_micros, RowWriter};
 use crate::{
@@ -55,13 +56,24 @@ impl Postgres {
         if config.get_application_name().is_none() {
             config.application_name("busbar");
         }
-        let manager = Manager::from_config(
-            config.clone(),
-            NoTls,
-            ManagerConfig {
-                recycling_method: RecyclingMethod::Fast,
-            },
-        );
+        let tls = options
+            .tls
+            .clone()
+            .map(|c| MakeRustlsConnect::new((*c).clone()));
+        let manager_config = ManagerConfig {
+            recycling_method: RecyclingMethod::Fast,
+        };
+        let manager = match &tls {
+            Some(t) => {
+                // TLS or nothing: no fallback to plain TCP.
+                config.ssl_mode(tokio_postgres::config::SslMode::Require);
+                Manager::from_config(config.clone(), t.clone(), manager_config)
+            }
+            None => {
+                config.ssl_mode(tokio_postgres::config::SslMode::Disable);
+                Manager::from_config(config.clone(), NoTls, manager_config)
+            }
+        };
         let pool = Pool::builder(manager)
             .max_size(options.pool.max(1))
             .wait_timeout(Some(options.acquire_timeout))
@@ -75,6 +87,7 @@ impl Postgres {
         let monitor = Monitor {
             name: name.to_owned(),
             config,
+            tls,
             init: options.init.clone(),
             initialised: initialised.clone(),
             health: Arc::downgrade(health),
@@ -700,6 +713,7 @@ fn classify(e: tokio_postgres::Error) -> DbError {
 struct Monitor {
     name: String,
     config: tokio_postgres::Config,
+    tls: Option<MakeRustlsConnect>,
     init: Option<String>,
     initialised: Arc<AtomicBool>,
     health: Weak<Health>,
@@ -752,12 +766,24 @@ impl Monitor {
     }
 
     async fn probe(&self) -> Result<(), String> {
-        let (client, conn) = self
-            .config
-            .connect(NoTls)
-            .await
-            .map_err(|e| classify(e).detail)?;
-        let task = tokio::spawn(conn);
+        let (client, task) = match &self.tls {
+            Some(tls) => {
+                let (client, conn) = self
+                    .config
+                    .connect(tls.clone())
+                    .await
+                    .map_err(|e| classify(e).detail)?;
+                (client, tokio::spawn(async move { drop(conn.await) }))
+            }
+            None => {
+                let (client, conn) = self
+                    .config
+                    .connect(NoTls)
+                    .await
+                    .map_err(|e| classify(e).detail)?;
+                (client, tokio::spawn(async move { drop(conn.await) }))
+            }
+        };
         let result = async {
             if !self.initialised.load(Ordering::Relaxed) {
                 if let Some(init) = &self.init {

@@ -13,11 +13,27 @@ pub struct TempPostgres {
     bin: PathBuf,
     port: u16,
     as_postgres: bool,
+    tls: bool,
 }
 
 impl TempPostgres {
     /// Starts a server, or explains what is missing.
     pub fn start() -> Result<Self, String> {
+        Self::start_with(false)
+    }
+
+    /// Starts a server that also accepts TLS, with a certificate for `127.0.0.1` and
+    /// `localhost` issued by a CA of its own ([`TempPostgres::ca`]).
+    pub fn start_tls() -> Result<Self, String> {
+        Self::start_with(true)
+    }
+
+    /// The PEM file of the CA that issued the TLS server's certificate.
+    pub fn ca(&self) -> PathBuf {
+        self.dir.join("ca.crt")
+    }
+
+    fn start_with(tls: bool) -> Result<Self, String> {
         let bin = find_bin().ok_or(
             "PostgreSQL's server programs (initdb, pg_ctl) were not found: install Debian's \
              'postgresql' package (scripts/setup.sh does) or set BUSBAR_PG_BIN",
@@ -33,11 +49,20 @@ impl TempPostgres {
         if as_postgres {
             run(Command::new("chown").arg("postgres:").arg(&dir))?;
         }
+        if tls {
+            make_certificates(&dir)?;
+            if as_postgres {
+                run(Command::new("chown")
+                    .arg("postgres:")
+                    .arg(dir.join("server.key")))?;
+            }
+        }
         let mut pg = Self {
             dir,
             bin,
             port: 0,
             as_postgres,
+            tls,
         };
         let data = pg.dir.join("data");
         pg.run_pg(
@@ -100,12 +125,18 @@ impl TempPostgres {
     fn pg_ctl_start(&self) -> Result<(), String> {
         let data = self.dir.join("data");
         let log = self.dir.join("server.log");
-        let opts = format!(
+        let mut opts = format!(
             "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off -c full_page_writes=off \
              -c max_connections=400",
             self.port,
             self.dir.display()
         );
+        if self.tls {
+            opts.push_str(&format!(
+                " -c ssl=on -c ssl_cert_file={0}/server.crt -c ssl_key_file={0}/server.key",
+                self.dir.display()
+            ));
+        }
         self.run_pg(
             "pg_ctl",
             &[
@@ -147,6 +178,67 @@ impl Drop for TempPostgres {
         let _ = self.stop();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
+}
+
+/// A CA and a server certificate it issued for 127.0.0.1 and localhost (openssl).
+fn make_certificates(dir: &Path) -> Result<(), String> {
+    let at = |f: &str| dir.join(f).display().to_string();
+    let openssl = |args: &[&str]| run(Command::new("openssl").args(args).current_dir(dir));
+    openssl(&[
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-days",
+        "2",
+        "-subj",
+        "/CN=busbar test CA",
+        "-keyout",
+        &at("ca.key"),
+        "-out",
+        &at("ca.crt"),
+        "-addext",
+        "basicConstraints=critical,CA:TRUE",
+        "-addext",
+        "keyUsage=critical,keyCertSign",
+    ])?;
+    openssl(&[
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-subj",
+        "/CN=localhost",
+        "-keyout",
+        &at("server.key"),
+        "-out",
+        &at("server.csr"),
+    ])?;
+    std::fs::write(
+        dir.join("server.ext"),
+        "basicConstraints=CA:FALSE\nsubjectAltName=IP:127.0.0.1,DNS:localhost\n",
+    )
+    .map_err(|e| e.to_string())?;
+    openssl(&[
+        "x509",
+        "-req",
+        "-in",
+        &at("server.csr"),
+        "-CA",
+        &at("ca.crt"),
+        "-CAkey",
+        &at("ca.key"),
+        "-CAcreateserial",
+        "-days",
+        "2",
+        "-out",
+        &at("server.crt"),
+        "-extfile",
+        &at("server.ext"),
+    ])?;
+    // The server refuses a key others can read.
+    run(Command::new("chmod").arg("600").arg(dir.join("server.key"))).map(|_| ())
 }
 
 static COUNTER: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);

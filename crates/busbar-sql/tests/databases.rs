@@ -41,6 +41,7 @@ fn options(kind: Kind, init: &str) -> Options {
         connect_timeout: Duration::from_secs(2),
         statement_cache: true,
         init: Some(init.to_owned()),
+        tls: None,
     }
 }
 
@@ -525,4 +526,59 @@ fn tempdir(name: &str) -> std::path::PathBuf {
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).unwrap_or_else(|e| panic!("{e}"));
     d
+}
+
+/// With TLS required the connection is encrypted and the server's certificate is checked:
+/// the server's own CA passes, the system's roots do not.
+#[tokio::test(flavor = "current_thread")]
+async fn postgres_over_tls_checks_the_certificate() {
+    let pg = TempPostgres::start_tls().unwrap_or_else(|e| panic!("{e}"));
+    let tls = |ca: Option<&std::path::Path>| {
+        let mut roots = rustls::RootCertStore::empty();
+        if let Some(ca) = ca {
+            let pem = std::fs::read(ca).unwrap_or_else(|e| panic!("{e}"));
+            for cert in rustls_pemfile_certs(&pem) {
+                roots.add(cert).unwrap_or_else(|e| panic!("{e}"));
+            }
+        }
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        Arc::new(
+            rustls::ClientConfig::builder_with_provider(provider)
+                .with_safe_default_protocol_versions()
+                .unwrap_or_else(|e| panic!("{e}"))
+                .with_root_certificates(roots)
+                .with_no_client_auth(),
+        )
+    };
+    let db = postgres(&pg, |o| o.tls = Some(tls(Some(&pg.ca())))).await;
+    let row = json(
+        run(
+            &db,
+            &["SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()"],
+            vec![vec![]],
+            Shape::Row,
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{e}")),
+    )
+    .await;
+    assert_eq!(row["ssl"], true);
+    // A CA that did not issue the certificate: no connection, and readiness says why.
+    let config: tokio_postgres::Config = pg.url().parse().unwrap_or_else(|e| panic!("{e}"));
+    let mut o = options(Kind::Postgres(Box::new(config)), PG_SCHEMA);
+    o.tls = Some(tls(None));
+    let untrusted = Database::open("u", o).unwrap_or_else(|e| panic!("{e}"));
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let why = untrusted.ready().err().unwrap_or_default();
+    assert!(
+        why.to_lowercase().contains("certificate") || why.contains("issuer"),
+        "{why}"
+    );
+}
+
+fn rustls_pemfile_certs(pem: &[u8]) -> Vec<rustls::pki_types::CertificateDer<'static>> {
+    use rustls::pki_types::pem::PemObject;
+    rustls::pki_types::CertificateDer::pem_slice_iter(pem)
+        .collect::<Result<_, _>>()
+        .unwrap_or_else(|e| panic!("{e}"))
 }

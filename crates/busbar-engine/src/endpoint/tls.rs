@@ -148,6 +148,12 @@ pub fn client(
 }
 
 impl TlsClient {
+    /// The rustls settings themselves (for clients other than the endpoints', such as a
+    /// database's).
+    pub fn rustls(&self) -> Arc<ClientConfig> {
+        self.config.clone()
+    }
+
     /// The same settings offering `protocols` in ALPN (`h2` for gRPC).
     pub fn with_alpn(&self, protocols: Vec<Vec<u8>>) -> TlsClient {
         let mut config = (*self.config).clone();
