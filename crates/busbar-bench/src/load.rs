@@ -173,6 +173,9 @@ pub struct Latency {
     pub p50: f64,
     /// 90th percentile.
     pub p90: f64,
+    /// 95th percentile (absent from results written before it was measured).
+    #[serde(default)]
+    pub p95: f64,
     /// 99th percentile.
     pub p99: f64,
     /// 99.9th percentile.
@@ -313,7 +316,7 @@ impl LoadResult {
         format!(
             "{} ({} loop, c={}, {} thread(s), {}, HTTP/{}, {} B request)\n  \
              {} requests in {:.2} s: {} ok, {:.1} req/s{}\n  \
-             latency ms: mean {:.3}  p50 {:.3}  p90 {:.3}  p99 {:.3}  p99.9 {:.3}  max {:.3}\n  \
+             latency ms: mean {:.3}  p50 {:.3}  p90 {:.3}  p95 {:.3}  p99 {:.3}  p99.9 {:.3}  max {:.3}\n  \
              errors: connect {}, timeout {}, read {}, write {}, status {}, verify {}{}\n",
             self.url,
             self.mode,
@@ -338,6 +341,7 @@ impl LoadResult {
             l.mean,
             l.p50,
             l.p90,
+            l.p95,
             l.p99,
             l.p999,
             l.max,
@@ -643,6 +647,7 @@ fn summarize(plan: &LoadPlan, s: &Stats, elapsed: Duration, interrupted: bool) -
             mean: round(h.mean() / 1000.0, 3),
             p50: ms(h.value_at_quantile(0.5)),
             p90: ms(h.value_at_quantile(0.9)),
+            p95: ms(h.value_at_quantile(0.95)),
             p99: ms(h.value_at_quantile(0.99)),
             p999: ms(h.value_at_quantile(0.999)),
             max: ms(h.max()),

@@ -22,7 +22,7 @@ pub const RUN_SCHEMA: &str = "busbar-bench/run/v1";
 pub const CELL_SCHEMA: &str = "busbar-bench/cell/v1";
 /// Header of `summary.csv`.
 pub const SUMMARY_HEADER: &str = "scenario,size,concurrency,iteration,requests,successes,errors,\
-verify_failures,tps,p50_ms,p90_ms,p99_ms,p999_ms,max_ms,response_bytes_mean";
+verify_failures,tps,p50_ms,p90_ms,p95_ms,p99_ms,p999_ms,max_ms,response_bytes_mean";
 
 fn parse_scenario(s: &str) -> Result<Scenario, String> {
     s.parse()
@@ -280,7 +280,7 @@ pub fn command(args: &RunArgs) -> Result<RunInfo, BenchError> {
 fn summary_line(sc: Scenario, size: usize, c: usize, it: usize, r: &LoadResult) -> String {
     let l = &r.latency_ms;
     format!(
-        "{sc},{size},{c},{it},{},{},{},{},{:.2},{:.3},{:.3},{:.3},{:.3},{:.3},{:.1}\n",
+        "{sc},{size},{c},{it},{},{},{},{},{:.2},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{:.1}\n",
         r.requests,
         r.successes,
         r.errors.total(),
@@ -288,6 +288,7 @@ fn summary_line(sc: Scenario, size: usize, c: usize, it: usize, r: &LoadResult) 
         r.tps,
         l.p50,
         l.p90,
+        l.p95,
         l.p99,
         l.p999,
         l.max,

@@ -360,7 +360,7 @@ pub fn render(title: &str, runs: &[(RunInfo, Vec<Cell>)]) -> String {
             html.push('\n');
         }
         html.push_str("</div>\n<h3>Latency and errors (medians over iterations)</h3>\n");
-        html.push_str("<table><tr><th class=\"l\">ESB</th><th>size</th><th>c</th><th>TPS median</th><th>TPS min–max</th><th>p50 ms</th><th>p90 ms</th><th>p99 ms</th><th>p99.9 ms</th><th>max ms</th><th>error rate</th><th>verify failures</th><th>response bytes</th><th>iterations</th></tr>\n");
+        html.push_str("<table><tr><th class=\"l\">ESB</th><th>size</th><th>c</th><th>TPS median</th><th>TPS min–max</th><th>p50 ms</th><th>p90 ms</th><th>p95 ms</th><th>p99 ms</th><th>p99.9 ms</th><th>max ms</th><th>error rate</th><th>verify failures</th><th>response bytes</th><th>iterations</th></tr>\n");
         for (i, name) in names.iter().enumerate() {
             for &s in &sizes {
                 for &c in &concs {
@@ -390,7 +390,7 @@ pub fn render(title: &str, runs: &[(RunInfo, Vec<Cell>)]) -> String {
                     let cls = |n: u64| if n > 0 { " class=\"bad\"" } else { "" };
                     let _ = writeln!(
                         html,
-                        "<tr><td class=\"l\">{}</td><td>{}</td><td>{c}</td><td>{}</td><td>{} – {}</td><td>{:.3}</td><td>{:.3}</td><td>{:.3}</td><td>{:.3}</td><td>{:.3}</td><td{}>{:.3} %</td><td{}>{} ({:.3} %)</td><td>{:.0}</td><td>{}</td></tr>",
+                        "<tr><td class=\"l\">{}</td><td>{}</td><td>{c}</td><td>{}</td><td>{} – {}</td><td>{:.3}</td><td>{:.3}</td><td>{:.3}</td><td>{:.3}</td><td>{:.3}</td><td>{:.3}</td><td{}>{:.3} %</td><td{}>{} ({:.3} %)</td><td>{:.0}</td><td>{}</td></tr>",
                         esc(name),
                         size_label(s),
                         fmt_num(t.median),
@@ -398,6 +398,7 @@ pub fn render(title: &str, runs: &[(RunInfo, Vec<Cell>)]) -> String {
                         fmt_num(t.max),
                         med(|r| r.latency_ms.p50),
                         med(|r| r.latency_ms.p90),
+                        med(|r| r.latency_ms.p95),
                         med(|r| r.latency_ms.p99),
                         med(|r| r.latency_ms.p999),
                         med(|r| r.latency_ms.max),
