@@ -60,7 +60,8 @@ pub struct PayloadArgs {
     #[arg(long, value_enum, default_value_t = Variant::Plain)]
     pub variant: Variant,
     /// A JSON payload of the integrator scenarios instead (docs/integrator.md): `passthrough`,
-    /// `premium`, `standard` and `order` at `--size`; `orders` with `--orders` orders.
+    /// `premium`, `standard` and `order` at `--size`; `orders` with `--orders` orders, or as
+    /// many as fit in `--size`.
     #[arg(long, value_enum)]
     pub json: Option<json_payload::JsonKind>,
     /// Seed of the JSON payloads' values.
@@ -123,12 +124,17 @@ pub fn run(cmd: BenchCommand) -> ExitCode {
 
 fn payload_command(args: &PayloadArgs) -> Result<(), BenchError> {
     if let Some(kind) = args.json {
-        let bytes = json_payload::json_payload(
-            kind,
-            args.size.unwrap_or(1024),
-            args.orders.unwrap_or(10),
-            args.seed,
-        )
+        let bytes = match (kind, args.size) {
+            (json_payload::JsonKind::Orders, Some(size)) => {
+                json_payload::orders_of_size(size, args.seed)
+            }
+            _ => json_payload::json_payload(
+                kind,
+                args.size.unwrap_or(1024),
+                args.orders.unwrap_or(10),
+                args.seed,
+            ),
+        }
         .map_err(BenchError::Usage)?;
         let mut out = std::io::stdout().lock();
         return out
