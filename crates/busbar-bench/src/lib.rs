@@ -2,14 +2,17 @@
 //!
 //! Layout: [`payload`] generates the contract's buyStocks requests; [`client`] is a lean
 //! HTTP/1.x client; [`load`] drives it (closed loop, open loop, legacy JavaBench mode) into HDR
-//! histograms; [`check`] knows what a correct answer is for each scenario; [`verify`] is the
-//! corruption checker over many sizes and concurrencies; [`matrix`] runs the scenario × size ×
-//! concurrency × iteration matrix into JSON and CSV; [`report`] turns result directories into
-//! one self-contained HTML page. [`run`] is the single entry point the `busbar` binary calls.
+//! histograms; [`check`] knows the suites, their scenarios and what a correct answer is;
+//! [`json_payload`] and [`integrator`] make the integrator suite's JSON requests and compute
+//! their expected answers; [`verify`] is the corruption checker over many sizes and
+//! concurrencies; [`matrix`] runs the scenario × size × concurrency × iteration matrix into JSON
+//! and CSV; [`report`] turns result directories into one self-contained HTML page. [`run`] is
+//! the single entry point the `busbar` binary calls.
 
 pub mod check;
 pub mod client;
 pub mod error;
+pub mod integrator;
 pub mod load;
 pub mod matrix;
 pub mod payload;
@@ -23,7 +26,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
-pub use check::Scenario;
+pub use check::{Scenario, Suite};
 pub use error::BenchError;
 pub use load::LoadArgs;
 pub use matrix::RunArgs;

@@ -83,9 +83,11 @@ fn esc(s: &str) -> String {
         .replace('"', "&quot;")
 }
 
-/// A size as people say it (512 B, 1 KiB, 100 KiB, 1 MiB, 16385 B).
+/// A size as people say it (512 B, 1 KiB, 100 KiB, 1 MiB, 16385 B; `no body` for 0).
 pub fn size_label(size: usize) -> String {
-    if size >= 1024 * 1024 && size.is_multiple_of(1024 * 1024) {
+    if size == 0 {
+        "no body".into()
+    } else if size >= 1024 * 1024 && size.is_multiple_of(1024 * 1024) {
         format!("{} MiB", size / (1024 * 1024))
     } else if size >= 1024 && size.is_multiple_of(1024) {
         format!("{} KiB", size / 1024)
@@ -448,6 +450,7 @@ mod tests {
         assert_eq!(size_label(102_400), "100 KiB");
         assert_eq!(size_label(1_048_576), "1 MiB");
         assert_eq!(size_label(16_385), "16385 B");
+        assert_eq!(size_label(0), "no body");
     }
 
     #[test]
