@@ -316,6 +316,13 @@ pub fn render(title: &str, runs: &[(RunInfo, Vec<Cell>)]) -> String {
     let sizes: Vec<usize> = sizes.into_iter().collect();
     let concs: Vec<usize> = concs.into_iter().collect();
     for sc in &scenarios {
+        // Only the sizes this scenario was measured at (ScatterGather has none but 0; suites
+        // compared in one report have different ones).
+        let sizes: Vec<usize> = sizes
+            .iter()
+            .copied()
+            .filter(|&s| groups.keys().any(|k| &k.1 == sc && k.2 == s))
+            .collect();
         let _ = writeln!(html, "<h2>Scenario: {}</h2>", esc(sc));
         html.push_str("<h3>Throughput by message size</h3>\n<div class=\"charts\">\n");
         for &c in &concs {

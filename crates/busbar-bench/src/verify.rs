@@ -140,6 +140,7 @@ struct Case {
     secure: Option<Arc<SecureClient>>,
 }
 
+/// A case of one request.
 fn one(
     scenario: Scenario,
     name: &'static str,

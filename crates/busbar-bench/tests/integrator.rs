@@ -255,6 +255,16 @@ fn integrator_matrix_writes_sized_cells_and_one_per_concurrency_for_scatter_gath
     let csv = std::fs::read_to_string(out.join("summary.csv")).expect("summary");
     assert!(SUMMARY_HEADER.contains("p90_ms,p95_ms,p99_ms"));
     assert_eq!(csv.lines().count(), 1 + 5);
+    // In the report, ScatterGather's size chart has its one size, not the others'.
+    let html = busbar_bench::report::render("integrator", &[(info, cells)]);
+    let at = html
+        .find("aria-label=\"scatter-gather: TPS by size at concurrency 2\"")
+        .expect("scatter-gather chart");
+    let svg = &html[at..at + html[at..].find("</svg>").expect("end of chart")];
+    assert!(
+        svg.contains(">no body<") && !svg.contains(">1 KiB<"),
+        "{svg}"
+    );
     let _ = std::fs::remove_dir_all(out);
 }
 
