@@ -6,6 +6,8 @@
 #   Throughput: back ends answer a fixed JSON document with no delay (JsonToSoap needs a SOAP
 #   answer: it runs on a second busbar in echo mode); ROUNDS rounds, targets alternating.
 #   Latency: back ends answer after 5 ms (the seed's methodology); p50/p99 at c = 50 and 500.
+#   First, the kit's integrator suite verifies every scenario on the echoing instance (the same
+#   binary and config; the fixed-JSON one cannot be verified) and the script stops on a failure.
 # Usage: bench/integrator.sh [seconds per cell, default 10]. Environment: ROUNDS (3), CONC (50),
 # PEERS ("nginx": the peers measured beside busbar, any of nginx and camel, e.g. "nginx camel"),
 # WARMUP (10: seconds of load on each Camel scenario before measuring; the JIT needs them).
@@ -113,6 +115,12 @@ echo "== throughput: fixed JSON, no delay, c=$conc, $rounds rounds of ${secs}s; 
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 start_busbar a 127.0.0.1:8281 127.0.0.1:9912 9010 "$tmp/fixed.json" 0ms
 start_busbar b 127.0.0.1:8282 127.0.0.1:9913 9020 "" 0ms
+echo "== correctness: busbar bench verify --suite integrator on the echoing instance"
+if ! $bin bench verify http://127.0.0.1:8282/api --suite integrator --sizes 1k,5k,10k,100k \
+  --concurrency 1,"$conc" > "$tmp/verify" 2>&1; then
+  cat "$tmp/verify"; exit 1
+fi
+tail -1 "$tmp/verify"
 if has nginx; then
   taskset -c 0 nginx -p "$tmp" -c "$PWD/bench/peers/nginx-json.conf" &
   for _ in $(seq 50); do curl -sf -o /dev/null -d x http://127.0.0.1:8381/api/passthrough && break; sleep 0.1; done

@@ -1,5 +1,6 @@
 //! `examples/integrator.yaml` run as a user would (`busbar run`), over real sockets.
 
+use busbar_bench::Scenario;
 use busbar_engine::echo::NAME_HEADER;
 
 use crate::support::*;
@@ -107,4 +108,126 @@ fn bench_json_payloads_verify_through_the_example() {
             "{kind}: {text}"
         );
     }
+}
+
+/// `busbar bench` run as a user would, its output on both streams.
+fn bench(args: &[&str]) -> (std::process::ExitStatus, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_busbar"))
+        .arg("bench")
+        .args(args)
+        .output()
+        .expect("busbar bench");
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    (out.status, text)
+}
+
+/// The kit's integrator suite verifies every scenario of the example: routing by the back end
+/// that answered, each product's aggregate, the mappings against the kit's own computation.
+#[test]
+fn bench_verify_integrator_suite_passes_against_the_example() {
+    let ex = Example::start("integrator.yaml", &[]);
+    let base = format!("http://{}/api", ex.listen());
+    let (status, text) = bench(&[
+        "verify",
+        &base,
+        "--suite",
+        "integrator",
+        "--sizes",
+        "512,16385,65537",
+        "--concurrency",
+        "1,4",
+    ]);
+    assert!(status.success(), "{text}");
+    // 6 sized scenarios × 3 sizes, ScatterGather once, the two routers' other branch at two
+    // sizes; at 2 concurrency levels.
+    let cases = (6 * 3 + 1 + 2 * 2) * 2;
+    assert!(
+        text.contains(&format!("{cases} cases, {cases} passed, 0 failed")),
+        "{text}"
+    );
+    for scenario in Scenario::INTEGRATOR {
+        assert!(text.contains(scenario.name()), "{scenario} not run: {text}");
+    }
+}
+
+/// The matrix of the integrator suite through the example: every cell measured and verified.
+#[test]
+fn bench_run_integrator_suite_measures_every_scenario_of_the_example() {
+    let ex = Example::start("integrator.yaml", &[]);
+    let base = format!("http://{}/api", ex.listen());
+    let out = temp_dir("bench-integrator-run");
+    let (status, text) = bench(&[
+        "run",
+        "--suite",
+        "integrator",
+        "--base",
+        &base,
+        "--name",
+        "busbar",
+        "--iterations",
+        "1",
+        "--duration",
+        "300ms",
+        "--warmup",
+        "100ms",
+        "--sizes",
+        "1k",
+        "--concurrency",
+        "4",
+        "--out",
+        out.to_str().expect("UTF-8 path"),
+    ]);
+    assert!(status.success(), "{text}");
+    let summary = std::fs::read_to_string(out.join("summary.csv")).expect("summary.csv");
+    let rows: Vec<&str> = summary.lines().skip(1).collect();
+    assert_eq!(rows.len(), Scenario::INTEGRATOR.len(), "{summary}");
+    for row in rows {
+        let cols: Vec<&str> = row.split(',').collect();
+        // scenario,size,concurrency,iteration,requests,successes,errors,verify_failures,…
+        assert!(cols[5].parse::<u64>().unwrap_or(0) > 0, "{row}");
+        assert_eq!((cols[6], cols[7]), ("0", "0"), "{row}");
+    }
+    let _ = std::fs::remove_dir_all(out);
+}
+
+/// The example with JsonCBR's premium route sent to the standard back end: the kit catches it.
+#[test]
+fn bench_verify_catches_json_cbr_answered_by_the_wrong_back_end() {
+    let examples = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples");
+    let text = std::fs::read_to_string(examples.join("integrator.yaml")).expect("example");
+    let premium = "url: \"http://${BUSBAR_ECHO_PREMIUM:-127.0.0.1:9011}/echo\"";
+    assert!(text.contains(premium));
+    let wrong = text
+        .replace(
+            premium,
+            "url: \"http://${BUSBAR_ECHO_STANDARD:-127.0.0.1:9010}/echo\"",
+        )
+        .replace(
+            "file: integrator/",
+            &format!("file: {}/integrator/", examples.display()),
+        );
+    let config = temp_dir("wrong-back-end").join("integrator.yaml");
+    std::fs::write(&config, wrong).expect("config");
+    let ex = Example::start(config.to_str().expect("UTF-8 path"), &[]);
+    let base = format!("http://{}/api", ex.listen());
+    let (status, text) = bench(&[
+        "verify",
+        &base,
+        "--suite",
+        "integrator",
+        "--scenarios",
+        "json-cbr,json-passthrough",
+        "--sizes",
+        "1k",
+        "--concurrency",
+        "1",
+    ]);
+    assert_eq!(status.code(), Some(1), "{text}");
+    assert!(
+        text.contains("answered by the 'standard' back end, expected 'premium' (x-echo-name)"),
+        "{text}"
+    );
+    // The other tier, and passthrough, still pass: the positive case alone fails.
+    assert!(text.contains("4 cases, 3 passed, 1 failed"), "{text}");
 }

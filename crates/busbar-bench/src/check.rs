@@ -1,4 +1,5 @@
-//! Scenarios and response checks (contract §3 and §6): what a correct answer looks like.
+//! Scenarios, suites and response checks (contract §3, §6 and §7): what a correct answer looks
+//! like.
 
 use std::fmt;
 use std::str::FromStr;
@@ -7,6 +8,9 @@ use std::sync::Arc;
 use quick_xml::events::Event;
 use quick_xml::name::ResolveResult;
 use quick_xml::NsReader;
+use serde_json::Value;
+
+use crate::client::Headers;
 
 /// The namespace of the `buyStocks` element.
 pub const SAMPLES_NS: &str = "http://services.samples/xsd";
@@ -18,7 +22,67 @@ pub const FAULT_NOT_IBM: &str = "First order must be for the symbol IBM";
 /// Fault string of a routing-header rejection (SOAP or transport header).
 pub const FAULT_ROUTING: &str = "Invalid routing header";
 
-/// A classic scenario, i.e. one proxy of the reference configuration.
+/// A set of scenarios driven together, chosen with `--suite`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Suite {
+    /// The classic SOAP scenarios (contract §3): proxies named under a base URL.
+    Classic,
+    /// The JSON/REST integrator scenarios (contract §7, docs/integrator.md): paths under a
+    /// base URL such as `http://127.0.0.1:8281/api`.
+    Integrator,
+}
+
+impl Suite {
+    /// The name used on the command line and in result files.
+    pub fn name(self) -> &'static str {
+        match self {
+            Suite::Classic => "classic",
+            Suite::Integrator => "integrator",
+        }
+    }
+
+    /// The scenarios run when none are named.
+    pub fn scenarios(self) -> &'static [Scenario] {
+        match self {
+            Suite::Classic => &Scenario::ALL,
+            Suite::Integrator => &Scenario::INTEGRATOR,
+        }
+    }
+
+    /// Checks that every scenario belongs to this suite.
+    pub fn admit(self, scenarios: &[Scenario]) -> Result<(), String> {
+        match scenarios.iter().find(|s| s.suite() != self) {
+            Some(s) => Err(format!(
+                "scenario {s} belongs to the {} suite, not {} (give --suite {})",
+                s.suite(),
+                self,
+                s.suite()
+            )),
+            None => Ok(()),
+        }
+    }
+}
+
+impl fmt::Display for Suite {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Suite {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "classic" => Ok(Suite::Classic),
+            "integrator" => Ok(Suite::Integrator),
+            _ => Err(format!(
+                "unknown suite '{s}' (expected one of: classic, integrator)"
+            )),
+        }
+    }
+}
+
+/// A scenario, i.e. one proxy of the reference configuration.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Scenario {
     /// `DirectProxy`: pass-through.
@@ -35,6 +99,20 @@ pub enum Scenario {
     Secure,
     /// `SecureProxyModern`: WS-Security, modern profile (needs the client's keys).
     SecureModern,
+    /// `JsonPassthrough`: JSON forwarded unchanged.
+    JsonPassthrough,
+    /// `JsonCBR`: routed on `customerTier` to the premium or the standard back end.
+    JsonCbr,
+    /// `JsonCBRFilter`: the first GOOG order's price when it is 42.8, else every GOOG price.
+    JsonCbrFilter,
+    /// `JsonMap`: each order of a list mapped to a new shape.
+    JsonMap,
+    /// `JsonTransform`: the order document flattened to 20 fields.
+    JsonTransform,
+    /// `ScatterGather`: three product services called per id, their answers combined.
+    ScatterGather,
+    /// `JsonToSoap`: a JSON order list through a SOAP service and back.
+    JsonToSoap,
 }
 
 impl Scenario {
@@ -49,6 +127,42 @@ impl Scenario {
 
     /// The WS-Security scenarios, which need keys (`--keys`).
     pub const SECURE: [Scenario; 2] = [Scenario::Secure, Scenario::SecureModern];
+
+    /// The integrator scenarios, in report order.
+    pub const INTEGRATOR: [Scenario; 7] = [
+        Scenario::JsonPassthrough,
+        Scenario::JsonCbr,
+        Scenario::JsonCbrFilter,
+        Scenario::JsonMap,
+        Scenario::JsonTransform,
+        Scenario::ScatterGather,
+        Scenario::JsonToSoap,
+    ];
+
+    /// The suite the scenario belongs to.
+    pub fn suite(self) -> Suite {
+        match self {
+            Scenario::Direct
+            | Scenario::Cbr
+            | Scenario::CbrSoapHeader
+            | Scenario::CbrTransportHeader
+            | Scenario::Xslt
+            | Scenario::Secure
+            | Scenario::SecureModern => Suite::Classic,
+            Scenario::JsonPassthrough
+            | Scenario::JsonCbr
+            | Scenario::JsonCbrFilter
+            | Scenario::JsonMap
+            | Scenario::JsonTransform
+            | Scenario::ScatterGather
+            | Scenario::JsonToSoap => Suite::Integrator,
+        }
+    }
+
+    /// Whether the requests carry a body whose size is an axis (all but ScatterGather's GETs).
+    pub fn sized(self) -> bool {
+        self != Scenario::ScatterGather
+    }
 
     /// The client profile of a WS-Security scenario.
     pub fn secure_profile(self) -> Option<crate::secure::Profile> {
@@ -69,6 +183,13 @@ impl Scenario {
             Scenario::Xslt => "xslt",
             Scenario::Secure => "secure",
             Scenario::SecureModern => "secure-modern",
+            Scenario::JsonPassthrough => "json-passthrough",
+            Scenario::JsonCbr => "json-cbr",
+            Scenario::JsonCbrFilter => "json-cbr-filter",
+            Scenario::JsonMap => "json-map",
+            Scenario::JsonTransform => "json-transform",
+            Scenario::ScatterGather => "scatter-gather",
+            Scenario::JsonToSoap => "json-to-soap",
         }
     }
 
@@ -82,12 +203,33 @@ impl Scenario {
             Scenario::Xslt => "XSLTProxy",
             Scenario::Secure => "SecureProxy",
             Scenario::SecureModern => "SecureProxyModern",
+            Scenario::JsonPassthrough => "JsonPassthrough",
+            Scenario::JsonCbr => "JsonCBR",
+            Scenario::JsonCbrFilter => "JsonCBRFilter",
+            Scenario::JsonMap => "JsonMap",
+            Scenario::JsonTransform => "JsonTransform",
+            Scenario::ScatterGather => "ScatterGather",
+            Scenario::JsonToSoap => "JsonToSoap",
         }
     }
 
-    /// The proxy URL under a base such as `http://127.0.0.1:8280/service`.
+    /// The scenario's URL under a base: the proxy name under a classic base such as
+    /// `http://127.0.0.1:8280/service`, the path under an integrator base such as
+    /// `http://127.0.0.1:8281/api` (`/passthrough`, `/route`, …; ScatterGather's `/product`, to
+    /// which each request appends `/{id}`).
     pub fn url(self, base: &str) -> String {
-        format!("{}/{}", base.trim_end_matches('/'), self.proxy())
+        let base = base.trim_end_matches('/');
+        let path = match self {
+            Scenario::JsonPassthrough => "passthrough",
+            Scenario::JsonCbr => "route",
+            Scenario::JsonCbrFilter => "route/filter",
+            Scenario::JsonMap => "map",
+            Scenario::JsonTransform => "transform",
+            Scenario::ScatterGather => "product",
+            Scenario::JsonToSoap => "soap",
+            classic => classic.proxy(),
+        };
+        format!("{base}/{path}")
     }
 }
 
@@ -101,15 +243,18 @@ impl FromStr for Scenario {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
         let lowered = s.trim().to_ascii_lowercase();
-        for sc in Scenario::ALL.into_iter().chain(Scenario::SECURE) {
+        let every = Scenario::ALL
+            .into_iter()
+            .chain(Scenario::SECURE)
+            .chain(Scenario::INTEGRATOR);
+        for sc in every.clone() {
             if lowered == sc.name() || lowered == sc.proxy().to_ascii_lowercase() {
                 return Ok(sc);
             }
         }
         Err(format!(
-            "unknown scenario '{s}' (expected one of: {}, {})",
-            Scenario::ALL.map(Scenario::name).join(", "),
-            Scenario::SECURE.map(Scenario::name).join(", ")
+            "unknown scenario '{s}' (expected one of: {})",
+            every.map(Scenario::name).collect::<Vec<_>>().join(", ")
         ))
     }
 }
@@ -134,6 +279,19 @@ pub enum Check {
     Status200,
     /// HTTP 200 and a body equal, byte for byte, to this one (Direct and CBR scenarios).
     Echo(Vec<u8>),
+    /// HTTP 200, a body equal byte for byte to this one, and the back end that answered named
+    /// in the [`BACKEND_HEADER`] response header (JsonCBR).
+    EchoFrom {
+        /// The back end that must have answered.
+        backend: &'static str,
+        /// The request body the back end echoes.
+        body: Vec<u8>,
+    },
+    /// HTTP 200 and a JSON body equal to this value: the same members, array items in the same
+    /// order, numbers equal by value (`1`, `1.0` and `1e0` are one number; see
+    /// [`same_number`]). The integrator scenarios that compute an answer (mappings, routing
+    /// filters, aggregates).
+    Json(Value),
     /// HTTP 200 and a `buyStocks` element holding exactly these orders, in order (XSLT).
     Orders(Vec<Order>),
     /// HTTP 200 and a WS-Security response that decrypts and verifies with the client's keys
@@ -153,6 +311,9 @@ pub enum Check {
     },
 }
 
+/// The response header naming the back end that answered (the echo's `x-echo-name`).
+pub const BACKEND_HEADER: &str = "x-echo-name";
+
 /// Why a response failed its check.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Failure {
@@ -170,32 +331,47 @@ impl Check {
             Scenario::Secure | Scenario::SecureModern => Err(format!(
                 "{scenario} builds its own requests and checks: give --keys"
             )),
-            _ => Ok(Check::Echo(request.to_vec())),
+            Scenario::Direct
+            | Scenario::Cbr
+            | Scenario::CbrSoapHeader
+            | Scenario::CbrTransportHeader => Ok(Check::Echo(request.to_vec())),
+            integrator => crate::integrator::check(integrator, request),
         }
     }
 
-    /// Checks one response.
-    pub fn check(&self, status: u16, body: &[u8]) -> Result<(), Failure> {
+    /// Checks one response: its status, the header lines it came with and its body.
+    pub fn check(&self, status: u16, headers: Headers<'_>, body: &[u8]) -> Result<(), Failure> {
         match self {
             Check::Status200 => expect_status(status, 200),
             Check::Echo(expected) => {
                 expect_status(status, 200)?;
-                if body == expected.as_slice() {
-                    return Ok(());
+                same_bytes(body, expected)
+            }
+            Check::EchoFrom {
+                backend,
+                body: sent,
+            } => {
+                expect_status(status, 200)?;
+                match headers.get(BACKEND_HEADER) {
+                    Some(name) if name == backend.as_bytes() => same_bytes(body, sent),
+                    Some(name) => Err(Failure::Content(format!(
+                        "answered by the '{}' back end, expected '{backend}' ({BACKEND_HEADER})",
+                        String::from_utf8_lossy(name)
+                    ))),
+                    None => Err(Failure::Content(format!(
+                        "no {BACKEND_HEADER} header: which back end answered is unknown"
+                    ))),
                 }
-                let at = body.iter().zip(expected.iter()).position(|(a, b)| a != b);
-                Err(Failure::Content(match at {
-                    Some(i) => format!(
-                        "body differs from the request at byte {i} (got {} bytes, sent {})",
-                        body.len(),
-                        expected.len()
-                    ),
-                    None => format!(
-                        "body is {} bytes, request was {}",
-                        body.len(),
-                        expected.len()
-                    ),
-                }))
+            }
+            Check::Json(expected) => {
+                expect_status(status, 200)?;
+                let got: Value = serde_json::from_slice(body).map_err(|e| {
+                    Failure::Content(format!("the answer is not JSON ({e}): {}", excerpt(body)))
+                })?;
+                match json_difference(&got, expected, &mut String::from("$")) {
+                    None => Ok(()),
+                    Some(why) => Err(Failure::Content(why)),
+                }
             }
             Check::Orders(expected) => {
                 expect_status(status, 200)?;
@@ -249,6 +425,101 @@ impl Check {
                 }
             }
         }
+    }
+}
+
+fn same_bytes(body: &[u8], expected: &[u8]) -> Result<(), Failure> {
+    if body == expected {
+        return Ok(());
+    }
+    let at = body.iter().zip(expected.iter()).position(|(a, b)| a != b);
+    Err(Failure::Content(match at {
+        Some(i) => format!(
+            "body differs from the request at byte {i} (got {} bytes, sent {})",
+            body.len(),
+            expected.len()
+        ),
+        None => format!(
+            "body is {} bytes, request was {}",
+            body.len(),
+            expected.len()
+        ),
+    }))
+}
+
+/// The start of a body, for messages.
+fn excerpt(body: &[u8]) -> String {
+    let text = String::from_utf8_lossy(&body[..body.len().min(80)]).into_owned();
+    if body.len() > 80 {
+        text + "…"
+    } else {
+        text
+    }
+}
+
+/// A JSON value shortened for messages.
+fn shown(v: &Value) -> String {
+    excerpt(v.to_string().as_bytes())
+}
+
+/// Whether two JSON numbers have the same value: integers exactly, others as doubles to within
+/// 4 units in the last place. A decimal such as `121523.09999999999` may be read one unit off
+/// by a parser that does not round correctly (this crate's `serde_json` among them), and a
+/// mapping computed from inputs read that way may differ by as much again; a wrong answer
+/// differs by far more.
+pub fn same_number(a: &serde_json::Number, b: &serde_json::Number) -> bool {
+    if let (Some(x), Some(y)) = (a.as_i64(), b.as_i64()) {
+        return x == y;
+    }
+    if let (Some(x), Some(y)) = (a.as_u64(), b.as_u64()) {
+        return x == y;
+    }
+    match (a.as_f64(), b.as_f64()) {
+        (Some(x), Some(y)) => x == y || (x - y).abs() <= 4.0 * f64::EPSILON * x.abs().max(y.abs()),
+        _ => false,
+    }
+}
+
+/// The first place, in document order, where `got` differs from `want` (the location as a
+/// JSONPath from `at`), or `None` when they are equal with numbers compared by value.
+pub fn json_difference(got: &Value, want: &Value, at: &mut String) -> Option<String> {
+    match (got, want) {
+        (Value::Number(g), Value::Number(w)) => {
+            (!same_number(g, w)).then(|| format!("{at} is {g}, expected {w}"))
+        }
+        (Value::Object(g), Value::Object(w)) => {
+            for (name, wv) in w {
+                let len = at.len();
+                at.push('.');
+                at.push_str(name);
+                let diff = match g.get(name) {
+                    Some(gv) => json_difference(gv, wv, at),
+                    None => Some(format!("{at} is missing")),
+                };
+                if diff.is_some() {
+                    return diff;
+                }
+                at.truncate(len);
+            }
+            g.keys()
+                .find(|name| !w.contains_key(*name))
+                .map(|name| format!("{at}.{name} is not expected"))
+        }
+        (Value::Array(g), Value::Array(w)) => {
+            if g.len() != w.len() {
+                return Some(format!("{at} has {} items, expected {}", g.len(), w.len()));
+            }
+            for (i, (gv, wv)) in g.iter().zip(w).enumerate() {
+                let len = at.len();
+                at.push_str(&format!("[{i}]"));
+                if let Some(diff) = json_difference(gv, wv, at) {
+                    return Some(diff);
+                }
+                at.truncate(len);
+            }
+            None
+        }
+        _ => (got != want).then(|| format!("{at} is {}, expected {}", shown(got), shown(want))),
     }
 }
 
@@ -434,15 +705,21 @@ mod tests {
             status: 500,
             reason: FAULT_ROUTING,
         };
-        assert_eq!(check.check(500, fault), Ok(()));
-        assert_eq!(check.check(200, fault), Err(Failure::Status(200)));
+        assert_eq!(check.check(500, Headers::default(), fault), Ok(()));
+        assert_eq!(
+            check.check(200, Headers::default(), fault),
+            Err(Failure::Status(200))
+        );
         let other = Check::Fault {
             status: 500,
             reason: FAULT_NOT_IBM,
         };
-        assert!(matches!(other.check(500, fault), Err(Failure::Content(_))));
         assert!(matches!(
-            check.check(500, b"<x/>"),
+            other.check(500, Headers::default(), fault),
+            Err(Failure::Content(_))
+        ));
+        assert!(matches!(
+            check.check(500, Headers::default(), b"<x/>"),
             Err(Failure::Content(_))
         ));
     }
@@ -450,15 +727,63 @@ mod tests {
     #[test]
     fn echo_check_reports_where_the_body_differs() {
         let check = Check::Echo(b"abcdef".to_vec());
-        assert_eq!(check.check(200, b"abcdef"), Ok(()));
+        assert_eq!(check.check(200, Headers::default(), b"abcdef"), Ok(()));
         assert_eq!(
-            check.check(200, b"abXdef"),
+            check.check(200, Headers::default(), b"abXdef"),
             Err(Failure::Content(
                 "body differs from the request at byte 2 (got 6 bytes, sent 6)".into()
             ))
         );
-        assert!(check.check(200, b"abc").is_err());
-        assert_eq!(check.check(502, b"abcdef"), Err(Failure::Status(502)));
+        assert!(check.check(200, Headers::default(), b"abc").is_err());
+        assert_eq!(
+            check.check(502, Headers::default(), b"abcdef"),
+            Err(Failure::Status(502))
+        );
+    }
+
+    #[test]
+    fn json_answers_compare_numbers_by_value_and_say_where_they_differ() {
+        let n = |t: &str| serde_json::from_str::<serde_json::Number>(t).expect("number");
+        assert!(same_number(&n("1"), &n("1.0")));
+        assert!(same_number(&n("1e2"), &n("100")));
+        assert!(same_number(&n("121523.1"), &n("121523.09999999999")));
+        assert!(!same_number(&n("22.0"), &n("22.01")));
+        assert!(!same_number(&n("0"), &n("1e-300")));
+        assert!(!same_number(
+            &n("18446744073709551615"),
+            &n("18446744073709551614")
+        ));
+        let check = Check::Json(serde_json::json!({"a": [1, {"b": "x"}], "c": 2.5}));
+        let none = Headers::default();
+        assert_eq!(
+            check.check(200, none, br#"{"c":2.50,"a":[1.0,{"b":"x"}]}"#),
+            Ok(())
+        );
+        for (body, why) in [
+            (
+                &br#"{"a":[1,{"b":"y"}],"c":2.5}"#[..],
+                r#"$.a[1].b is "y", expected "x""#,
+            ),
+            (br#"{"a":[1],"c":2.5}"#, "$.a has 1 items, expected 2"),
+            (br#"{"a":[1,{"b":"x"}]}"#, "$.c is missing"),
+            (
+                br#"{"a":[1,{"b":"x"}],"c":2.5,"d":0}"#,
+                "$.d is not expected",
+            ),
+            (
+                br#"{"a":[1,{"b":"x"}],"c":"2.5"}"#,
+                r#"$.c is "2.5", expected 2.5"#,
+            ),
+        ] {
+            assert_eq!(
+                check.check(200, none, body),
+                Err(Failure::Content(why.into()))
+            );
+        }
+        assert!(matches!(
+            check.check(200, none, b"<xml/>"),
+            Err(Failure::Content(m)) if m.starts_with("the answer is not JSON")
+        ));
     }
 
     #[test]
@@ -478,5 +803,38 @@ mod tests {
             .unwrap_or_default()
             .contains("unknown scenario"));
         assert_eq!("CBRProxy".parse::<Scenario>(), Ok(Scenario::Cbr));
+        assert_eq!("JsonCBR".parse::<Scenario>(), Ok(Scenario::JsonCbr));
+        assert_eq!(
+            "json-cbr-filter".parse::<Scenario>(),
+            Ok(Scenario::JsonCbrFilter)
+        );
+    }
+
+    #[test]
+    fn integrator_scenarios_live_under_paths_of_their_own_suite() {
+        let base = "http://127.0.0.1:8281/api/";
+        assert_eq!(
+            Scenario::JsonCbrFilter.url(base),
+            "http://127.0.0.1:8281/api/route/filter"
+        );
+        assert_eq!(
+            Scenario::ScatterGather.url(base),
+            "http://127.0.0.1:8281/api/product"
+        );
+        assert_eq!(
+            Scenario::Direct.url("http://h/service"),
+            "http://h/service/DirectProxy"
+        );
+        assert!(Scenario::INTEGRATOR
+            .iter()
+            .all(|s| s.suite() == Suite::Integrator));
+        assert!(Suite::Classic.admit(&Scenario::ALL).is_ok());
+        assert!(Suite::Classic
+            .admit(&[Scenario::Secure, Scenario::JsonMap])
+            .err()
+            .unwrap_or_default()
+            .contains("json-map belongs to the integrator suite"));
+        assert_eq!("Integrator".parse::<Suite>(), Ok(Suite::Integrator));
+        assert!("soap".parse::<Suite>().is_err());
     }
 }

@@ -106,9 +106,20 @@ pub enum Version {
     Http10,
 }
 
+/// Request method: `POST` for everything with a body, `GET` for the read-only scenarios.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Method {
+    /// `POST` with a Content-Length body.
+    Post,
+    /// `GET`, no body.
+    Get,
+}
+
 /// Everything needed to serialize the one request a load run repeats.
 #[derive(Clone, Debug)]
 pub struct RequestSpec {
+    /// Request method.
+    pub method: Method,
     /// Target URL (path and Host come from it).
     pub url: Url,
     /// Header lines in order; names compared case-insensitively when overriding.
@@ -125,6 +136,7 @@ impl RequestSpec {
     /// A contract §2 request: POST, Content-Type, SOAPAction and routing headers.
     pub fn soap(url: Url, body: Vec<u8>, soap_action: String) -> RequestSpec {
         RequestSpec {
+            method: Method::Post,
             url,
             headers: vec![
                 ("Content-Type".into(), "text/xml; charset=UTF-8".into()),
@@ -132,6 +144,30 @@ impl RequestSpec {
                 ("routing".into(), crate::payload::ROUTING_VALUE.into()),
             ],
             body,
+            version: Version::Http11,
+            keep_alive: true,
+        }
+    }
+
+    /// A JSON `POST` (the integrator scenarios): `Content-Type: application/json` only.
+    pub fn json(url: Url, body: Vec<u8>) -> RequestSpec {
+        RequestSpec {
+            method: Method::Post,
+            url,
+            headers: vec![("Content-Type".into(), "application/json".into())],
+            body,
+            version: Version::Http11,
+            keep_alive: true,
+        }
+    }
+
+    /// A `GET` without a body, accepting JSON.
+    pub fn get(url: Url) -> RequestSpec {
+        RequestSpec {
+            method: Method::Get,
+            url,
+            headers: vec![("Accept".into(), "application/json".into())],
+            body: Vec::new(),
             version: Version::Http11,
             keep_alive: true,
         }
@@ -175,8 +211,12 @@ impl RequestSpec {
             Version::Http11 => "HTTP/1.1",
             Version::Http10 => "HTTP/1.0",
         };
+        let method = match self.method {
+            Method::Post => "POST",
+            Method::Get => "GET",
+        };
         let mut head = format!(
-            "POST {} {version}\r\nHost: {}\r\n",
+            "{method} {} {version}\r\nHost: {}\r\n",
             self.url.path,
             self.url.host_header()
         );
@@ -186,7 +226,9 @@ impl RequestSpec {
             head.push_str(value);
             head.push_str("\r\n");
         }
-        head.push_str(&format!("Content-Length: {}\r\n", self.body.len()));
+        if self.method == Method::Post || !self.body.is_empty() {
+            head.push_str(&format!("Content-Length: {}\r\n", self.body.len()));
+        }
         match (self.version, self.keep_alive) {
             (Version::Http11, false) => head.push_str("Connection: close\r\n"),
             (Version::Http10, true) => head.push_str("Connection: keep-alive\r\n"),
@@ -220,6 +262,30 @@ impl std::fmt::Display for ExchangeError {
     }
 }
 
+/// The header lines of a response (after the status line, up to the blank line), as read.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Headers<'a>(&'a [u8]);
+
+impl<'a> Headers<'a> {
+    /// Header lines as they came, each ending with CRLF (or LF).
+    pub const fn new(lines: &'a [u8]) -> Headers<'a> {
+        Headers(lines)
+    }
+
+    /// The value of the first header named `name` (ASCII case-insensitive), trimmed.
+    pub fn get(&self, name: &str) -> Option<&'a [u8]> {
+        self.0
+            .split(|&b| b == b'\n')
+            .filter_map(|line| {
+                let colon = line.iter().position(|&b| b == b':')?;
+                line[..colon]
+                    .eq_ignore_ascii_case(name.as_bytes())
+                    .then(|| line[colon + 1..].trim_ascii())
+            })
+            .next()
+    }
+}
+
 /// Status and connection fate of one response; its body is in the caller's buffer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ResponseHead {
@@ -237,6 +303,8 @@ pub struct Conn {
     buf: Vec<u8>,
     start: usize,
     end: usize,
+    /// The last response's header lines, kept for the checks (the read buffer moves on).
+    headers: Vec<u8>,
 }
 
 fn closed() -> io::Error {
@@ -253,6 +321,7 @@ impl Conn {
             buf: vec![0; 16 * 1024],
             start: 0,
             end: 0,
+            headers: Vec::with_capacity(512),
         })
     }
 
@@ -273,7 +342,13 @@ impl Conn {
         Ok(n)
     }
 
-    /// Sends `request` and reads one full response, its de-framed body into `body`.
+    /// The header lines of the last response [`Conn::exchange`] read.
+    pub fn headers(&self) -> Headers<'_> {
+        Headers(&self.headers)
+    }
+
+    /// Sends `request` and reads one full response, its de-framed body into `body` and its
+    /// header lines into [`Conn::headers`].
     pub async fn exchange(
         &mut self,
         request: &[u8],
@@ -311,7 +386,14 @@ impl Conn {
         loop {
             if let Some(i) = find(&self.buf[scanned..self.end], b"\r\n\r\n") {
                 let head_end = scanned + i + 4;
-                let parsed = parse_head(&self.buf[self.start..head_end])?;
+                let head = &self.buf[self.start..head_end];
+                let parsed = parse_head(head)?;
+                let lines = head
+                    .iter()
+                    .position(|&b| b == b'\n')
+                    .map_or(head.len(), |i| i + 1);
+                self.headers.clear();
+                self.headers.extend_from_slice(&head[lines..]);
                 self.start = head_end;
                 return Ok(parsed);
             }
@@ -548,6 +630,33 @@ mod tests {
         assert!(text.contains("X-A: b\r\n"));
         assert!(text.contains("Connection: close\r\n"));
         assert!(spec.apply_header_option("Content-Length: 3").is_err());
+    }
+
+    #[test]
+    fn get_requests_carry_no_body_framing_and_json_posts_one_content_type() {
+        let url = Url::parse("http://h:2/api/product/P-1").unwrap_or_else(|e| panic!("{e}"));
+        let text = String::from_utf8(RequestSpec::get(url.clone()).to_bytes()).unwrap_or_default();
+        assert_eq!(
+            text,
+            "GET /api/product/P-1 HTTP/1.1\r\nHost: h:2\r\nAccept: application/json\r\n\r\n"
+        );
+        let text = String::from_utf8(RequestSpec::json(url, b"{}".to_vec()).to_bytes())
+            .unwrap_or_default();
+        assert_eq!(
+            text,
+            "POST /api/product/P-1 HTTP/1.1\r\nHost: h:2\r\nContent-Type: application/json\r\n\
+             Content-Length: 2\r\n\r\n{}"
+        );
+    }
+
+    #[test]
+    fn headers_are_found_by_name_in_any_case_and_trimmed() {
+        let h =
+            Headers::new(b"Content-Length: 5\r\nX-Echo-Name:  premium \r\nx-echo-name: b\r\n\r\n");
+        assert_eq!(h.get("x-echo-name"), Some(&b"premium"[..]));
+        assert_eq!(h.get("CONTENT-LENGTH"), Some(&b"5"[..]));
+        assert_eq!(h.get("x-echo"), None);
+        assert_eq!(Headers::default().get("x-echo-name"), None);
     }
 
     #[test]

@@ -2,14 +2,17 @@
 //!
 //! Layout: [`payload`] generates the contract's buyStocks requests; [`client`] is a lean
 //! HTTP/1.x client; [`load`] drives it (closed loop, open loop, legacy JavaBench mode) into HDR
-//! histograms; [`check`] knows what a correct answer is for each scenario; [`verify`] is the
-//! corruption checker over many sizes and concurrencies; [`matrix`] runs the scenario × size ×
-//! concurrency × iteration matrix into JSON and CSV; [`report`] turns result directories into
-//! one self-contained HTML page. [`run`] is the single entry point the `busbar` binary calls.
+//! histograms; [`check`] knows the suites, their scenarios and what a correct answer is;
+//! [`json_payload`] and [`integrator`] make the integrator suite's JSON requests and compute
+//! their expected answers; [`verify`] is the corruption checker over many sizes and
+//! concurrencies; [`matrix`] runs the scenario × size × concurrency × iteration matrix into JSON
+//! and CSV; [`report`] turns result directories into one self-contained HTML page. [`run`] is
+//! the single entry point the `busbar` binary calls.
 
 pub mod check;
 pub mod client;
 pub mod error;
+pub mod integrator;
 pub mod load;
 pub mod matrix;
 pub mod payload;
@@ -23,7 +26,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
-pub use check::Scenario;
+pub use check::{Scenario, Suite};
 pub use error::BenchError;
 pub use load::LoadArgs;
 pub use matrix::RunArgs;
@@ -60,7 +63,8 @@ pub struct PayloadArgs {
     #[arg(long, value_enum, default_value_t = Variant::Plain)]
     pub variant: Variant,
     /// A JSON payload of the integrator scenarios instead (docs/integrator.md): `passthrough`,
-    /// `premium`, `standard` and `order` at `--size`; `orders` with `--orders` orders.
+    /// `premium`, `standard` and `order` at `--size`; `orders` with `--orders` orders, or as
+    /// many as fit in `--size`.
     #[arg(long, value_enum)]
     pub json: Option<json_payload::JsonKind>,
     /// Seed of the JSON payloads' values.
@@ -123,12 +127,17 @@ pub fn run(cmd: BenchCommand) -> ExitCode {
 
 fn payload_command(args: &PayloadArgs) -> Result<(), BenchError> {
     if let Some(kind) = args.json {
-        let bytes = json_payload::json_payload(
-            kind,
-            args.size.unwrap_or(1024),
-            args.orders.unwrap_or(10),
-            args.seed,
-        )
+        let bytes = match (kind, args.size) {
+            (json_payload::JsonKind::Orders, Some(size)) => {
+                json_payload::orders_of_size(size, args.seed)
+            }
+            _ => json_payload::json_payload(
+                kind,
+                args.size.unwrap_or(1024),
+                args.orders.unwrap_or(10),
+                args.seed,
+            ),
+        }
         .map_err(BenchError::Usage)?;
         let mut out = std::io::stdout().lock();
         return out

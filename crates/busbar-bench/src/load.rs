@@ -17,23 +17,33 @@ use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, watch};
 
-use crate::check::{Check, Failure, Scenario};
+use crate::check::{Check, Failure, Scenario, Suite};
 use crate::client::{Conn, ExchangeError, RequestSpec, Url, Version};
 use crate::error::{runtime, BenchError};
+use crate::integrator::{self, Shape};
 use crate::payload::{buy_stocks, soap_action, Variant};
 use crate::util::{parse_count, parse_duration, parse_size, round};
 
 /// Options of `bench load`.
 #[derive(clap::Args, Debug, Clone)]
 pub struct LoadArgs {
-    /// Target URL, e.g. http://127.0.0.1:8280/service/DirectProxy.
+    /// Target URL, e.g. http://127.0.0.1:8280/service/DirectProxy or, in the integrator suite,
+    /// http://127.0.0.1:8281/api/route (scatter-gather: .../api/product, ids are appended).
     pub url: String,
+    /// Scenario suite: `classic` (SOAP, the default) or `integrator` (JSON/REST; needs
+    /// --verify SCENARIO or --body).
+    #[arg(long, default_value = "classic")]
+    pub suite: Suite,
     /// Request body file (sent as is).
     #[arg(long, conflicts_with = "size")]
     pub body: Option<std::path::PathBuf>,
-    /// Generate a buyStocks body of this exact size (bytes, or with k/m suffix); default 1024.
+    /// Generate the body at this exact size (bytes, or with k/m suffix); default 1024: a
+    /// buyStocks request, or in the integrator suite the scenario's JSON document(s).
     #[arg(long, value_parser = parse_size)]
     pub size: Option<usize>,
+    /// Seed of the generated JSON documents' values (integrator suite).
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
     /// Concurrent connections (clients).
     #[arg(short = 'c', long, default_value = "20", value_parser = parse_count)]
     pub concurrency: usize,
@@ -58,8 +68,10 @@ pub struct LoadArgs {
     /// Extra or overriding header, `name: value`; `name:` alone removes a default header.
     #[arg(short = 'H', long = "header")]
     pub headers: Vec<String>,
-    /// Verify every response as this scenario expects (direct, cbr, cbr-soap-header,
-    /// cbr-transport-header, xslt); without it, success is any HTTP 200.
+    /// Verify every response as this scenario expects (classic: direct, cbr, cbr-soap-header,
+    /// cbr-transport-header, xslt; integrator: json-passthrough, json-cbr, json-cbr-filter,
+    /// json-map, json-transform, scatter-gather, json-to-soap, which also pick the requests);
+    /// without it, success is any HTTP 200.
     #[arg(long)]
     pub verify: Option<String>,
     /// Legacy JavaBench semantics: -n requests per client, TPS = successes / mean client time.
@@ -99,6 +111,60 @@ pub enum StopRule {
     PerClient(u64),
 }
 
+/// A request as sent on the wire and the check of its answer.
+pub type Prepared = (Arc<Vec<u8>>, Arc<Check>);
+
+/// Where each request of a run, and the check of its answer, come from.
+#[derive(Clone, Debug)]
+pub enum Requests {
+    /// The same request every time.
+    One(Prepared),
+    /// A fixed list taken in turn: each client starts at its own place and goes round, so every
+    /// client sends the list's mix in the list's order (JsonCBR's premium/standard halves,
+    /// ScatterGather's product ids).
+    Rotation(Arc<[Prepared]>),
+    /// Fresh WS-Security messages.
+    Secure(Arc<crate::secure::Feed>),
+}
+
+impl Requests {
+    /// One request, or a rotation of several, from their specs.
+    pub fn from_specs(specs: Vec<(RequestSpec, Check)>) -> Result<Requests, String> {
+        let mut list: Vec<Prepared> = specs
+            .into_iter()
+            .map(|(spec, check)| (Arc::new(spec.to_bytes()), Arc::new(check)))
+            .collect();
+        match list.len() {
+            0 => Err("no requests to send".into()),
+            1 => Ok(Requests::One(list.remove(0))),
+            _ => Ok(Requests::Rotation(list.into())),
+        }
+    }
+}
+
+/// The positive requests of `scenario` under a suite's base URL at `size` (ignored by
+/// ScatterGather), with their checks: one buyStocks request for a classic scenario, the
+/// integrator scenario's rotation otherwise.
+pub fn scenario_requests(
+    scenario: Scenario,
+    base: &str,
+    shape: Shape,
+) -> Result<Vec<(RequestSpec, Check)>, BenchError> {
+    let url = Url::parse(&scenario.url(base)).map_err(BenchError::Usage)?;
+    match scenario.suite() {
+        Suite::Classic => {
+            let body = buy_stocks(shape.size, Variant::Plain)
+                .map_err(|e| BenchError::Usage(e.to_string()))?;
+            let check = Check::for_scenario(scenario, &body).map_err(BenchError::Failed)?;
+            Ok(vec![(
+                RequestSpec::soap(url, body, soap_action(shape.size)),
+                check,
+            )])
+        }
+        Suite::Integrator => integrator::requests(scenario, &url, shape).map_err(BenchError::Usage),
+    }
+}
+
 /// A fully resolved load run.
 #[derive(Clone, Debug)]
 pub struct LoadPlan {
@@ -106,12 +172,10 @@ pub struct LoadPlan {
     pub url: Url,
     /// Resolved address (checked reachable).
     pub addr: SocketAddr,
-    /// The request as sent on the wire.
-    pub request: Arc<Vec<u8>>,
+    /// The requests and the checks of their answers.
+    pub requests: Requests,
     /// Request body size in bytes.
     pub body_len: usize,
-    /// What a successful response is.
-    pub check: Arc<Check>,
     /// Concurrent connections.
     pub concurrency: usize,
     /// Worker threads.
@@ -128,8 +192,6 @@ pub struct LoadPlan {
     pub version: Version,
     /// Per-request timeout.
     pub timeout: Duration,
-    /// WS-Security scenarios: where each request and its check come from.
-    pub feed: Option<Arc<crate::secure::Feed>>,
 }
 
 /// Error counts by class.
@@ -173,6 +235,9 @@ pub struct Latency {
     pub p50: f64,
     /// 90th percentile.
     pub p90: f64,
+    /// 95th percentile (absent from results written before it was measured).
+    #[serde(default)]
+    pub p95: f64,
     /// 99th percentile.
     pub p99: f64,
     /// 99.9th percentile.
@@ -313,7 +378,7 @@ impl LoadResult {
         format!(
             "{} ({} loop, c={}, {} thread(s), {}, HTTP/{}, {} B request)\n  \
              {} requests in {:.2} s: {} ok, {:.1} req/s{}\n  \
-             latency ms: mean {:.3}  p50 {:.3}  p90 {:.3}  p99 {:.3}  p99.9 {:.3}  max {:.3}\n  \
+             latency ms: mean {:.3}  p50 {:.3}  p90 {:.3}  p95 {:.3}  p99 {:.3}  p99.9 {:.3}  max {:.3}\n  \
              errors: connect {}, timeout {}, read {}, write {}, status {}, verify {}{}\n",
             self.url,
             self.mode,
@@ -338,6 +403,7 @@ impl LoadResult {
             l.mean,
             l.p50,
             l.p90,
+            l.p95,
             l.p99,
             l.p999,
             l.max,
@@ -412,23 +478,13 @@ impl Stats {
 /// Resolves `bench load` options into a plan, checking the target is reachable.
 pub fn plan_from_args(args: &LoadArgs) -> Result<LoadPlan, BenchError> {
     let url = Url::parse(&args.url).map_err(BenchError::Usage)?;
-    let body = match (&args.body, args.size) {
-        (Some(path), _) => std::fs::read(path)
-            .map_err(|e| BenchError::io(format!("cannot read body file {}", path.display()), e))?,
-        (None, size) => buy_stocks(size.unwrap_or(1024), Variant::Plain)
-            .map_err(|e| BenchError::Usage(e.to_string()))?,
-    };
     let scenario: Option<Scenario> = match &args.verify {
         Some(s) => Some(s.parse().map_err(BenchError::Usage)?),
         None => None,
     };
-    let profile = scenario.and_then(Scenario::secure_profile);
-    let check = match (scenario, profile) {
-        (Some(_), Some(_)) | (None, _) => Check::Status200,
-        (Some(scenario), None) => Check::for_scenario(scenario, &body).map_err(|e| {
-            BenchError::Usage(format!("body cannot be verified as {scenario}: {e}"))
-        })?,
-    };
+    if let Some(s) = scenario {
+        args.suite.admit(&[s]).map_err(BenchError::Usage)?;
+    }
     if let Some(rate) = args.rate {
         if !(rate.is_finite() && rate > 0.0) {
             return Err(BenchError::Usage(format!(
@@ -451,51 +507,111 @@ pub fn plan_from_args(args: &LoadArgs) -> Result<LoadPlan, BenchError> {
         (false, Some(n), _) => StopRule::Requests(n as u64),
         (false, None, d) => StopRule::Duration(d.unwrap_or(Duration::from_secs(10))),
     };
-    let mut spec = RequestSpec::soap(url.clone(), body, soap_action(args.size.unwrap_or(1024)));
-    if args.body.is_some() {
-        spec.set_header("SOAPAction", &soap_action(spec.body.len().max(1)));
-    }
-    for h in &args.headers {
-        spec.apply_header_option(h).map_err(BenchError::Usage)?;
-    }
-    spec.keep_alive = !args.no_keepalive;
-    spec.version = if args.http10 {
-        Version::Http10
-    } else {
-        Version::Http11
+    let read_body = |path: &std::path::Path| {
+        std::fs::read(path)
+            .map_err(|e| BenchError::io(format!("cannot read body file {}", path.display()), e))
     };
+    let profile = scenario.and_then(Scenario::secure_profile);
+    let mut specs: Vec<(RequestSpec, Check)> = match args.suite {
+        Suite::Classic => {
+            let body = match (&args.body, args.size) {
+                (Some(path), _) => read_body(path)?,
+                (None, size) => buy_stocks(size.unwrap_or(1024), Variant::Plain)
+                    .map_err(|e| BenchError::Usage(e.to_string()))?,
+            };
+            let check = match (scenario, profile) {
+                (Some(_), Some(_)) | (None, _) => Check::Status200,
+                (Some(scenario), None) => Check::for_scenario(scenario, &body).map_err(|e| {
+                    BenchError::Usage(format!("body cannot be verified as {scenario}: {e}"))
+                })?,
+            };
+            let mut spec =
+                RequestSpec::soap(url.clone(), body, soap_action(args.size.unwrap_or(1024)));
+            if args.body.is_some() {
+                spec.set_header("SOAPAction", &soap_action(spec.body.len().max(1)));
+            }
+            vec![(spec, check)]
+        }
+        Suite::Integrator => match (scenario, &args.body) {
+            (Some(Scenario::ScatterGather), Some(_)) => {
+                return Err(BenchError::Usage(
+                    "scatter-gather sends GETs by product id: no --body".into(),
+                ))
+            }
+            (Some(scenario), Some(path)) => {
+                let body = read_body(path)?;
+                let check = integrator::check(scenario, &body).map_err(|e| {
+                    BenchError::Usage(format!("body cannot be verified as {scenario}: {e}"))
+                })?;
+                vec![(RequestSpec::json(url.clone(), body), check)]
+            }
+            (None, Some(path)) => vec![(
+                RequestSpec::json(url.clone(), read_body(path)?),
+                Check::Status200,
+            )],
+            (Some(scenario), None) => {
+                let shape = Shape {
+                    size: args.size.unwrap_or(1024),
+                    seed: args.seed,
+                    products: integrator::PRODUCTS,
+                };
+                integrator::requests(scenario, &url, shape).map_err(BenchError::Usage)?
+            }
+            (None, None) => {
+                return Err(BenchError::Usage(
+                    "the integrator suite needs --verify SCENARIO (it picks the requests and \
+                     their check) or --body FILE"
+                        .into(),
+                ))
+            }
+        },
+    };
+    for (spec, _) in &mut specs {
+        for h in &args.headers {
+            spec.apply_header_option(h).map_err(BenchError::Usage)?;
+        }
+        spec.keep_alive = !args.no_keepalive;
+        spec.version = if args.http10 {
+            Version::Http10
+        } else {
+            Version::Http11
+        };
+    }
     let addr = resolve(&url)?;
-    let feed = match profile {
+    let (body_len, keep_alive, version) = specs
+        .first()
+        .map(|(s, _)| (s.body.len(), s.keep_alive, s.version))
+        .unwrap_or((0, !args.no_keepalive, Version::Http11));
+    let requests = match profile {
         Some(profile) => {
             let keys = args
                 .keys
                 .as_deref()
                 .ok_or_else(|| BenchError::Usage("WS-Security scenarios need --keys DIR".into()))?;
             let client = crate::secure::SecureClient::load(keys, profile)?;
-            Some(Arc::new(crate::secure::Feed::new(
+            let spec = specs.remove(0).0;
+            Requests::Secure(Arc::new(crate::secure::Feed::new(
                 client,
-                spec.clone(),
+                spec,
                 args.pool,
                 args.replay,
             )?))
         }
-        None => None,
+        None => Requests::from_specs(specs).map_err(BenchError::Usage)?,
     };
     Ok(LoadPlan {
         addr,
-        body_len: spec.body.len(),
-        request: Arc::new(spec.to_bytes()),
+        body_len,
+        requests,
         url,
-        check: Arc::new(check),
         concurrency: args.concurrency,
         threads: args.threads.min(args.concurrency),
         stop,
         warmup: args.warmup,
         rate: args.rate,
-        keep_alive: spec.keep_alive,
-        version: spec.version,
+        keep_alive,
+        version,
         timeout: args.timeout,
-        feed,
     })
 }
 
@@ -643,6 +759,7 @@ fn summarize(plan: &LoadPlan, s: &Stats, elapsed: Duration, interrupted: bool) -
             mean: round(h.mean() / 1000.0, 3),
             p50: ms(h.value_at_quantile(0.5)),
             p90: ms(h.value_at_quantile(0.9)),
+            p95: ms(h.value_at_quantile(0.95)),
             p99: ms(h.value_at_quantile(0.99)),
             p999: ms(h.value_at_quantile(0.999)),
             max: ms(h.max()),
@@ -758,6 +875,8 @@ async fn client(id: usize, plan: Arc<LoadPlan>, shared: Arc<Shared>, stats: Rc<R
     let mut measured_here = 0u64;
     let mut first_measured: Option<Instant> = None;
     let mut last_done: Option<Instant> = None;
+    // This client's place in a rotation: clients start apart and each goes round.
+    let mut turn = id;
     // Open loop: each client owns 1/c of the rate, offset so arrivals interleave evenly.
     let interval = plan
         .rate
@@ -836,9 +955,14 @@ async fn client(id: usize, plan: Arc<LoadPlan>, shared: Arc<Shared>, stats: Rc<R
                 }
             }
         };
-        let (request, check) = match &plan.feed {
-            None => (plan.request.clone(), plan.check.clone()),
-            Some(feed) => match feed.next() {
+        let (request, check) = match &plan.requests {
+            Requests::One((request, check)) => (request.clone(), check.clone()),
+            Requests::Rotation(list) => {
+                let (request, check) = &list[turn % list.len()];
+                turn += 1;
+                (request.clone(), check.clone())
+            }
+            Requests::Secure(feed) => match feed.next() {
                 Ok(next) => next,
                 Err(why) => {
                     if measuring {
@@ -863,7 +987,7 @@ async fn client(id: usize, plan: Arc<LoadPlan>, shared: Arc<Shared>, stats: Rc<R
             Ok(Ok(head)) => {
                 keep &= head.keep_alive;
                 if measuring {
-                    match check.check(head.status, &body) {
+                    match check.check(head.status, c.headers(), &body) {
                         Ok(()) => {
                             s.successes += 1;
                             s.response_bytes += body.len() as u64;

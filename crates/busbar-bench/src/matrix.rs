@@ -1,19 +1,19 @@
 //! `bench run`: the benchmark matrix. Every cell (scenario × size × concurrency × iteration)
 //! is warmed up, then measured for a fixed duration with every response verified; each cell
-//! is written as JSON as soon as it ends, with a summary CSV and a `run.json` index.
+//! is written as JSON as soon as it ends, with a summary CSV and a `run.json` index. A scenario
+//! without a request body (ScatterGather) has one cell per concurrency and iteration, size 0.
 
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::check::{Check, Scenario};
-use crate::client::{RequestSpec, Url};
+use crate::check::{Scenario, Suite};
+use crate::client::Url;
 use crate::error::BenchError;
-use crate::load::{self, LoadPlan, LoadResult, StopRule};
-use crate::payload::{buy_stocks, soap_action, Variant};
+use crate::integrator::{Shape, PRODUCTS};
+use crate::load::{self, LoadPlan, LoadResult, Requests, StopRule};
 use crate::util::{parse_count, parse_duration, parse_size, unix_now, Machine};
 
 /// Schema tag of `run.json`.
@@ -22,26 +22,26 @@ pub const RUN_SCHEMA: &str = "busbar-bench/run/v1";
 pub const CELL_SCHEMA: &str = "busbar-bench/cell/v1";
 /// Header of `summary.csv`.
 pub const SUMMARY_HEADER: &str = "scenario,size,concurrency,iteration,requests,successes,errors,\
-verify_failures,tps,p50_ms,p90_ms,p99_ms,p999_ms,max_ms,response_bytes_mean";
+verify_failures,tps,p50_ms,p90_ms,p95_ms,p99_ms,p999_ms,max_ms,response_bytes_mean";
+
+/// Default sizes of the classic suite's matrix.
+pub const CLASSIC_SIZES: [usize; 5] = [512, 1024, 5120, 10_240, 102_400];
+/// Default sizes of the integrator suite's matrix (contract §7: 1 KB and 10 KB passthrough,
+/// 1 KB routing, 5 KB transform; 100 KB for the large end).
+pub const INTEGRATOR_SIZES: [usize; 4] = [1024, 5120, 10_240, 102_400];
 
 fn parse_scenario(s: &str) -> Result<Scenario, String> {
     s.parse()
 }
 
-fn parse_suite(s: &str) -> Result<String, String> {
-    match s {
-        "classic" => Ok(s.to_string()),
-        _ => Err(format!("unknown suite '{s}' (supported: classic)")),
-    }
-}
-
 /// Options of `bench run`.
 #[derive(clap::Args, Debug, Clone)]
 pub struct RunArgs {
-    /// Scenario suite (only `classic`, contract §3.1–3.5, for now).
-    #[arg(long, default_value = "classic", value_parser = parse_suite)]
-    pub suite: String,
-    /// Base URL the proxy names are appended to, e.g. http://127.0.0.1:8280/service.
+    /// Scenario suite: `classic` (contract §3.1–3.5) or `integrator` (contract §7).
+    #[arg(long, default_value = "classic")]
+    pub suite: Suite,
+    /// Base URL the scenarios are under: http://127.0.0.1:8280/service (classic proxy names),
+    /// http://127.0.0.1:8281/api (integrator paths).
     #[arg(long)]
     pub base: String,
     /// Name of the ESB under test (shown in reports).
@@ -59,17 +59,16 @@ pub struct RunArgs {
     /// Discarded warm-up per cell.
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
     pub warmup: Duration,
-    /// Request sizes.
-    #[arg(long, value_delimiter = ',', value_parser = parse_size,
-          default_value = "512,1024,5120,10240,102400")]
-    pub sizes: Vec<usize>,
+    /// Request sizes (default: 512,1024,5120,10240,102400 classic; 1024,5120,10240,102400
+    /// integrator).
+    #[arg(long, value_delimiter = ',', value_parser = parse_size)]
+    pub sizes: Option<Vec<usize>>,
     /// Concurrency levels.
     #[arg(long, value_delimiter = ',', value_parser = parse_count, default_value = "20,80,320")]
     pub concurrency: Vec<usize>,
-    /// Scenarios.
-    #[arg(long, value_delimiter = ',', value_parser = parse_scenario,
-          default_value = "direct,cbr,cbr-soap-header,cbr-transport-header,xslt")]
-    pub scenarios: Vec<Scenario>,
+    /// Scenarios (default: every one of the suite but the WS-Security ones).
+    #[arg(long, value_delimiter = ',', value_parser = parse_scenario)]
+    pub scenarios: Option<Vec<Scenario>>,
     /// Output directory (created; existing cell files are overwritten).
     #[arg(long)]
     pub out: PathBuf,
@@ -151,6 +150,20 @@ pub struct RunInfo {
 /// Runs the matrix; returns the index as written.
 pub fn command(args: &RunArgs) -> Result<RunInfo, BenchError> {
     let base = Url::parse(&args.base).map_err(BenchError::Usage)?;
+    let scenarios = args
+        .scenarios
+        .clone()
+        .unwrap_or_else(|| args.suite.scenarios().to_vec());
+    args.suite.admit(&scenarios).map_err(BenchError::Usage)?;
+    if let Some(s) = scenarios.iter().find(|s| s.secure_profile().is_some()) {
+        return Err(BenchError::Usage(format!(
+            "{s} is measured with bench load --keys, not in the matrix"
+        )));
+    }
+    let sizes = args.sizes.clone().unwrap_or_else(|| match args.suite {
+        Suite::Classic => CLASSIC_SIZES.to_vec(),
+        Suite::Integrator => INTEGRATOR_SIZES.to_vec(),
+    });
     let addr = load::resolve(&base)?;
     let cells_dir = args.out.join("cells");
     std::fs::create_dir_all(&cells_dir)
@@ -163,7 +176,7 @@ pub fn command(args: &RunArgs) -> Result<RunInfo, BenchError> {
     let mut info = RunInfo {
         schema: RUN_SCHEMA.into(),
         target: target.clone(),
-        suite: args.suite.clone(),
+        suite: args.suite.name().into(),
         bench_version: env!("CARGO_PKG_VERSION").into(),
         machine: Machine::current(),
         started_unix: unix_now(),
@@ -172,31 +185,33 @@ pub fn command(args: &RunArgs) -> Result<RunInfo, BenchError> {
         duration_s: args.duration.as_secs_f64(),
         warmup_s: args.warmup.as_secs_f64(),
         threads: args.threads,
-        scenarios: args
-            .scenarios
-            .iter()
-            .map(|s| s.name().to_string())
-            .collect(),
-        sizes: args.sizes.clone(),
+        scenarios: scenarios.iter().map(|s| s.name().to_string()).collect(),
+        sizes: sizes.clone(),
         concurrency: args.concurrency.clone(),
         interrupted: false,
         cells: Vec::new(),
     };
     let mut summary = String::from(SUMMARY_HEADER);
     summary.push('\n');
-    let total = args.iterations * args.scenarios.len() * args.sizes.len() * args.concurrency.len();
+    let sizes_of = |s: &Scenario| if s.sized() { sizes.clone() } else { vec![0] };
+    let total = args.iterations
+        * scenarios.iter().map(|s| sizes_of(s).len()).sum::<usize>()
+        * args.concurrency.len();
     let tty = std::io::stderr().is_terminal();
     let mut n = 0;
     'outer: for iteration in 1..=args.iterations {
-        for &scenario in &args.scenarios {
-            for &size in &args.sizes {
-                let body = buy_stocks(size, Variant::Plain)
-                    .map_err(|e| BenchError::Usage(e.to_string()))?;
-                let check = Check::for_scenario(scenario, &body).map_err(BenchError::Failed)?;
+        for &scenario in &scenarios {
+            for size in sizes_of(&scenario) {
+                let shape = Shape {
+                    size,
+                    seed: 1,
+                    products: PRODUCTS,
+                };
+                let specs = load::scenario_requests(scenario, &args.base, shape)?;
                 let url = Url::parse(&scenario.url(&args.base)).map_err(BenchError::Usage)?;
-                let spec = RequestSpec::soap(url.clone(), body, soap_action(size));
-                let request = Arc::new(spec.to_bytes());
-                let check = Arc::new(check);
+                let version = specs.first().map(|(s, _)| s.version);
+                let body_len = specs.first().map_or(0, |(s, _)| s.body.len());
+                let requests = Requests::from_specs(specs).map_err(BenchError::Failed)?;
                 for &concurrency in &args.concurrency {
                     n += 1;
                     let label = format!("[{n}/{total}] {} {scenario} {size} B c={concurrency} iteration {iteration}", args.name);
@@ -206,18 +221,16 @@ pub fn command(args: &RunArgs) -> Result<RunInfo, BenchError> {
                     let plan = LoadPlan {
                         url: url.clone(),
                         addr,
-                        request: request.clone(),
-                        body_len: size,
-                        check: check.clone(),
+                        requests: requests.clone(),
+                        body_len,
                         concurrency,
                         threads: args.threads,
                         stop: StopRule::Duration(args.duration),
                         warmup: args.warmup,
                         rate: None,
                         keep_alive: true,
-                        version: spec.version,
+                        version: version.unwrap_or(crate::client::Version::Http11),
                         timeout: args.timeout,
-                        feed: None,
                     };
                     let result = load::execute(&plan)?;
                     let line = format!(
@@ -280,7 +293,7 @@ pub fn command(args: &RunArgs) -> Result<RunInfo, BenchError> {
 fn summary_line(sc: Scenario, size: usize, c: usize, it: usize, r: &LoadResult) -> String {
     let l = &r.latency_ms;
     format!(
-        "{sc},{size},{c},{it},{},{},{},{},{:.2},{:.3},{:.3},{:.3},{:.3},{:.3},{:.1}\n",
+        "{sc},{size},{c},{it},{},{},{},{},{:.2},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{:.1}\n",
         r.requests,
         r.successes,
         r.errors.total(),
@@ -288,6 +301,7 @@ fn summary_line(sc: Scenario, size: usize, c: usize, it: usize, r: &LoadResult) 
         r.tps,
         l.p50,
         l.p90,
+        l.p95,
         l.p99,
         l.p999,
         l.max,

@@ -83,9 +83,11 @@ fn esc(s: &str) -> String {
         .replace('"', "&quot;")
 }
 
-/// A size as people say it (512 B, 1 KiB, 100 KiB, 1 MiB, 16385 B).
+/// A size as people say it (512 B, 1 KiB, 100 KiB, 1 MiB, 16385 B; `no body` for 0).
 pub fn size_label(size: usize) -> String {
-    if size >= 1024 * 1024 && size.is_multiple_of(1024 * 1024) {
+    if size == 0 {
+        "no body".into()
+    } else if size >= 1024 * 1024 && size.is_multiple_of(1024 * 1024) {
         format!("{} MiB", size / (1024 * 1024))
     } else if size >= 1024 && size.is_multiple_of(1024) {
         format!("{} KiB", size / 1024)
@@ -314,6 +316,13 @@ pub fn render(title: &str, runs: &[(RunInfo, Vec<Cell>)]) -> String {
     let sizes: Vec<usize> = sizes.into_iter().collect();
     let concs: Vec<usize> = concs.into_iter().collect();
     for sc in &scenarios {
+        // Only the sizes this scenario was measured at (ScatterGather has none but 0; suites
+        // compared in one report have different ones).
+        let sizes: Vec<usize> = sizes
+            .iter()
+            .copied()
+            .filter(|&s| groups.keys().any(|k| &k.1 == sc && k.2 == s))
+            .collect();
         let _ = writeln!(html, "<h2>Scenario: {}</h2>", esc(sc));
         html.push_str("<h3>Throughput by message size</h3>\n<div class=\"charts\">\n");
         for &c in &concs {
@@ -360,7 +369,7 @@ pub fn render(title: &str, runs: &[(RunInfo, Vec<Cell>)]) -> String {
             html.push('\n');
         }
         html.push_str("</div>\n<h3>Latency and errors (medians over iterations)</h3>\n");
-        html.push_str("<table><tr><th class=\"l\">ESB</th><th>size</th><th>c</th><th>TPS median</th><th>TPS min–max</th><th>p50 ms</th><th>p90 ms</th><th>p99 ms</th><th>p99.9 ms</th><th>max ms</th><th>error rate</th><th>verify failures</th><th>response bytes</th><th>iterations</th></tr>\n");
+        html.push_str("<table><tr><th class=\"l\">ESB</th><th>size</th><th>c</th><th>TPS median</th><th>TPS min–max</th><th>p50 ms</th><th>p90 ms</th><th>p95 ms</th><th>p99 ms</th><th>p99.9 ms</th><th>max ms</th><th>error rate</th><th>verify failures</th><th>response bytes</th><th>iterations</th></tr>\n");
         for (i, name) in names.iter().enumerate() {
             for &s in &sizes {
                 for &c in &concs {
@@ -390,7 +399,7 @@ pub fn render(title: &str, runs: &[(RunInfo, Vec<Cell>)]) -> String {
                     let cls = |n: u64| if n > 0 { " class=\"bad\"" } else { "" };
                     let _ = writeln!(
                         html,
-                        "<tr><td class=\"l\">{}</td><td>{}</td><td>{c}</td><td>{}</td><td>{} – {}</td><td>{:.3}</td><td>{:.3}</td><td>{:.3}</td><td>{:.3}</td><td>{:.3}</td><td{}>{:.3} %</td><td{}>{} ({:.3} %)</td><td>{:.0}</td><td>{}</td></tr>",
+                        "<tr><td class=\"l\">{}</td><td>{}</td><td>{c}</td><td>{}</td><td>{} – {}</td><td>{:.3}</td><td>{:.3}</td><td>{:.3}</td><td>{:.3}</td><td>{:.3}</td><td>{:.3}</td><td{}>{:.3} %</td><td{}>{} ({:.3} %)</td><td>{:.0}</td><td>{}</td></tr>",
                         esc(name),
                         size_label(s),
                         fmt_num(t.median),
@@ -398,6 +407,7 @@ pub fn render(title: &str, runs: &[(RunInfo, Vec<Cell>)]) -> String {
                         fmt_num(t.max),
                         med(|r| r.latency_ms.p50),
                         med(|r| r.latency_ms.p90),
+                        med(|r| r.latency_ms.p95),
                         med(|r| r.latency_ms.p99),
                         med(|r| r.latency_ms.p999),
                         med(|r| r.latency_ms.max),
@@ -447,6 +457,7 @@ mod tests {
         assert_eq!(size_label(102_400), "100 KiB");
         assert_eq!(size_label(1_048_576), "1 MiB");
         assert_eq!(size_label(16_385), "16385 B");
+        assert_eq!(size_label(0), "no body");
     }
 
     #[test]

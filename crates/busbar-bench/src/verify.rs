@@ -1,16 +1,19 @@
 //! `bench verify`: the corruption checker of contract §6. Every scenario × many sizes
 //! (straddling 8 KiB, 16 KiB and 64 KiB, up to 1 MiB) × each concurrency, plus the negative
-//! cases each router must reject with the exact SOAP fault.
+//! cases each router must reject with the exact SOAP fault; in the integrator suite, every
+//! answer checked for its content (routing, mappings, aggregates), plus each router's other
+//! branch.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::check::{Check, Scenario, FAULT_NOT_IBM, FAULT_ROUTING, FAULT_SECURITY_CHECK};
+use crate::check::{Check, Scenario, Suite, FAULT_NOT_IBM, FAULT_ROUTING, FAULT_SECURITY_CHECK};
 use crate::client::{RequestSpec, Url};
 use crate::error::BenchError;
-use crate::load::{self, LoadPlan, StopRule};
+use crate::integrator::{self, Shape};
+use crate::load::{self, LoadPlan, Requests, StopRule};
 use crate::payload::{buy_stocks, soap_action, Variant};
 use crate::secure::{tamper_signature, Feed, SecureClient};
 use crate::util::{parse_count, parse_duration, parse_size};
@@ -21,6 +24,9 @@ pub const DEFAULT_SIZES: [usize; 17] = [
     65_536, 65_537, 102_400, 1_048_576,
 ];
 
+/// Product ids a ScatterGather check goes through (four of them percent-encoded).
+pub const VERIFY_PRODUCTS: usize = 40;
+
 fn parse_scenario(s: &str) -> Result<Scenario, String> {
     s.parse()
 }
@@ -28,12 +34,16 @@ fn parse_scenario(s: &str) -> Result<Scenario, String> {
 /// Options of `bench verify`.
 #[derive(clap::Args, Debug, Clone)]
 pub struct VerifyArgs {
-    /// Base URL the proxy names are appended to, e.g. http://127.0.0.1:8280/service.
+    /// Base URL the scenarios are under: the proxy names of the classic suite, e.g.
+    /// http://127.0.0.1:8280/service; the paths of the integrator suite, e.g.
+    /// http://127.0.0.1:8281/api.
     pub base_url: String,
-    /// Scenarios to check.
-    #[arg(long, value_delimiter = ',', value_parser = parse_scenario,
-          default_value = "direct,cbr,cbr-soap-header,cbr-transport-header,xslt")]
-    pub scenarios: Vec<Scenario>,
+    /// Scenario suite: `classic` (SOAP) or `integrator` (JSON/REST).
+    #[arg(long, default_value = "classic")]
+    pub suite: Suite,
+    /// Scenarios to check (default: every one of the suite but the WS-Security ones).
+    #[arg(long, value_delimiter = ',', value_parser = parse_scenario)]
+    pub scenarios: Option<Vec<Scenario>>,
     /// Concurrency levels.
     #[arg(long, value_delimiter = ',', value_parser = parse_count, default_value = "1,50")]
     pub concurrency: Vec<usize>,
@@ -119,15 +129,73 @@ impl VerifyReport {
     }
 }
 
-/// A request and the answer it must get.
+/// Requests and the answers they must get.
 struct Case {
+    scenario: Scenario,
+    name: &'static str,
+    size: usize,
+    /// Sent in turn (one, or a rotation such as JsonCBR's two tiers).
+    requests: Vec<(RequestSpec, Check)>,
+    /// WS-Security: fresh secured requests are built from the first spec for each run.
+    secure: Option<Arc<SecureClient>>,
+}
+
+/// A case of one request.
+fn one(
     scenario: Scenario,
     name: &'static str,
     size: usize,
     spec: RequestSpec,
     check: Check,
-    /// WS-Security: fresh secured requests are built from `spec` for each run.
-    secure: Option<Arc<SecureClient>>,
+) -> Case {
+    Case {
+        scenario,
+        name,
+        size,
+        requests: vec![(spec, check)],
+        secure: None,
+    }
+}
+
+/// The integrator cases: the positive rotation at each size (ScatterGather, without a body,
+/// once), then each router's other branch at two sizes. Each size has its own seed, so the
+/// documents' values (tiers, prices) vary across sizes.
+fn integrator_cases(
+    scenario: Scenario,
+    base: &str,
+    sizes: &[usize],
+) -> Result<Vec<Case>, BenchError> {
+    let url = Url::parse(&scenario.url(base)).map_err(BenchError::Usage)?;
+    let shape = |i: usize, size| Shape {
+        size,
+        seed: 1 + i as u64,
+        products: VERIFY_PRODUCTS,
+    };
+    let sizes: Vec<usize> = if scenario.sized() {
+        sizes.to_vec()
+    } else {
+        vec![0]
+    };
+    let mut cases = Vec::new();
+    for (i, &size) in sizes.iter().enumerate() {
+        let requests =
+            integrator::requests(scenario, &url, shape(i, size)).map_err(BenchError::Usage)?;
+        cases.push(Case {
+            scenario,
+            name: "positive",
+            size,
+            requests,
+            secure: None,
+        });
+    }
+    for (i, size) in [1024, 16_385].into_iter().enumerate() {
+        let variants =
+            integrator::variants(scenario, &url, shape(i, size)).map_err(BenchError::Usage)?;
+        for (name, spec, check) in variants {
+            cases.push(one(scenario, name, size, spec, check));
+        }
+    }
+    Ok(cases)
 }
 
 fn cases_for(
@@ -136,6 +204,9 @@ fn cases_for(
     sizes: &[usize],
     keys: Option<&std::path::Path>,
 ) -> Result<Vec<Case>, BenchError> {
+    if scenario.suite() == Suite::Integrator {
+        return integrator_cases(scenario, base, sizes);
+    }
     let url = Url::parse(&scenario.url(base)).map_err(BenchError::Usage)?;
     let usage = |e: crate::payload::PayloadError| BenchError::Usage(e.to_string());
     let mut cases = Vec::new();
@@ -146,32 +217,29 @@ fn cases_for(
         for &size in sizes {
             let body = buy_stocks(size, Variant::Plain).map_err(usage)?;
             cases.push(Case {
-                scenario,
-                name: "positive",
-                size,
-                spec: RequestSpec::soap(url.clone(), body, soap_action(size)),
-                check: Check::Status200,
                 secure: Some(client.clone()),
+                ..one(
+                    scenario,
+                    "positive",
+                    size,
+                    RequestSpec::soap(url.clone(), body, soap_action(size)),
+                    Check::Status200,
+                )
             });
         }
         for size in [1024, 16_385] {
             let body = buy_stocks(size, Variant::Plain).map_err(usage)?;
             let (message, _) = client.message(&body).map_err(BenchError::Failed)?;
-            cases.push(Case {
+            cases.push(one(
                 scenario,
-                name: "tampered-signature",
+                "tampered-signature",
                 size,
-                spec: RequestSpec::soap(
-                    url.clone(),
-                    tamper_signature(&message)?,
-                    soap_action(size),
-                ),
-                check: Check::Fault {
+                RequestSpec::soap(url.clone(), tamper_signature(&message)?, soap_action(size)),
+                Check::Fault {
                     status: 500,
                     reason: FAULT_SECURITY_CHECK,
                 },
-                secure: None,
-            });
+            ));
         }
         return Ok(cases);
     }
@@ -179,14 +247,7 @@ fn cases_for(
         let body = buy_stocks(size, Variant::Plain).map_err(usage)?;
         let check = Check::for_scenario(scenario, &body).map_err(BenchError::Failed)?;
         let spec = RequestSpec::soap(url.clone(), body, soap_action(size));
-        cases.push(Case {
-            scenario,
-            name: "positive",
-            size,
-            spec,
-            check,
-            secure: None,
-        });
+        cases.push(one(scenario, "positive", size, spec, check));
     }
     let negative_sizes = [1024, 16_385];
     for size in negative_sizes {
@@ -201,14 +262,7 @@ fn cases_for(
                     status: 500,
                     reason,
                 };
-                cases.push(Case {
-                    scenario,
-                    name,
-                    size,
-                    spec,
-                    check,
-                    secure: None,
-                });
+                cases.push(one(scenario, name, size, spec, check));
                 Ok::<(), BenchError>(())
             };
         match scenario {
@@ -242,7 +296,7 @@ fn cases_for(
                     FAULT_ROUTING,
                 )?;
             }
-            Scenario::Direct | Scenario::Xslt | Scenario::Secure | Scenario::SecureModern => {}
+            _ => {}
         }
     }
     Ok(cases)
@@ -275,39 +329,49 @@ pub fn execute(
     let base = Url::parse(&args.base_url).map_err(BenchError::Usage)?;
     let addr = load::resolve(&base)?;
     let sizes = args.sizes.clone().unwrap_or_else(|| DEFAULT_SIZES.to_vec());
+    let scenarios = args
+        .scenarios
+        .clone()
+        .unwrap_or_else(|| args.suite.scenarios().to_vec());
+    args.suite.admit(&scenarios).map_err(BenchError::Usage)?;
     let mut report = VerifyReport {
         base_url: args.base_url.clone(),
         cases: Vec::new(),
     };
-    for &scenario in &args.scenarios {
+    for &scenario in &scenarios {
         let cases = cases_for(scenario, &args.base_url, &sizes, args.keys.as_deref())?;
         for &c in &args.concurrency {
             for case in &cases {
-                let requests = if c == 1 { 3 } else { 2 * c as u64 };
-                let feed = match &case.secure {
-                    Some(client) => Some(Arc::new(Feed::new(
+                let Some((first, _)) = case.requests.first() else {
+                    continue;
+                };
+                // Every request of a rotation at least once.
+                let requests =
+                    (if c == 1 { 3 } else { 2 * c as u64 }).max(case.requests.len() as u64);
+                let sent = match &case.secure {
+                    Some(client) => Requests::Secure(Arc::new(Feed::new(
                         SecureClient::clone_of(client),
-                        case.spec.clone(),
+                        first.clone(),
                         requests as usize,
                         false,
                     )?)),
-                    None => None,
+                    None => {
+                        Requests::from_specs(case.requests.clone()).map_err(BenchError::Failed)?
+                    }
                 };
                 let plan = LoadPlan {
-                    url: case.spec.url.clone(),
+                    url: first.url.clone(),
                     addr,
-                    request: Arc::new(case.spec.to_bytes()),
-                    body_len: case.spec.body.len(),
-                    check: Arc::new(case.check.clone()),
+                    requests: sent,
+                    body_len: first.body.len(),
                     concurrency: c,
                     threads: 1,
                     stop: StopRule::Requests(requests),
                     warmup: Duration::ZERO,
                     rate: None,
                     keep_alive: true,
-                    version: case.spec.version,
+                    version: first.version,
                     timeout: args.timeout,
-                    feed,
                 };
                 let r = load::execute(&plan)?;
                 let row = CaseResult {

@@ -94,6 +94,7 @@ fn matrix_writes_cells_summary_and_index_and_report_renders_in_chromium() {
         "Scenario: xslt",
         "TPS by size at concurrency 4",
         "TPS by concurrency at 1 KiB",
+        "p95 ms",
         "p99.9 ms",
     ] {
         assert!(html.contains(needle), "report lacks {needle}");

@@ -16,7 +16,10 @@ fn args(
 ) -> VerifyArgs {
     VerifyArgs {
         base_url: base,
-        scenarios: scenarios.to_vec(),
+        suite: scenarios
+            .first()
+            .map_or(busbar_bench::Suite::Classic, |s| s.suite()),
+        scenarios: Some(scenarios.to_vec()),
         concurrency: conc,
         sizes,
         timeout: Duration::from_secs(20),

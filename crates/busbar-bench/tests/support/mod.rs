@@ -83,6 +83,15 @@ where
     F: Fn(tokio::net::TcpStream) -> Fut + Send + Copy + 'static,
     Fut: std::future::Future<Output = ()> + Send + 'static,
 {
+    serve_with(on_conn)
+}
+
+/// [`serve`] for a connection handler that holds state (cloned per connection).
+fn serve_with<F, Fut>(on_conn: F) -> TestServer
+where
+    F: Fn(tokio::net::TcpStream) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
     let (listener, addr) = bind();
     let (tx, mut rx) = oneshot::channel::<()>();
     let thread = std::thread::spawn(move || {
@@ -309,4 +318,138 @@ pub fn temp_dir(tag: &str) -> PathBuf {
     ));
     std::fs::create_dir_all(&dir).expect("temp dir");
     dir
+}
+
+/// How the integrator test server misbehaves (or not).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Integrator {
+    /// Correct answers (the computed ones from the kit's own mappings: this server tests the
+    /// kit's plumbing; the mappings are held against the Python reference elsewhere).
+    Reference,
+    /// JsonCBR always answers from the standard back end.
+    CbrAlwaysStandard,
+    /// ScatterGather's stock count is one too many.
+    AggregateOffByOne,
+}
+
+/// Counts of the JsonCBR answers by back end, kept by the integrator test server.
+#[derive(Debug, Default)]
+pub struct TierCounts {
+    pub premium: AtomicUsize,
+    pub standard: AtomicUsize,
+}
+
+fn percent_decode(s: &str) -> Option<String> {
+    let mut out = Vec::new();
+    let b = s.as_bytes();
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%' {
+            let hex = std::str::from_utf8(b.get(i + 1..i + 3)?).ok()?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+/// Starts the integrator scenarios under `/api` with `behaviour`; the counts see every JsonCBR
+/// answer.
+pub fn start_integrator(behaviour: Integrator) -> (TestServer, std::sync::Arc<TierCounts>) {
+    let counts = std::sync::Arc::new(TierCounts::default());
+    let shared = counts.clone();
+    let server = serve_with(move |stream| {
+        let counts = shared.clone();
+        async move {
+            let _ = stream.set_nodelay(true);
+            let svc = hyper::service::service_fn(move |req| {
+                handle_integrator(req, behaviour, counts.clone())
+            });
+            let _ = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), svc)
+                .await;
+        }
+    });
+    (server, counts)
+}
+
+impl TestServer {
+    /// The integrator suite's base URL.
+    pub fn api(&self) -> String {
+        format!("http://{}/api", self.addr)
+    }
+}
+
+fn json_answer(status: u16, body: Vec<u8>, backend: Option<&str>) -> Response<Body> {
+    let mut r = Response::builder()
+        .status(status)
+        .header("content-type", "application/json");
+    if let Some(name) = backend {
+        r = r.header("x-echo-name", name);
+    }
+    r.body(Full::new(Bytes::from(body)).boxed())
+        .expect("response")
+}
+
+async fn handle_integrator(
+    req: Request<Incoming>,
+    behaviour: Integrator,
+    counts: std::sync::Arc<TierCounts>,
+) -> Result<Response<Body>, Infallible> {
+    use busbar_bench::integrator;
+    let path = req.uri().path().to_owned();
+    let body = match req.into_body().collect().await {
+        Ok(b) => b.to_bytes().to_vec(),
+        Err(_) => return Ok(json_answer(400, Vec::new(), None)),
+    };
+    let doc = || serde_json::from_slice::<serde_json::Value>(&body);
+    let computed = |v: Result<serde_json::Value, String>| match v {
+        Ok(v) => json_answer(200, v.to_string().into_bytes(), Some("standard")),
+        Err(e) => json_answer(400, e.into_bytes(), None),
+    };
+    Ok(match path.as_str() {
+        "/api/passthrough" | "/api/soap" => json_answer(200, body, Some("standard")),
+        "/api/route" => {
+            let premium = doc()
+                .map(|d| d["customerTier"] == "premium")
+                .unwrap_or(false);
+            let name = if premium && behaviour != Integrator::CbrAlwaysStandard {
+                counts.premium.fetch_add(1, Ordering::SeqCst);
+                "premium"
+            } else {
+                counts.standard.fetch_add(1, Ordering::SeqCst);
+                "standard"
+            };
+            json_answer(200, body, Some(name))
+        }
+        "/api/route/filter" => computed(
+            doc()
+                .map(|d| integrator::goog_answer(&d))
+                .map_err(|e| e.to_string()),
+        ),
+        "/api/map" => computed(
+            doc()
+                .map_err(|e| e.to_string())
+                .and_then(|d| integrator::map(&d)),
+        ),
+        "/api/transform" => computed(
+            doc()
+                .map_err(|e| e.to_string())
+                .and_then(|d| integrator::transform(&d)),
+        ),
+        p => match p.strip_prefix("/api/product/").and_then(percent_decode) {
+            Some(id) => {
+                let mut v = integrator::product(&id);
+                if behaviour == Integrator::AggregateOffByOne {
+                    let n = v["stock"]["inStock"].as_u64().unwrap_or(0);
+                    v["stock"]["inStock"] = (n + 1).into();
+                }
+                json_answer(200, v.to_string().into_bytes(), None)
+            }
+            None => json_answer(404, Vec::new(), None),
+        },
+    })
 }
