@@ -703,3 +703,72 @@ proxies:
     assert!(ok, "{answer}");
     assert_eq!(answer, r#"{"ssl":true}"#);
 }
+
+/// `busbar bench` run as a user would, its output on both streams.
+fn bench(args: &[&str]) -> (bool, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_busbar"))
+        .arg("bench")
+        .args(args)
+        .output()
+        .expect("busbar bench");
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    (out.status.success(), text)
+}
+
+/// The kit's db-read checks every row against the seed formula, and db-write checks every
+/// answer and reads every written row back; a row that is not what the seed says is caught.
+#[test]
+fn the_bench_kit_reads_and_writes_the_example_and_verifies_it() {
+    let (ex, _dir) = on_sqlite();
+    let url = format!("http://{}/api/customers", ex.listen());
+    let args = |scenario: &'static str, n: &'static str| {
+        vec![
+            "load",
+            "URL",
+            "--suite",
+            "integrator",
+            "--verify",
+            scenario,
+            "-n",
+            n,
+            "-c",
+            "8",
+            "--seed",
+            "7",
+        ]
+    };
+    let run = |scenario, n| {
+        let a: Vec<&str> = args(scenario, n)
+            .into_iter()
+            .map(|x| if x == "URL" { url.as_str() } else { x })
+            .collect();
+        bench(&a)
+    };
+    let (ok, text) = run("db-read", "3000");
+    assert!(
+        ok && text.contains("3000 ok") && text.contains("verify 0"),
+        "{text}"
+    );
+    let (ok, text) = run("db-write", "2000");
+    assert!(
+        ok && text.contains("2000 ok") && text.contains("verify 0"),
+        "{text}"
+    );
+    assert!(
+        text.contains("read back: 1000 replaced rows as written; 1000 of 1000 inserts"),
+        "{text}"
+    );
+    // One row of db-read's rotation changed behind its back: the run reports it.
+    let id = busbar_bench::db::read_ids(busbar_bench::db::READ_IDS, 7)[0];
+    let changed = json!({"first_name": "Changed", "last_name": "Row", "email": format!("customer{id}@example.com")});
+    assert_eq!(
+        call(&ex, "PUT", &format!("/api/customers/{id}"), Some(changed)).0,
+        200
+    );
+    let (_, text) = run("db-read", "2000");
+    assert!(
+        !text.contains("verify 0"),
+        "a changed row went unnoticed: {text}"
+    );
+}

@@ -113,6 +113,8 @@ pub enum Method {
     Post,
     /// `GET`, no body.
     Get,
+    /// `PUT` with a Content-Length body.
+    Put,
 }
 
 /// Everything needed to serialize the one request a load run repeats.
@@ -214,6 +216,7 @@ impl RequestSpec {
         let method = match self.method {
             Method::Post => "POST",
             Method::Get => "GET",
+            Method::Put => "PUT",
         };
         let mut head = format!(
             "{method} {} {version}\r\nHost: {}\r\n",
@@ -226,7 +229,7 @@ impl RequestSpec {
             head.push_str(value);
             head.push_str("\r\n");
         }
-        if self.method == Method::Post || !self.body.is_empty() {
+        if self.method != Method::Get || !self.body.is_empty() {
             head.push_str(&format!("Content-Length: {}\r\n", self.body.len()));
         }
         match (self.version, self.keep_alive) {
@@ -267,6 +270,11 @@ impl std::fmt::Display for ExchangeError {
 pub struct Headers<'a>(&'a [u8]);
 
 impl<'a> Headers<'a> {
+    /// No header lines.
+    pub fn empty() -> Headers<'static> {
+        Headers(b"")
+    }
+
     /// Header lines as they came, each ending with CRLF (or LF).
     pub const fn new(lines: &'a [u8]) -> Headers<'a> {
         Headers(lines)

@@ -72,6 +72,8 @@ pub fn requests(
                 Ok((RequestSpec::get(at), Check::Json(product(&id))))
             })
             .collect(),
+        Scenario::DbRead => crate::db::read_requests(url, seed),
+        Scenario::DbWrite => Err("db-write makes a fresh request for every send: run it with `bench load --verify db-write` or `bench verify`".into()),
         classic => Err(format!("{classic} is not an integrator scenario")),
     }
 }

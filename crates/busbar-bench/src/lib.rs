@@ -11,6 +11,7 @@
 
 pub mod check;
 pub mod client;
+pub mod db;
 pub mod error;
 pub mod integrator;
 pub mod load;

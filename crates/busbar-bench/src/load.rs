@@ -125,6 +125,8 @@ pub enum Requests {
     Rotation(Arc<[Prepared]>),
     /// Fresh WS-Security messages.
     Secure(Arc<crate::secure::Feed>),
+    /// Fresh database writes (`db-write`), read back after the run.
+    DbWrite(Arc<crate::db::WriteFeed>),
 }
 
 impl Requests {
@@ -512,6 +514,7 @@ pub fn plan_from_args(args: &LoadArgs) -> Result<LoadPlan, BenchError> {
             .map_err(|e| BenchError::io(format!("cannot read body file {}", path.display()), e))
     };
     let profile = scenario.and_then(Scenario::secure_profile);
+    let mut db_feed = None;
     let mut specs: Vec<(RequestSpec, Check)> = match args.suite {
         Suite::Classic => {
             let body = match (&args.body, args.size) {
@@ -549,6 +552,14 @@ pub fn plan_from_args(args: &LoadArgs) -> Result<LoadPlan, BenchError> {
                 RequestSpec::json(url.clone(), read_body(path)?),
                 Check::Status200,
             )],
+            (Some(Scenario::DbWrite), None) => {
+                // The feed makes every request; this one stands for their shape.
+                db_feed = Some(Arc::new(crate::db::WriteFeed::new(url.clone())));
+                vec![(
+                    RequestSpec::json(url.clone(), b"{}".to_vec()),
+                    Check::Status200,
+                )]
+            }
             (Some(scenario), None) => {
                 let shape = Shape {
                     size: args.size.unwrap_or(1024),
@@ -583,6 +594,11 @@ pub fn plan_from_args(args: &LoadArgs) -> Result<LoadPlan, BenchError> {
         .map(|(s, _)| (s.body.len(), s.keep_alive, s.version))
         .unwrap_or((0, !args.no_keepalive, Version::Http11));
     let requests = match profile {
+        _ if db_feed.is_some() => Requests::DbWrite(
+            db_feed
+                .take()
+                .ok_or_else(|| BenchError::Usage("no database feed".into()))?,
+        ),
         Some(profile) => {
             let keys = args
                 .keys
@@ -626,6 +642,13 @@ pub fn resolve(url: &Url) -> Result<SocketAddr, BenchError> {
 pub fn command(args: &LoadArgs) -> Result<LoadResult, BenchError> {
     let plan = plan_from_args(args)?;
     let result = execute(&plan)?;
+    if let Requests::DbWrite(feed) = &plan.requests {
+        // Every answer was checked; now every row written must be in the table as written.
+        let summary = feed
+            .read_back(plan.addr, plan.timeout)
+            .map_err(BenchError::Failed)?;
+        eprintln!("{summary}");
+    }
     if args.legacy {
         print!("{}", result.legacy_block());
         println!("{}", LoadResult::LEGACY_CSV_HEADER);
@@ -962,6 +985,16 @@ async fn client(id: usize, plan: Arc<LoadPlan>, shared: Arc<Shared>, stats: Rc<R
                 turn += 1;
                 (request.clone(), check.clone())
             }
+            Requests::DbWrite(feed) => match feed.next() {
+                Ok(next) => next,
+                Err(why) => {
+                    if measuring {
+                        stats.borrow_mut().error(|e| &mut e.write, || why);
+                        last_done = Some(Instant::now());
+                    }
+                    continue;
+                }
+            },
             Requests::Secure(feed) => match feed.next() {
                 Ok(next) => next,
                 Err(why) => {

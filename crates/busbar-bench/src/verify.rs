@@ -138,6 +138,8 @@ struct Case {
     requests: Vec<(RequestSpec, Check)>,
     /// WS-Security: fresh secured requests are built from the first spec for each run.
     secure: Option<Arc<SecureClient>>,
+    /// `db-write`: fresh writes for each run, read back after it.
+    db_write: bool,
 }
 
 /// A case of one request.
@@ -154,6 +156,7 @@ fn one(
         size,
         requests: vec![(spec, check)],
         secure: None,
+        db_write: false,
     }
 }
 
@@ -177,6 +180,16 @@ fn integrator_cases(
         vec![0]
     };
     let mut cases = Vec::new();
+    if scenario == Scenario::DbWrite {
+        return Ok(vec![Case {
+            scenario,
+            name: "positive",
+            size: 0,
+            requests: vec![(RequestSpec::json(url, b"{}".to_vec()), Check::Status200)],
+            secure: None,
+            db_write: true,
+        }]);
+    }
     for (i, &size) in sizes.iter().enumerate() {
         let requests =
             integrator::requests(scenario, &url, shape(i, size)).map_err(BenchError::Usage)?;
@@ -186,6 +199,7 @@ fn integrator_cases(
             size,
             requests,
             secure: None,
+            db_write: false,
         });
     }
     for (i, size) in [1024, 16_385].into_iter().enumerate() {
@@ -348,7 +362,14 @@ pub fn execute(
                 // Every request of a rotation at least once.
                 let requests =
                     (if c == 1 { 3 } else { 2 * c as u64 }).max(case.requests.len() as u64);
+                let feed = case
+                    .db_write
+                    .then(|| Arc::new(crate::db::WriteFeed::new(first.url.clone())));
                 let sent = match &case.secure {
+                    _ if feed.is_some() => Requests::DbWrite(
+                        feed.clone()
+                            .ok_or_else(|| BenchError::Failed("no database feed".into()))?,
+                    ),
                     Some(client) => Requests::Secure(Arc::new(Feed::new(
                         SecureClient::clone_of(client),
                         first.clone(),
@@ -374,6 +395,11 @@ pub fn execute(
                     timeout: args.timeout,
                 };
                 let r = load::execute(&plan)?;
+                // db-write: every row written must read back as written.
+                let read_back = feed
+                    .as_ref()
+                    .map(|f| f.read_back(addr, args.timeout))
+                    .transpose();
                 let row = CaseResult {
                     scenario: case.scenario.name().into(),
                     case: case.name.into(),
@@ -381,10 +407,14 @@ pub fn execute(
                     concurrency: c,
                     requests,
                     passed: r.successes,
-                    ok: r.successes == requests && r.errors.total() == 0 && !r.interrupted,
+                    ok: r.successes == requests
+                        && r.errors.total() == 0
+                        && !r.interrupted
+                        && read_back.is_ok(),
                     detail: r
                         .first_error
                         .clone()
+                        .or_else(|| read_back.clone().err())
                         .or_else(|| r.interrupted.then(|| "interrupted".to_string())),
                 };
                 progress(&row);
