@@ -308,6 +308,32 @@ async fn suite(db: &Database, pg: bool) {
     for (i, r) in rows.iter().enumerate() {
         assert_eq!(r["qty"], i as i64 + 1);
     }
+    // Around the 16 KB the answer starts streaming at: every row count gives the whole array,
+    // whether it went out buffered or streamed.
+    let mut kinds = std::collections::BTreeSet::new();
+    for limit in (200..=700).step_by(11) {
+        let out = run(
+            db,
+            &["SELECT id, name, qty FROM items WHERE name LIKE 'bulk-%' ORDER BY qty LIMIT :n"],
+            vec![vec![Value::Int(limit)]],
+            Shape::Rows,
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+        kinds.insert(matches!(out, Output::Stream(_)));
+        let rows = json(out).await;
+        let rows = rows.as_array().unwrap_or_else(|| panic!("not an array"));
+        assert_eq!(rows.len() as i64, limit);
+        assert_eq!(
+            rows.last().map(|r| r["qty"].clone()),
+            Some(serde_json::json!(limit))
+        );
+    }
+    assert_eq!(
+        kinds.len(),
+        2,
+        "the range does not straddle the streaming threshold"
+    );
     // Keyset pagination is a query with bound values.
     let page = json(
         run(

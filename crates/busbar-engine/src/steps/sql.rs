@@ -535,3 +535,76 @@ impl http_body::Body for Rows {
             .map(|next| next.map(|r| r.map(http_body::Frame::data)))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::exchange;
+    use super::*;
+    use busbar_core::Var;
+
+    fn param(source: Source, ty: SqlType) -> Param {
+        Param {
+            name: "p".into(),
+            source,
+            ty,
+            default: None,
+            nullable: false,
+            min: None,
+            max: None,
+        }
+    }
+
+    #[test]
+    fn a_variable_is_bound_as_text_and_typed_like_other_text() {
+        let mut ex = exchange(&[], b"");
+        let evil = "x'); DROP TABLE t; --";
+        ex.set_var("v", Var::Text(evil.into()));
+        ex.set_var("n", Var::Text("42".into()));
+        let p = param(Source::Var("v".into()), SqlType::Any);
+        assert_eq!(p.value(&ex, None).ok(), Some(Value::Text(evil.into())));
+        let n = param(Source::Var("n".into()), SqlType::Int);
+        assert_eq!(n.value(&ex, None).ok(), Some(Value::Int(42)));
+        let bad = param(Source::Var("v".into()), SqlType::Int);
+        let e = bad.value(&ex, None).err().map(|e| e.reason.to_string());
+        assert_eq!(
+            e.as_deref(),
+            Some("Parameter 'p' must be an integer (variable 'v')")
+        );
+        let missing = param(Source::Var("none".into()), SqlType::Any);
+        assert!(missing.value(&ex, None).is_err());
+    }
+
+    #[test]
+    fn json_fields_keep_their_type_and_limits_clamp() {
+        let ex = exchange(&[], b"");
+        let body: Json = serde_json::json!({"n": "12", "m": 12, "big": 5000, "o": {"a": [1]}});
+        let path = |p: &str| {
+            Source::Json(
+                JsonPath::compile(p).unwrap_or_else(|e| panic!("{e}")),
+                p.into(),
+            )
+        };
+        assert!(param(path("$.n"), SqlType::Int)
+            .value(&ex, Some(&body))
+            .is_err());
+        assert_eq!(
+            param(path("$.m"), SqlType::Int)
+                .value(&ex, Some(&body))
+                .ok(),
+            Some(Value::Int(12))
+        );
+        let mut capped = param(path("$.big"), SqlType::Int);
+        capped.max = Some(1000);
+        assert_eq!(capped.value(&ex, Some(&body)).ok(), Some(Value::Int(1000)));
+        assert_eq!(
+            param(path("$.o"), SqlType::Json)
+                .value(&ex, Some(&body))
+                .ok(),
+            Some(Value::Json(serde_json::json!({"a": [1]})))
+        );
+        let mut nullable = param(path("$.gone"), SqlType::Text);
+        assert!(nullable.value(&ex, Some(&body)).is_err());
+        nullable.nullable = true;
+        assert_eq!(nullable.value(&ex, Some(&body)).ok(), Some(Value::Null));
+    }
+}
