@@ -61,29 +61,9 @@ fn call(ex: &Example, method: &str, path: &str, body: Option<Value>) -> (u16, Va
     (r.status, v, r)
 }
 
-/// Seed customer `n`, as docs/databases.md defines it.
+/// Seed customer `n`, as docs/databases.md defines it (the bench kit's `db-read` expectation).
 fn seed(n: i64) -> Value {
-    // Seconds after 2026-01-01T00:00:00Z.
-    let at = n;
-    let created = format!(
-        "2026-01-{:02}T{:02}:{:02}:{:02}Z",
-        1 + at / 86_400,
-        at % 86_400 / 3600,
-        at % 3600 / 60,
-        at % 60
-    );
-    json!({
-        "id": n,
-        "first_name": format!("First{n}"),
-        "last_name": format!("Last{n}"),
-        "email": format!("customer{n}@example.com"),
-        "tier": if n % 2 == 0 { "premium" } else { "standard" },
-        "city": format!("City{}", n % 100),
-        "country": format!("Country{}", n % 20),
-        "balance": ((n % 1000) * 4) as f64 + 0.25,
-        "active": n % 3 != 0,
-        "created_at": created,
-    })
+    busbar_bench::db::seed_row(n as u64)
 }
 
 /// Equal as JSON, numbers compared by value (PostgreSQL writes a NUMERIC(14,2) 100.5 as

@@ -7,6 +7,7 @@
 //! listener. Nothing here depends on the config or on the HTTP server.
 
 pub mod body;
+pub mod calendar;
 pub mod error;
 pub mod exchange;
 pub mod fault;

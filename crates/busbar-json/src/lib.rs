@@ -788,6 +788,11 @@ pub fn check(doc: &[u8], limits: Limits) -> Result<(), JsonError> {
     Ok(())
 }
 
+/// True when `t` is a JSON number as RFC 8259 writes one (`-0.5e3`; not `01`, `.5`, `NaN`).
+pub fn is_number(t: &str) -> bool {
+    valid_number(t)
+}
+
 fn valid_number(t: &str) -> bool {
     let b = t.as_bytes();
     let mut i = 0;

@@ -16,7 +16,7 @@ use tokio_postgres::types::{Format, FromSql, IsNull, Kind as TypeKind, ToSql, Ty
 use tokio_postgres::{NoTls, RowStream};
 use tokio_postgres_rustls::MakeRustlsConnect;
 
-use crate::value::{civil_from_days, rfc3339_micros, RowWriter};
+use crate::value::{rfc3339_micros, RowWriter};
 use crate::{
     DbError, ErrorClass, Health, Kind, NumericAs, Options, Output, Query, Shape, Statement, Value,
     STREAM_AFTER,
@@ -539,7 +539,7 @@ fn write_cell(
                 d if d == i64::from(i32::MAX) => w.string("infinity"),
                 d if d == i64::from(i32::MIN) => w.string("-infinity"),
                 d => {
-                    let (y, m, dd) = civil_from_days(d + PG_EPOCH / 86_400);
+                    let (y, m, dd) = busbar_core::calendar::civil_from_days(d + PG_EPOCH / 86_400);
                     w.string(&format!("{y:04}-{m:02}-{dd:02}"));
                 }
             }

@@ -170,59 +170,7 @@ impl RowWriter {
 
 /// True when `s` is a JSON number (RFC 8259 grammar).
 pub(crate) fn is_json_number(s: &str) -> bool {
-    let b = s.as_bytes();
-    let mut i = 0;
-    if b.first() == Some(&b'-') {
-        i += 1;
-    }
-    match b.get(i) {
-        Some(b'0') => i += 1,
-        Some(c) if c.is_ascii_digit() => {
-            while b.get(i).is_some_and(u8::is_ascii_digit) {
-                i += 1;
-            }
-        }
-        _ => return false,
-    }
-    if b.get(i) == Some(&b'.') {
-        i += 1;
-        let start = i;
-        while b.get(i).is_some_and(u8::is_ascii_digit) {
-            i += 1;
-        }
-        if i == start {
-            return false;
-        }
-    }
-    if matches!(b.get(i), Some(b'e' | b'E')) {
-        i += 1;
-        if matches!(b.get(i), Some(b'+' | b'-')) {
-            i += 1;
-        }
-        let start = i;
-        while b.get(i).is_some_and(u8::is_ascii_digit) {
-            i += 1;
-        }
-        if i == start {
-            return false;
-        }
-    }
-    i == b.len()
-}
-
-/// Days since 1970-01-01 → (year, month, day) in the proleptic Gregorian calendar.
-pub(crate) fn civil_from_days(days: i64) -> (i64, u32, u32) {
-    // Eras of 400 years (146,097 days) starting on 0000-03-01.
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    (y, m, d)
+    busbar_json::is_number(s)
 }
 
 /// Microseconds since 1970-01-01T00:00:00Z as RFC 3339 in UTC (`…Z`), with a fraction only
@@ -230,7 +178,7 @@ pub(crate) fn civil_from_days(days: i64) -> (i64, u32, u32) {
 pub(crate) fn rfc3339_micros(micros: i64) -> String {
     let secs = micros.div_euclid(1_000_000);
     let frac = micros.rem_euclid(1_000_000);
-    let (y, m, d) = civil_from_days(secs.div_euclid(86_400));
+    let (y, m, d) = busbar_core::calendar::civil_from_days(secs.div_euclid(86_400));
     let sod = secs.rem_euclid(86_400);
     let mut s = format!(
         "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}",
@@ -259,7 +207,6 @@ mod tests {
             "2025-11-25T12:00:00.1234Z"
         );
         assert_eq!(rfc3339_micros(-1), "1969-12-31T23:59:59.999999Z");
-        assert_eq!(civil_from_days(-719_468), (0, 3, 1));
     }
 
     #[test]
