@@ -1,6 +1,8 @@
-//! SQLite: a fixed set of threads, each owning one connection, taking jobs from one queue.
-//! A request first takes a permit (one per thread, waited for at most `acquire_timeout`),
-//! so a job never waits in the queue behind busy threads and the pool's use is visible.
+//! SQLite: a fixed set of threads, each owning one connection. A request first takes a
+//! permit (one per thread, waited for at most `acquire_timeout`), which guarantees an idle
+//! thread: it takes that thread's channel from the idle list and hands it the job. A thread
+//! goes back on the list before its permit is released. (One queue shared by every thread
+//! cost a contended lock and a futex wake per request.)
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc as std_mpsc, Arc, Mutex};
@@ -17,10 +19,18 @@ use crate::{
     STREAM_AFTER,
 };
 
-type Job = Box<dyn FnOnce(&mut Connection) + Send>;
+/// Work for one thread: the closure, the channel it came through (put back on the idle list
+/// afterwards) and the permit (released last).
+struct Job {
+    work: Box<dyn FnOnce(&mut Connection) + Send>,
+    back: std_mpsc::Sender<Job>,
+    permit: OwnedSemaphorePermit,
+}
+
+type Idle = Arc<Mutex<Vec<std_mpsc::Sender<Job>>>>;
 
 pub(crate) struct Sqlite {
-    jobs: std_mpsc::Sender<Job>,
+    idle: Idle,
     permits: Arc<Semaphore>,
     size: usize,
     acquire_timeout: Duration,
@@ -65,33 +75,37 @@ impl Sqlite {
                 .execute_batch(init)
                 .map_err(|e| format!("init of SQLite database '{shown}' failed: {e}"))?;
         }
-        let (jobs, queue) = std_mpsc::channel::<Job>();
-        let queue = Arc::new(Mutex::new(queue));
         let mut conns = vec![first];
         for _ in 1..size {
             conns.push(open()?);
         }
+        let idle: Idle = Arc::new(Mutex::new(Vec::with_capacity(size)));
         for (i, mut conn) in conns.into_iter().enumerate() {
-            let queue = queue.clone();
+            let (tx, rx) = std_mpsc::channel::<Job>();
+            if let Ok(mut list) = idle.lock() {
+                list.push(tx);
+            }
+            // The idle list holds the only sender of an idle thread: once the database is
+            // dropped (a reload replaced it), the channel closes and the thread ends.
+            let list = Arc::downgrade(&idle);
             std::thread::Builder::new()
                 .name(format!("busbar-sqlite-{i}"))
-                .spawn(move || loop {
-                    // The lock is held only to take one job; the queue closes when the
-                    // database is dropped (a reload replaced it), ending the thread.
-                    let job = match queue.lock() {
-                        Ok(q) => q.recv(),
-                        Err(_) => return,
-                    };
-                    match job {
-                        Ok(job) => job(&mut conn),
-                        Err(_) => return,
+                .spawn(move || {
+                    while let Ok(job) = rx.recv() {
+                        (job.work)(&mut conn);
+                        if let Some(list) = list.upgrade() {
+                            if let Ok(mut l) = list.lock() {
+                                l.push(job.back);
+                            }
+                        }
+                        drop(job.permit);
                     }
                 })
                 .map_err(|e| format!("cannot start a SQLite thread: {e}"))?;
         }
         health.up();
         Ok(Self {
-            jobs,
+            idle,
             permits: Arc::new(Semaphore::new(size)),
             size,
             acquire_timeout: options.acquire_timeout,
@@ -129,14 +143,27 @@ impl Sqlite {
             numeric: query.numeric,
             timeout: self.statement_timeout,
         };
-        let job: Job = Box::new(move |conn| work.run(conn, tx, permit));
-        self.jobs.send(job).map_err(|_| {
+        // A permit means a thread is idle (threads go back on the list before their permit
+        // is released).
+        let closed = || {
             DbError::new(
                 ErrorClass::Unavailable,
                 "The database is closed",
                 "SQLite threads ended",
             )
-        })?;
+        };
+        let thread = self
+            .idle
+            .lock()
+            .ok()
+            .and_then(|mut l| l.pop())
+            .ok_or_else(closed)?;
+        let job = Job {
+            work: Box::new(move |conn| work.run(conn, tx)),
+            back: thread.clone(),
+            permit,
+        };
+        thread.send(job).map_err(|_| closed())?;
         let result = rx.await.map_err(|_| {
             DbError::new(
                 ErrorClass::Other,
@@ -168,12 +195,7 @@ struct Reply {
 }
 
 impl Work {
-    fn run(
-        self,
-        conn: &mut Connection,
-        tx: oneshot::Sender<Result<Output, DbError>>,
-        _permit: OwnedSemaphorePermit,
-    ) {
+    fn run(self, conn: &mut Connection, tx: oneshot::Sender<Result<Output, DbError>>) {
         // The statement timeout: checked every few thousand virtual-machine steps; time spent
         // waiting for a slow client to take streamed rows does not count.
         let start = Instant::now();
