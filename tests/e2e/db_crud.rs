@@ -684,18 +684,6 @@ proxies:
     assert_eq!(answer, r#"{"ssl":true}"#);
 }
 
-/// `busbar bench` run as a user would, its output on both streams.
-fn bench(args: &[&str]) -> (bool, String) {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_busbar"))
-        .arg("bench")
-        .args(args)
-        .output()
-        .expect("busbar bench");
-    let text =
-        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
-    (out.status.success(), text)
-}
-
 /// The kit's db-read checks every row against the seed formula, and db-write checks every
 /// answer and reads every written row back; a row that is not what the seed says is caught.
 #[test]
@@ -723,7 +711,8 @@ fn the_bench_kit_reads_and_writes_the_example_and_verifies_it() {
             .into_iter()
             .map(|x| if x == "URL" { url.as_str() } else { x })
             .collect();
-        bench(&a)
+        let (status, text) = bench(&a);
+        (status.success(), text)
     };
     let (ok, text) = run("db-read", "3000");
     assert!(

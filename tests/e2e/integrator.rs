@@ -110,18 +110,6 @@ fn bench_json_payloads_verify_through_the_example() {
     }
 }
 
-/// `busbar bench` run as a user would, its output on both streams.
-fn bench(args: &[&str]) -> (std::process::ExitStatus, String) {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_busbar"))
-        .arg("bench")
-        .args(args)
-        .output()
-        .expect("busbar bench");
-    let text =
-        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
-    (out.status, text)
-}
-
 /// The kit's integrator suite verifies every scenario of the example: routing by the back end
 /// that answered, each product's aggregate, the mappings against the kit's own computation.
 #[test]

@@ -521,3 +521,15 @@ impl Drop for Example {
         let _ = self.child.wait();
     }
 }
+
+/// `busbar bench` run as a user would, its output on both streams.
+pub fn bench(args: &[&str]) -> (std::process::ExitStatus, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_busbar"))
+        .arg("bench")
+        .args(args)
+        .output()
+        .expect("busbar bench");
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    (out.status, text)
+}

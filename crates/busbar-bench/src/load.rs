@@ -130,6 +130,15 @@ pub enum Requests {
 }
 
 impl Requests {
+    /// The next request of a feed that makes each one fresh (WS-Security, `db-write`).
+    fn fresh(&self) -> Result<Prepared, String> {
+        match self {
+            Requests::Secure(feed) => feed.next(),
+            Requests::DbWrite(feed) => feed.next(),
+            Requests::One(_) | Requests::Rotation(_) => Err("not a feed of fresh requests".into()),
+        }
+    }
+
     /// One request, or a rotation of several, from their specs.
     pub fn from_specs(specs: Vec<(RequestSpec, Check)>) -> Result<Requests, String> {
         let mut list: Vec<Prepared> = specs
@@ -985,17 +994,7 @@ async fn client(id: usize, plan: Arc<LoadPlan>, shared: Arc<Shared>, stats: Rc<R
                 turn += 1;
                 (request.clone(), check.clone())
             }
-            Requests::DbWrite(feed) => match feed.next() {
-                Ok(next) => next,
-                Err(why) => {
-                    if measuring {
-                        stats.borrow_mut().error(|e| &mut e.write, || why);
-                        last_done = Some(Instant::now());
-                    }
-                    continue;
-                }
-            },
-            Requests::Secure(feed) => match feed.next() {
+            Requests::DbWrite(_) | Requests::Secure(_) => match plan.requests.fresh() {
                 Ok(next) => next,
                 Err(why) => {
                     if measuring {

@@ -211,7 +211,7 @@ impl Work {
             first: Some(tx),
             stream: None,
         };
-        let result = self.execute(conn, &mut reply, start, &deadline);
+        let result = self.execute(conn, &mut reply, &deadline);
         let _ = conn.progress_handler(0, None::<fn() -> bool>);
         match (result, reply.first.take(), reply.stream.take()) {
             (Ok(out), Some(first), _) => {
@@ -234,7 +234,6 @@ impl Work {
         &self,
         conn: &mut Connection,
         reply: &mut Reply,
-        start: Instant,
         deadline: &AtomicU64,
     ) -> Result<Output, DbError> {
         if self.statements.len() == 1 {
@@ -244,7 +243,7 @@ impl Work {
                 &self.values[0],
                 self.shape,
                 self.numeric,
-                Some((reply, start, deadline)),
+                Some((reply, deadline)),
             );
         }
         let tx = conn
@@ -271,7 +270,7 @@ fn run_one(
     values: &[Value],
     shape: Shape,
     numeric: NumericAs,
-    mut reply: Option<(&mut Reply, Instant, &AtomicU64)>,
+    mut reply: Option<(&mut Reply, &AtomicU64)>,
 ) -> Result<Output, DbError> {
     let mut stmt = conn.prepare_cached(statement.sqlite()).map_err(classify)?;
     let binds: Vec<rusqlite::types::Value> = values.iter().map(to_sqlite).collect();
@@ -308,9 +307,9 @@ fn run_one(
             Shape::Affected | Shape::Empty => {}
         }
         if shape == Shape::Rows && w.out.len() >= STREAM_AFTER {
-            if let Some((r, start, deadline)) = reply.as_mut() {
+            if let Some((r, deadline)) = reply.as_mut() {
                 let chunk = Bytes::from(std::mem::take(&mut w.out));
-                if !send_chunk(r, chunk, *start, deadline) {
+                if !send_chunk(r, chunk, deadline) {
                     // The client left: stop reading rows.
                     return Ok(Output::Done { affected: 0 });
                 }
@@ -355,7 +354,7 @@ fn run_one(
 }
 
 /// Hands a chunk on: the first one opens the stream. False when the client is gone.
-fn send_chunk(r: &mut Reply, chunk: Bytes, start: Instant, deadline: &AtomicU64) -> bool {
+fn send_chunk(r: &mut Reply, chunk: Bytes, deadline: &AtomicU64) -> bool {
     if let Some(first) = r.first.take() {
         let (tx, rx) = mpsc::channel(4);
         let _ = tx.try_send(Ok(chunk));
@@ -367,7 +366,6 @@ fn send_chunk(r: &mut Reply, chunk: Bytes, start: Instant, deadline: &AtomicU64)
     let sent = tx.blocking_send(Ok(chunk)).is_ok();
     let paused = waited.elapsed().as_millis() as u64;
     deadline.fetch_add(paused, Ordering::Relaxed);
-    let _ = start;
     sent
 }
 
