@@ -121,7 +121,16 @@ impl Postgres {
                 "the server has not answered since the start (or init failed)",
             ));
         }
-        let mut client = self.pool.get().await.map_err(|e| self.pool_error(e))?;
+        let mut client = match self.pool.get().await {
+            Ok(c) => c,
+            Err(e) => {
+                let e = self.pool_error(e);
+                if e.class == ErrorClass::Unavailable {
+                    self.health.down(&e.detail);
+                }
+                return Err(e);
+            }
+        };
         // Past the server's own statement timeout, the connection itself is suspect (a hung
         // network): it is closed rather than handed to the next request.
         let limit = self.statement_timeout * query.statements.len() as u32 + Duration::from_secs(1);
