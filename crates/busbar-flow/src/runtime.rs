@@ -29,7 +29,8 @@ use crate::xml::{Doc, Name, NodeId};
 use crate::xpath::{Context, NodeRef, Value, XPathError};
 use crate::{timeval, Deployed};
 
-type BoxFut<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+/// A boxed future that can move between threads.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 /// Namespace of busbar's own fault names.
 pub const BUSBAR_FAULT_NS: &str = "urn:busbar:bpel";
@@ -101,7 +102,7 @@ pub enum PartnerReply {
 /// How the host calls partner services.
 pub trait Partners: Send + Sync {
     /// Calls the partner; an `Err` is a transport failure (text for people).
-    fn invoke<'a>(&'a self, call: PartnerCall<'a>) -> BoxFut<'a, Result<PartnerReply, String>>;
+    fn invoke<'a>(&'a self, call: PartnerCall<'a>) -> BoxFuture<'a, Result<PartnerReply, String>>;
 }
 
 /// Bounds on instances.
@@ -157,6 +158,12 @@ pub struct ProvidedService {
     /// The port's binding, when defined.
     pub binding: Option<crate::wsdl::Binding>,
     pub defs: Arc<Process>,
+}
+
+enum Routed {
+    Taken,
+    Refused(Fault),
+    Start(Delivery),
 }
 
 struct Delivery {
@@ -414,90 +421,102 @@ impl Engine {
         } else {
             (None, None)
         };
-        let mut delivery = Delivery {
+        let delivery = Delivery {
             message,
             reply: reply_tx,
         };
         // 1. A waiting instance; 2. a live instance's mailbox; 3. a new instance.
-        let start = {
-            let mut router = live.router.lock().unwrap_or_else(|e| e.into_inner());
-            let mut hit = None;
-            for (wi, w) in router.waiters.iter().enumerate() {
-                for (oi, o) in w.options.iter().enumerate() {
-                    if o.partner_link == pl
-                        && o.operation == operation
-                        && keys_match(process, &o.keys, &delivery.message)
-                    {
-                        hit = Some((wi, oi));
-                        break;
-                    }
+        match self.route(live, pl, operation, delivery) {
+            Routed::Taken => wait_reply(reply_rx).await,
+            Routed::Refused(f) => Outcome::Fault(f),
+            Routed::Start(delivery) => {
+                if self.inner.alive.load(Ordering::Relaxed) >= self.inner.limits.max_instances as i64 {
+                    return Outcome::Fault(Fault::busbar(
+                        "tooManyInstances",
+                        format!(
+                            "the limit of {} running instances is reached",
+                            self.inner.limits.max_instances
+                        ),
+                    ));
                 }
-                if hit.is_some() {
+                self.spawn(live.clone(), pl, operation.to_string(), delivery);
+                wait_reply(reply_rx).await
+            }
+        }
+    }
+
+    fn route(&self, live: &Arc<Live>, pl: usize, operation: &str, mut delivery: Delivery) -> Routed {
+        let process = &live.process;
+        let mut router = live.router.lock().unwrap_or_else(|e| e.into_inner());
+        let mut hit = None;
+        for (wi, w) in router.waiters.iter().enumerate() {
+            for (oi, o) in w.options.iter().enumerate() {
+                if o.partner_link == pl
+                    && o.operation == operation
+                    && keys_match(process, &o.keys, &delivery.message)
+                {
+                    hit = Some((wi, oi));
                     break;
                 }
             }
-            if let Some((wi, oi)) = hit {
-                let w = router.waiters.swap_remove(wi);
-                self.inner.busy.fetch_add(1, Ordering::SeqCst);
-                if let Err((_, d)) = w.tx.send((oi, delivery)) {
+            if hit.is_some() {
+                break;
+            }
+        }
+        if let Some((wi, oi)) = hit {
+            let w = router.waiters.swap_remove(wi);
+            self.inner.busy.fetch_add(1, Ordering::SeqCst);
+            match w.tx.send((oi, delivery)) {
+                Ok(()) => return Routed::Taken,
+                Err((_, d)) => {
                     // The instance went away between registering and now.
                     self.inner.busy.fetch_sub(1, Ordering::SeqCst);
                     delivery = d;
-                } else {
-                    drop(router);
-                    return wait_reply(reply_rx).await;
                 }
             }
-            // A live instance correlated with this message?
-            let owner = process
-                .receives
-                .iter()
-                .filter(|r| r.partner_link == pl && r.operation == operation)
-                .flat_map(|r| r.correlations.iter())
-                .filter(|c| c.initiate != Initiate::Yes)
-                .find_map(|c| {
-                    let vals = message_props(process, &delivery.message, &c.set.properties).ok()?;
-                    router.keys.get(&(c.set.id, vals)).copied()
-                });
-            if let Some(instance) = owner {
-                if router.mailbox.len() >= self.inner.limits.max_mailbox {
-                    return Outcome::Fault(Fault::busbar(
-                        "tooManyMessages",
-                        "too many messages waiting for instances",
-                    ));
-                }
-                router.mailbox.push(Pending {
-                    instance,
-                    partner_link: pl,
-                    operation: operation.to_string(),
-                    message: delivery.message,
-                    reply: delivery.reply,
-                });
-                drop(router);
-                return wait_reply(reply_rx).await;
+        }
+        // A live instance correlated with this message?
+        let owner = process
+            .receives
+            .iter()
+            .filter(|r| r.partner_link == pl && r.operation == operation)
+            .flat_map(|r| r.correlations.iter())
+            .filter(|c| c.initiate != Initiate::Yes)
+            .find_map(|c| {
+                let vals = message_props(process, &delivery.message, &c.set.properties).ok()?;
+                router.keys.get(&(c.set.id, vals)).copied()
+            });
+        if let Some(instance) = owner {
+            if router.mailbox.len() >= self.inner.limits.max_mailbox {
+                return Routed::Refused(Fault::busbar(
+                    "tooManyMessages",
+                    "too many messages waiting for instances",
+                ));
             }
-            process
-                .receives
-                .iter()
-                .any(|r| r.create_instance && r.partner_link == pl && r.operation == operation)
-        };
-        if !start {
-            return Outcome::Fault(Fault::busbar(
+            router.mailbox.push(Pending {
+                instance,
+                partner_link: pl,
+                operation: operation.to_string(),
+                message: delivery.message,
+                reply: delivery.reply,
+            });
+            return Routed::Taken;
+        }
+        let starts = process
+            .receives
+            .iter()
+            .any(|r| r.create_instance && r.partner_link == pl && r.operation == operation);
+        if starts {
+            Routed::Start(delivery)
+        } else {
+            Routed::Refused(Fault::busbar(
                 "noMatchingInstance",
-                format!("no instance of {} waits for '{operation}' with this message's correlation values", process.name.clark()),
-            ));
-        }
-        if self.inner.alive.load(Ordering::Relaxed) >= self.inner.limits.max_instances as i64 {
-            return Outcome::Fault(Fault::busbar(
-                "tooManyInstances",
                 format!(
-                    "the limit of {} running instances is reached",
-                    self.inner.limits.max_instances
+                    "no instance of {} waits for '{operation}' with this message's correlation values",
+                    process.name.clark()
                 ),
-            ));
+            ))
         }
-        self.spawn(live.clone(), pl, operation.to_string(), delivery);
-        wait_reply(reply_rx).await
     }
 
     fn spawn(&self, live: Arc<Live>, pl: usize, operation: String, first: Delivery) {
@@ -843,7 +862,7 @@ impl Instance {
         }
     }
 
-    fn run<'a>(self: &'a Arc<Self>, a: &'a Activity, frame: &'a Arc<Frame>) -> BoxFut<'a, Result<(), Stop>> {
+    fn run<'a>(self: &'a Arc<Self>, a: &'a Activity, frame: &'a Arc<Frame>) -> BoxFuture<'a, Result<(), Stop>> {
         Box::pin(async move {
             match &a.act {
                 Act::Empty => Ok(()),

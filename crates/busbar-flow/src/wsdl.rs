@@ -222,6 +222,9 @@ impl Definitions {
         self.read.push(canon);
         let text = match std::fs::read_to_string(file) {
             Ok(t) => t,
+            Err(_) if crate::harness::builtin_wsdl(file).is_some() && !file.exists() => {
+                crate::harness::builtin_wsdl(file).unwrap_or_default().to_string()
+            }
             Err(e) => {
                 problems.push(DeployError::new(file, 0, format!("cannot read: {e}")));
                 return;
