@@ -6,3 +6,4 @@
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 
 pub mod xml;
+pub mod xpath;
