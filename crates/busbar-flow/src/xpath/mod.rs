@@ -20,6 +20,8 @@ mod eval;
 mod functions;
 mod lexer;
 mod parser;
+#[cfg(test)]
+mod tests;
 
 /// The XPath (2.0 and later) function namespace, usually bound to `fn`.
 pub const FN_NS: &str = "http://www.w3.org/2005/xpath-functions";
