@@ -1036,3 +1036,47 @@ fn compiled_expressions_are_shareable() {
     let handle = std::thread::spawn(move || x.eval(&Cx::new(), Some(&root)).unwrap().to_number());
     assert_eq!(handle.join().unwrap(), 4.0);
 }
+
+#[test]
+fn whitespace_is_allowed_between_tokens_but_not_inside_names() {
+    assert_eq!(nodes(" / r / a [ 1 ] / child :: b [ last ( ) ]"), ["b=2"]);
+    assert_eq!(nodes("/r/a[2]/text ( )"), ["\"tail\""]);
+    assert_eq!(nodes("/r/processing-instruction( \"go\" )"), ["<?go?>"]);
+    assert_eq!(nodes("/r/a[1]/@ x"), ["@x=p"]);
+    assert_eq!(n(".5 + .5"), 1.0);
+    assert!(nodes("//b[0]").is_empty());
+    assert!(nodes("//b[-1]").is_empty());
+    assert_eq!(syntax_at("/r/t :e"), (6, "unexpected character ':'".into()));
+    assert_eq!(syntax_at("$ x").0, 1);
+}
+
+#[test]
+fn values_convert_like_the_xpath_functions() {
+    let d = doc("<r><x>2</x><y>text</y></r>");
+    let r = d.root_element().unwrap();
+    let kids: Vec<NodeRef> = d
+        .children(r)
+        .iter()
+        .rev()
+        .map(|c| NodeRef::new(d.clone(), *c))
+        .collect();
+    let set = Value::NodeSet(kids);
+    assert_eq!(
+        set.to_string_value(),
+        "2",
+        "the first node in document order, even unsorted"
+    );
+    assert_eq!(set.to_number(), 2.0);
+    assert!(set.to_bool());
+    assert!(!Value::NodeSet(Vec::new()).to_bool());
+    assert_eq!(Value::NodeSet(Vec::new()).to_string_value(), "");
+    assert!(Value::NodeSet(Vec::new()).to_number().is_nan());
+    assert_eq!(Value::Boolean(true).to_number(), 1.0);
+    assert_eq!(Value::Boolean(false).to_string_value(), "false");
+    assert!(!Value::Number(f64::NAN).to_bool());
+    assert!(Value::Number(-0.5).to_bool());
+    assert_eq!(Value::Number(-0.0).to_string_value(), "0");
+    assert!(!Value::String(String::new()).to_bool());
+    assert!(Value::String("false".into()).to_bool());
+    assert_eq!(Value::String(" 3.25 ".into()).to_number(), 3.25);
+}
