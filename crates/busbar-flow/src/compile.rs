@@ -461,6 +461,24 @@ impl<'a> Compiler<'a> {
             self.err(t, "<to partnerLink> (endpoint references) is not supported");
             return None;
         }
+        // `$var`, `$var.part` and `$var.part/path` write like `variable`/`part`/`query`, so
+        // an uninitialised variable is created as it is for those.
+        let text = self.doc.string_value(t);
+        if let Some((var, part, rest)) = split_var_path(text.trim()) {
+            let var = self.var_ref(t, var)?;
+            if let Some(p) = part {
+                self.check_part(t, &var, p);
+            }
+            let query = match rest {
+                Some(r) => Some(self.expr_text(t, &r)?),
+                None => None,
+            };
+            return Some(To::Var {
+                var,
+                part: part.map(str::to_string),
+                query,
+            });
+        }
         let e = self.expr(t)?;
         if !e.xpath.is_path() || e.vars.is_empty() {
             self.err(
@@ -500,16 +518,17 @@ impl<'a> Compiler<'a> {
                             kind,
                         ));
                     }
-                    if let Some((f, _)) = &var {
-                        self.frames.push(FrameCx {
-                            vars: vec![(f.vars[0].name.clone(), f.vars[0].kind.clone())],
-                            corrs: Vec::new(),
-                        });
-                    }
+                    // A handler runs in a frame of its own (holding the fault variable, if
+                    // any), as the runtime does.
+                    self.frames.push(FrameCx {
+                        vars: var
+                            .iter()
+                            .map(|(f, _)| (f.vars[0].name.clone(), f.vars[0].kind.clone()))
+                            .collect(),
+                        corrs: Vec::new(),
+                    });
                     let act = self.single(c);
-                    if var.is_some() {
-                        self.frames.pop();
-                    }
+                    self.frames.pop();
                     if let Some(act) = act {
                         h.catches.push(Catch {
                             fault,
@@ -519,7 +538,10 @@ impl<'a> Compiler<'a> {
                     }
                 }
                 "catchAll" => {
-                    if let Some(a) = self.single(c) {
+                    self.frames.push(FrameCx::default());
+                    let act = self.single(c);
+                    self.frames.pop();
+                    if let Some(a) = act {
                         h.catch_all = Some(Box::new(a));
                     }
                 }
@@ -1053,4 +1075,32 @@ impl<'a> Compiler<'a> {
         }
         Some(inv)
     }
+}
+
+/// `$name`, `$name.part` or either followed by a `/path`: (name, part, path relative to it).
+fn split_var_path(text: &str) -> Option<(&str, Option<&str>, Option<String>)> {
+    let body = text.strip_prefix('$')?;
+    let end = body
+        .find(|c: char| !(c.is_alphanumeric() || c == '_' || c == '-' || c == '.'))
+        .unwrap_or(body.len());
+    let (name, rest) = body.split_at(end);
+    let (var, part) = match name.split_once('.') {
+        Some((v, p)) => (v, Some(p)),
+        None => (name, None),
+    };
+    if var.is_empty() || part.is_some_and(|p| p.is_empty() || p.contains('.')) {
+        return None;
+    }
+    let rest = rest.trim();
+    if rest.is_empty() {
+        return Some((var, part, None));
+    }
+    if rest.starts_with("//") {
+        return Some((var, part, Some(format!(".{rest}"))));
+    }
+    let path = rest.strip_prefix('/')?;
+    if path.is_empty() || path.contains('|') {
+        return None;
+    }
+    Some((var, part, Some(path.to_string())))
 }

@@ -8,6 +8,8 @@ use crate::{DeployError, Problems};
 
 /// The descriptor's namespace.
 pub const DD_NS: &str = "http://www.apache.org/ode/schemas/dd/2007/03";
+/// The namespace of ODE's older descriptors, read the same way.
+pub const DD_2006_NS: &str = "http://ode.fivesight.com/schemas/2006/06/27/dd";
 
 /// A service and port named in the descriptor.
 #[derive(Clone, Debug)]
@@ -52,7 +54,9 @@ pub fn read(dir: &Path, problems: &mut Problems) -> Vec<DeployedProcess> {
     let Some(root) = doc.root_element() else {
         return Vec::new();
     };
-    if !doc.name(root).is_some_and(|n| n.is(DD_NS, "deploy")) {
+    let dd = doc.name(root).map(|n| n.ns.clone()).unwrap_or_default();
+    let dd = if dd == DD_2006_NS { DD_2006_NS } else { DD_NS };
+    if !doc.name(root).is_some_and(|n| n.is(dd, "deploy")) {
         problems.push(DeployError::new(
             &file,
             doc.line(root),
@@ -64,7 +68,7 @@ pub fn read(dir: &Path, problems: &mut Problems) -> Vec<DeployedProcess> {
     for p in doc.child_elements(root) {
         let line = doc.line(p);
         let Some(pname) = doc.name(p) else { continue };
-        if !pname.is(DD_NS, "process") {
+        if !pname.is(dd, "process") {
             problems.push(DeployError::new(
                 &file,
                 line,
@@ -96,7 +100,7 @@ pub fn read(dir: &Path, problems: &mut Problems) -> Vec<DeployedProcess> {
                 "retired" => proc.active = doc.string_value(c).trim() != "true",
                 "provide" | "invoke" => {
                     let pl = doc.attr(c, "", "partnerLink").unwrap_or("").to_string();
-                    let svc = doc.child(c, DD_NS, "service");
+                    let svc = doc.child(c, dd, "service");
                     let sref = svc.and_then(|s| {
                         let n = doc.resolve_qname(s, doc.attr(s, "", "name")?, true)?;
                         let port = doc.attr(s, "", "port").unwrap_or("");

@@ -1806,11 +1806,19 @@ impl Context for EvalCx<'_> {
         let Some((_, r, part)) = self.expr.vars.iter().find(|(n, _, _)| n == name) else {
             return Err(XPathError::Type(format!("unknown variable ${name}")));
         };
-        match self.inst.var_node(self.frame, r, part.as_deref()) {
-            Ok(n) => Ok(Value::NodeSet(vec![n])),
-            Err(Stop::Fault(f)) => Err(XPathError::Raised(f.name, f.text)),
-            Err(Stop::Exit) => Err(XPathError::Type("exit".into())),
+        let node = match self.inst.var_node(self.frame, r, part.as_deref()) {
+            Ok(n) => n,
+            Err(Stop::Fault(f)) => return Err(XPathError::Raised(f.name, f.text)),
+            Err(Stop::Exit) => return Err(XPathError::Type("exit".into())),
+        };
+        // A variable of a simple schema type is its typed value, as XPath 2.0 sees it.
+        if let VarKind::Type(t) = &r.kind {
+            if t.ns == XSD_NS {
+                let text = node.doc.string_value(node.id);
+                return Ok(typed_value(&t.local, text));
+            }
         }
+        Ok(Value::NodeSet(vec![node]))
     }
 
     fn function(&self, name: &Name, args: Vec<Value>) -> Result<Value, XPathError> {
@@ -1880,5 +1888,17 @@ impl EvalCx<'_> {
             .keys()
             .find(|k| k.local == l && self.expr.ns_for(p).is_some_and(|ns| ns == k.ns))
             .cloned()
+    }
+}
+
+/// The value of a simple-typed variable: booleans and numbers typed, anything else a string.
+fn typed_value(type_local: &str, text: String) -> Value {
+    match type_local {
+        "boolean" => Value::Boolean(matches!(text.trim(), "true" | "1")),
+        "double" | "float" | "decimal" | "integer" | "int" | "long" | "short" | "byte"
+        | "unsignedInt" | "unsignedLong" | "unsignedShort" | "unsignedByte"
+        | "nonNegativeInteger" | "positiveInteger" | "negativeInteger"
+        | "nonPositiveInteger" => Value::Number(crate::xpath::parse_number(text.trim())),
+        _ => Value::String(text),
     }
 }

@@ -19,6 +19,8 @@ pub const WSDL_SOAP11_NS: &str = "http://schemas.xmlsoap.org/wsdl/soap/";
 pub const WSDL_SOAP12_NS: &str = "http://schemas.xmlsoap.org/wsdl/soap12/";
 /// WS-BPEL 2.0 partner link types.
 pub const PLNK_NS: &str = "http://docs.oasis-open.org/wsbpel/2.0/plnktype";
+/// The 2004/03 draft's partner link types, read the same way.
+pub const PLNK_2004_NS: &str = "http://schemas.xmlsoap.org/ws/2004/03/partner-link/";
 /// WS-BPEL 2.0 variable properties.
 pub const VPROP_NS: &str = "http://docs.oasis-open.org/wsbpel/2.0/varprop";
 
@@ -280,7 +282,7 @@ impl Definitions {
                 (WSDL_NS, "portType") => cx.port_type(child, self, problems),
                 (WSDL_NS, "binding") => cx.binding(child, self, problems),
                 (WSDL_NS, "service") => cx.service(child, self, problems),
-                (PLNK_NS, "partnerLinkType") => cx.plnk(child, self, problems),
+                (PLNK_NS | PLNK_2004_NS, "partnerLinkType") => cx.plnk(child, self, problems),
                 (VPROP_NS, "property") => {
                     if let Some(n) = doc.attr(child, "", "name") {
                         let name = Name::new(tns.clone(), n);
@@ -471,7 +473,11 @@ impl Reader<'_> {
         let name = self.own_name(at);
         let mut roles = Vec::new();
         for r in self.doc.child_elements(at) {
-            if !self.doc.name(r).is_some_and(|n| n.is(PLNK_NS, "role")) {
+            if !self
+                .doc
+                .name(r)
+                .is_some_and(|n| n.local == "role" && (n.ns == PLNK_NS || n.ns == PLNK_2004_NS))
+            {
                 continue;
             }
             if let Some(pt) = self.qname(r, "portType", problems) {

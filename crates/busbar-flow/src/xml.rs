@@ -536,6 +536,15 @@ impl Doc {
     /// the children and attributes of `src` in `from`.
     pub fn replace_content(&mut self, target: NodeId, from: &Doc, src: NodeId) {
         self.clear_children(target);
+        if self.is_element(target) && from.is_element(src) {
+            // The source's namespaces come along, so prefixes in its content stay bound.
+            let here = self.namespaces_in_scope(target);
+            for (p, u) in from.namespaces_in_scope(src) {
+                if p != "xml" && !here.iter().any(|(q, v)| *q == p && *v == u) {
+                    self.declare_ns(target, &p, &u);
+                }
+            }
+        }
         if self.is_element(target) {
             self.clear_attributes(target);
             for a in from.attributes(src) {
