@@ -86,8 +86,11 @@ pub fn compile(file: &Path, problems: &mut Problems) -> Option<Process> {
 
 impl<'a> Compiler<'a> {
     fn err(&mut self, at: NodeId, message: impl Into<String>) {
-        self.problems
-            .push(DeployError::new(self.file, self.doc.line(at), message.into()));
+        self.problems.push(DeployError::new(
+            self.file,
+            self.doc.line(at),
+            message.into(),
+        ));
     }
 
     fn is_bpel(&self, n: NodeId) -> bool {
@@ -225,7 +228,11 @@ impl<'a> Compiler<'a> {
             let role = |r: Option<&str>| -> Option<Option<Name>> {
                 match r {
                     None => Some(None),
-                    Some(r) => t.roles.iter().find(|(n, _)| n == r).map(|(_, pt)| Some(pt.clone())),
+                    Some(r) => t
+                        .roles
+                        .iter()
+                        .find(|(n, _)| n == r)
+                        .map(|(_, pt)| Some(pt.clone())),
                 }
             };
             let my = role(self.attr(p, "myRole"));
@@ -236,7 +243,10 @@ impl<'a> Compiler<'a> {
                     my_port_type: my,
                     partner_port_type: partner,
                 }),
-                _ => self.err(p, format!("partnerLink '{name}': role not in {}", plt.clark())),
+                _ => self.err(
+                    p,
+                    format!("partnerLink '{name}': role not in {}", plt.clark()),
+                ),
             }
         }
     }
@@ -262,7 +272,9 @@ impl<'a> Compiler<'a> {
     fn variables(&mut self, n: NodeId, frame: &mut FrameDef) {
         for v in self.kids(n) {
             let name = self.attr(v, "name").unwrap_or("").to_string();
-            let Some(kind) = self.var_kind(v) else { continue };
+            let Some(kind) = self.var_kind(v) else {
+                continue;
+            };
             if name.is_empty() || name.contains('.') {
                 self.err(v, format!("invalid variable name '{name}'"));
                 continue;
@@ -292,7 +304,12 @@ impl<'a> Compiler<'a> {
             let mut props = Vec::new();
             for p in self.attr(c, "properties").unwrap_or("").split_whitespace() {
                 match self.doc.resolve_qname(c, p, false) {
-                    Some(q) if self.defs.properties.contains_key(&Name::new(&q.ns, &q.local)) => {
+                    Some(q)
+                        if self
+                            .defs
+                            .properties
+                            .contains_key(&Name::new(&q.ns, &q.local)) =>
+                    {
                         props.push(q)
                     }
                     Some(q) => self.err(c, format!("property {} is not defined", q.clark())),
@@ -347,10 +364,13 @@ impl<'a> Compiler<'a> {
         let doc = self.doc;
         let ns = move |p: &str| doc.lookup_ns(at, p).map(str::to_string);
         let ext = |n: &Name, a: usize| is_bpel_function(n, a);
-        let xpath = match XPath::compile(text.trim(), &Env {
-            ns: &ns,
-            extension: &ext,
-        }) {
+        let xpath = match XPath::compile(
+            text.trim(),
+            &Env {
+                ns: &ns,
+                extension: &ext,
+            },
+        ) {
             Ok(x) => x,
             Err(e) => {
                 self.err(at, format!("expression '{}': {e}", text.trim()));
@@ -395,7 +415,10 @@ impl<'a> Compiler<'a> {
             }
             _ => self.err(
                 at,
-                format!("variable '{}' is not a message: it has no part '{part}'", var.name),
+                format!(
+                    "variable '{}' is not a message: it has no part '{part}'",
+                    var.name
+                ),
             ),
         }
     }
@@ -419,7 +442,10 @@ impl<'a> Compiler<'a> {
             return Some(From::Var { var, part, query });
         }
         if self.attr(f, "partnerLink").is_some() {
-            self.err(f, "<from partnerLink> (endpoint references) is not supported");
+            self.err(
+                f,
+                "<from partnerLink> (endpoint references) is not supported",
+            );
             return None;
         }
         if let Some(l) = kids.iter().find(|k| self.local(**k) == "literal") {
@@ -483,7 +509,10 @@ impl<'a> Compiler<'a> {
         if !e.xpath.is_path() || e.vars.is_empty() {
             self.err(
                 t,
-                format!("<to> expression '{}' must be a path from a variable", e.xpath.text()),
+                format!(
+                    "<to> expression '{}' must be a path from a variable",
+                    e.xpath.text()
+                ),
             );
             return None;
         }
@@ -565,7 +594,10 @@ impl<'a> Compiler<'a> {
                 None
             }
             _ => {
-                self.err(n, format!("<{}> holds more than one activity", self.local(n)));
+                self.err(
+                    n,
+                    format!("<{}> holds more than one activity", self.local(n)),
+                );
                 None
             }
         }
@@ -587,7 +619,9 @@ impl<'a> Compiler<'a> {
                 "variables" => self.variables(k, &mut frame),
                 "correlationSets" => self.correlation_sets(k, &mut frame),
                 "faultHandlers" => handlers = self.fault_handlers(k),
-                "partnerLinks" => self.err(k, "partner links declared in a scope are not supported"),
+                "partnerLinks" => {
+                    self.err(k, "partner links declared in a scope are not supported")
+                }
                 "messageExchanges" => {}
                 "eventHandlers" | "compensationHandler" | "terminationHandler" => {
                     let o = self.local(k).to_string();
@@ -634,9 +668,7 @@ impl<'a> Compiler<'a> {
                     match self.attr(c, "pattern") {
                         Some("request") | Some("out") => Some(Pattern::Request),
                         Some("response") | Some("in") => Some(Pattern::Response),
-                        Some("request-response") | Some("out-in") => {
-                            Some(Pattern::RequestResponse)
-                        }
+                        Some("request-response") | Some("out-in") => Some(Pattern::RequestResponse),
                         _ => Some(Pattern::Request),
                     }
                 } else {
@@ -680,7 +712,10 @@ impl<'a> Compiler<'a> {
         match port_type.operation(op) {
             Some(o) => Some((i, pt, o.clone())),
             None => {
-                self.err(n, format!("port type {} has no operation '{op}'", pt.clark()));
+                self.err(
+                    n,
+                    format!("port type {} has no operation '{op}'", pt.clark()),
+                );
                 None
             }
         }
@@ -749,7 +784,10 @@ impl<'a> Compiler<'a> {
         let name = self.attr(n, "name").map(str::to_string);
         for k in self.kids(n) {
             if matches!(self.local(k), "targets" | "sources") {
-                self.err(k, format!("<{}> (flow links) is not supported", self.local(k)));
+                self.err(
+                    k,
+                    format!("<{}> (flow links) is not supported", self.local(k)),
+                );
             }
         }
         let act = match self.local(n) {
@@ -903,7 +941,10 @@ impl<'a> Compiler<'a> {
                     find(self, "finalCounterValue"),
                     find(self, "scope"),
                 ) else {
-                    self.err(n, "forEach needs startCounterValue, finalCounterValue and scope");
+                    self.err(
+                        n,
+                        "forEach needs startCounterValue, finalCounterValue and scope",
+                    );
                     return None;
                 };
                 let start = self.expr(sv)?;
@@ -1037,10 +1078,19 @@ impl<'a> Compiler<'a> {
             None => None,
         };
         if op.is_sync() && output.is_none() {
-            self.err(n, format!("invoke of request-response '{}' needs outputVariable", op.name));
+            self.err(
+                n,
+                format!(
+                    "invoke of request-response '{}' needs outputVariable",
+                    op.name
+                ),
+            );
         }
         if !op.is_sync() && output.is_some() {
-            self.err(n, format!("invoke of one-way '{}' has an outputVariable", op.name));
+            self.err(
+                n,
+                format!("invoke of one-way '{}' has an outputVariable", op.name),
+            );
         }
         let correlations = self.correlations(n, true);
         let def = InvokeDef {
@@ -1060,7 +1110,10 @@ impl<'a> Compiler<'a> {
         };
         // Inline catch/catchAll: an implicit scope around the invoke.
         let ks = self.kids(n);
-        if ks.iter().any(|k| matches!(self.local(*k), "catch" | "catchAll")) {
+        if ks
+            .iter()
+            .any(|k| matches!(self.local(*k), "catch" | "catchAll"))
+        {
             let handlers = self.fault_handlers(n);
             return Some(Activity {
                 act: Act::Scope(Box::new(ScopeDef {

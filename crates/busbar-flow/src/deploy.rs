@@ -80,7 +80,11 @@ pub fn read(dir: &Path, problems: &mut Problems) -> Vec<DeployedProcess> {
             .attr(p, "", "name")
             .and_then(|n| doc.resolve_qname(p, n, true))
         else {
-            problems.push(DeployError::new(&file, line, "process without a valid name"));
+            problems.push(DeployError::new(
+                &file,
+                line,
+                "process without a valid name",
+            ));
             continue;
         };
         let mut proc = DeployedProcess {

@@ -25,7 +25,9 @@ pub mod xpath;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-pub use runtime::{Engine, Fault, InstanceInfo, Limits, Outcome, PartnerCall, PartnerReply, Partners};
+pub use runtime::{
+    Engine, Fault, InstanceInfo, Limits, Outcome, PartnerCall, PartnerReply, Partners,
+};
 
 /// A problem found while deploying, with its file and line (0: the file as a whole).
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -90,7 +92,10 @@ pub fn deploy_dir(dir: &Path) -> Result<Vec<Deployed>, Vec<DeployError>> {
                 problems.push(DeployError::new(
                     &dir.join("deploy.xml"),
                     d.line,
-                    format!("no .bpel file in the folder defines process {}", d.name.clark()),
+                    format!(
+                        "no .bpel file in the folder defines process {}",
+                        d.name.clark()
+                    ),
                 ));
             }
             continue;
@@ -119,7 +124,11 @@ pub fn deploy_dir(dir: &Path) -> Result<Vec<Deployed>, Vec<DeployError>> {
         });
     }
     if problems.is_empty() && out.is_empty() {
-        problems.push(DeployError::new(&dir.join("deploy.xml"), 0, "deploys no process"));
+        problems.push(DeployError::new(
+            &dir.join("deploy.xml"),
+            0,
+            "deploys no process",
+        ));
     }
     if problems.is_empty() {
         Ok(out)

@@ -118,7 +118,10 @@ pub struct Expr {
 impl Expr {
     /// The namespace `prefix` meant where the expression was written.
     pub fn ns_for(&self, prefix: &str) -> Option<&str> {
-        self.ns.iter().find(|(p, _)| p == prefix).map(|(_, u)| u.as_str())
+        self.ns
+            .iter()
+            .find(|(p, _)| p == prefix)
+            .map(|(_, u)| u.as_str())
     }
 }
 

@@ -174,6 +174,7 @@ struct Delivery {
 struct WaitOption {
     partner_link: usize,
     operation: String,
+    message_type: Name,
     /// (set id, values the message must carry).
     keys: Vec<(usize, Vec<String>)>,
 }
@@ -248,7 +249,11 @@ impl Engine {
 
     /// Adds deployed processes.
     pub fn add(&self, deployed: Vec<Deployed>) {
-        let mut ps = self.inner.processes.write().unwrap_or_else(|e| e.into_inner());
+        let mut ps = self
+            .inner
+            .processes
+            .write()
+            .unwrap_or_else(|e| e.into_inner());
         for d in deployed {
             ps.push(Arc::new(Live {
                 process: d.process,
@@ -430,7 +435,9 @@ impl Engine {
             Routed::Taken => wait_reply(reply_rx).await,
             Routed::Refused(f) => Outcome::Fault(f),
             Routed::Start(delivery) => {
-                if self.inner.alive.load(Ordering::Relaxed) >= self.inner.limits.max_instances as i64 {
+                if self.inner.alive.load(Ordering::Relaxed)
+                    >= self.inner.limits.max_instances as i64
+                {
                     return Outcome::Fault(Fault::busbar(
                         "tooManyInstances",
                         format!(
@@ -445,7 +452,13 @@ impl Engine {
         }
     }
 
-    fn route(&self, live: &Arc<Live>, pl: usize, operation: &str, mut delivery: Delivery) -> Routed {
+    fn route(
+        &self,
+        live: &Arc<Live>,
+        pl: usize,
+        operation: &str,
+        mut delivery: Delivery,
+    ) -> Routed {
         let process = &live.process;
         let mut router = live.router.lock().unwrap_or_else(|e| e.into_inner());
         let mut hit = None;
@@ -453,7 +466,7 @@ impl Engine {
             for (oi, o) in w.options.iter().enumerate() {
                 if o.partner_link == pl
                     && o.operation == operation
-                    && keys_match(process, &o.keys, &delivery.message)
+                    && keys_match(process, &o.keys, &o.message_type, &delivery.message)
                 {
                     hit = Some((wi, oi));
                     break;
@@ -480,10 +493,16 @@ impl Engine {
             .receives
             .iter()
             .filter(|r| r.partner_link == pl && r.operation == operation)
-            .flat_map(|r| r.correlations.iter())
-            .filter(|c| c.initiate != Initiate::Yes)
-            .find_map(|c| {
-                let vals = message_props(process, &delivery.message, &c.set.properties).ok()?;
+            .flat_map(|r| r.correlations.iter().map(move |c| (r, c)))
+            .filter(|(_, c)| c.initiate != Initiate::Yes)
+            .find_map(|(r, c)| {
+                let vals = message_props(
+                    process,
+                    &delivery.message,
+                    Some(&r.message_type),
+                    &c.set.properties,
+                )
+                .ok()?;
                 router.keys.get(&(c.set.id, vals)).copied()
             });
         if let Some(instance) = owner {
@@ -578,7 +597,10 @@ fn check_message(msg: &Doc, def: &crate::wsdl::Message) -> Result<(), Fault> {
         };
         if let Some(e) = &p.element {
             let inner = msg.child_elements(part).next();
-            if !inner.and_then(|i| msg.name(i)).is_some_and(|n| n.is(&e.ns, &e.local)) {
+            if !inner
+                .and_then(|i| msg.name(i))
+                .is_some_and(|n| n.is(&e.ns, &e.local))
+            {
                 return Err(Fault::busbar(
                     "invalidMessage",
                     format!(
@@ -594,7 +616,12 @@ fn check_message(msg: &Doc, def: &crate::wsdl::Message) -> Result<(), Fault> {
     Ok(())
 }
 
-fn keys_match(process: &Process, keys: &[(usize, Vec<String>)], msg: &Doc) -> bool {
+fn keys_match(
+    process: &Process,
+    keys: &[(usize, Vec<String>)],
+    message_type: &Name,
+    msg: &Doc,
+) -> bool {
     keys.iter().all(|(id, want)| {
         let props = process
             .receives
@@ -603,12 +630,17 @@ fn keys_match(process: &Process, keys: &[(usize, Vec<String>)], msg: &Doc) -> bo
             .find(|c| c.set.id == *id)
             .map(|c| c.set.properties.clone())
             .unwrap_or_default();
-        message_props(process, msg, &props).is_ok_and(|v| &v == want)
+        message_props(process, msg, Some(message_type), &props).is_ok_and(|v| &v == want)
     })
 }
 
 /// The values of `props` in a message (by its type's property aliases).
-fn message_props(process: &Process, msg: &Doc, props: &[Name]) -> Result<Vec<String>, Fault> {
+fn message_props(
+    process: &Process,
+    msg: &Doc,
+    message_type: Option<&Name>,
+    props: &[Name],
+) -> Result<Vec<String>, Fault> {
     let root = msg
         .root_element()
         .ok_or_else(|| Fault::standard("selectionFailure", "empty message"))?;
@@ -616,7 +648,14 @@ fn message_props(process: &Process, msg: &Doc, props: &[Name]) -> Result<Vec<Str
     let mut out = Vec::new();
     for p in props {
         let mut found = None;
-        for a in process.defs.aliases.iter().filter(|a| a.property.is(&p.ns, &p.local)) {
+        let aliases = process.defs.aliases.iter().filter(|a| {
+            a.property.is(&p.ns, &p.local)
+                && match (message_type, &a.message_type) {
+                    (Some(want), Some(have)) => have.is(&want.ns, &want.local),
+                    _ => true,
+                }
+        });
+        for a in aliases {
             let Some(part) = &a.part else { continue };
             let Some(pe) = msg.child(root, "", part) else {
                 continue;
@@ -625,7 +664,11 @@ fn message_props(process: &Process, msg: &Doc, props: &[Name]) -> Result<Vec<Str
                 let Some(m) = process.defs.message(mt) else {
                     continue;
                 };
-                if !m.parts.iter().all(|x| msg.child(root, "", &x.name).is_some()) {
+                if !m
+                    .parts
+                    .iter()
+                    .all(|x| msg.child(root, "", &x.name).is_some())
+                {
                     continue;
                 }
             }
@@ -694,7 +737,10 @@ impl Context for NoVars {
         Err(XPathError::Type(format!("no variable ${name} here")))
     }
     fn function(&self, name: &Name, _: Vec<Value>) -> Result<Value, XPathError> {
-        Err(XPathError::Type(format!("no function {} here", name.clark())))
+        Err(XPathError::Type(format!(
+            "no function {} here",
+            name.clark()
+        )))
     }
 }
 
@@ -825,8 +871,9 @@ impl Instance {
             r.waiters.retain(|w| w.instance != self.id);
             r.keys.retain(|_, v| *v != self.id);
             let mine: Vec<Pending> = {
-                let (mine, rest): (Vec<Pending>, Vec<Pending>) =
-                    std::mem::take(&mut r.mailbox).into_iter().partition(|p| p.instance == self.id);
+                let (mine, rest): (Vec<Pending>, Vec<Pending>) = std::mem::take(&mut r.mailbox)
+                    .into_iter()
+                    .partition(|p| p.instance == self.id);
                 r.mailbox = rest;
                 mine
             };
@@ -855,14 +902,21 @@ impl Instance {
             let f = fault.clone().unwrap_or_else(|| {
                 Fault::standard(
                     "missingReply",
-                    format!("the instance completed without replying to '{}'", o.operation),
+                    format!(
+                        "the instance completed without replying to '{}'",
+                        o.operation
+                    ),
                 )
             });
             let _ = o.tx.send(Outcome::Fault(f));
         }
     }
 
-    fn run<'a>(self: &'a Arc<Self>, a: &'a Activity, frame: &'a Arc<Frame>) -> BoxFuture<'a, Result<(), Stop>> {
+    fn run<'a>(
+        self: &'a Arc<Self>,
+        a: &'a Activity,
+        frame: &'a Arc<Frame>,
+    ) -> BoxFuture<'a, Result<(), Stop>> {
         Box::pin(async move {
             match &a.act {
                 Act::Empty => Ok(()),
@@ -919,7 +973,9 @@ impl Instance {
                         }),
                         None => match msg {
                             Some(m) => Outcome::Reply(m),
-                            None => Outcome::Reply(Arc::new(Doc::with_root(Name::new("", "message")).0)),
+                            None => {
+                                Outcome::Reply(Arc::new(Doc::with_root(Name::new("", "message")).0))
+                            }
                         },
                     };
                     let _ = o.tx.send(outcome);
@@ -956,15 +1012,13 @@ impl Instance {
                     }
                     Ok(())
                 }
-                Act::RepeatUntil(body, c) => {
-                    loop {
-                        self.run(body, frame).await?;
-                        if self.eval(c, frame, None)?.to_bool() {
-                            return Ok(());
-                        }
-                        tokio::task::yield_now().await;
+                Act::RepeatUntil(body, c) => loop {
+                    self.run(body, frame).await?;
+                    if self.eval(c, frame, None)?.to_bool() {
+                        return Ok(());
                     }
-                }
+                    tokio::task::yield_now().await;
+                },
                 Act::ForEach(fe) => self.for_each(fe, frame).await,
                 Act::Scope(s) => {
                     let f = Frame::new(&s.frame, Some(frame.clone()), None);
@@ -994,7 +1048,8 @@ impl Instance {
                     Ok(())
                 }
                 Act::Pick(p) => {
-                    let defs: Vec<ReceiveDef> = p.on_message.iter().map(|(r, _)| r.clone()).collect();
+                    let defs: Vec<ReceiveDef> =
+                        p.on_message.iter().map(|(r, _)| r.clone()).collect();
                     let mut alarms = Vec::new();
                     for (t, _) in &p.on_alarm {
                         alarms.push(self.timer(t, frame)?);
@@ -1003,7 +1058,8 @@ impl Instance {
                     if i >= defs.len() {
                         return self.run(&p.on_alarm[i - defs.len()].1, frame).await;
                     }
-                    let d = d.ok_or_else(|| Fault::busbar("internal", "pick woke without a message"))?;
+                    let d =
+                        d.ok_or_else(|| Fault::busbar("internal", "pick woke without a message"))?;
                     self.accept(&defs[i], Some(d), frame)?;
                     self.run(&p.on_message[i].1, frame).await
                 }
@@ -1024,16 +1080,24 @@ impl Instance {
             Timer::For(e) => {
                 let s = self.eval(e, frame, None)?.to_string_value();
                 timeval::parse_duration(&s).ok_or_else(|| {
-                    Fault::standard("invalidExpressionValue", format!("'{s}' is not an xs:duration"))
-                        .into()
+                    Fault::standard(
+                        "invalidExpressionValue",
+                        format!("'{s}' is not an xs:duration"),
+                    )
+                    .into()
                 })
             }
             Timer::Until(e) => {
                 let s = self.eval(e, frame, None)?.to_string_value();
-                timeval::parse_datetime(&s).map(timeval::until).ok_or_else(|| {
-                    Fault::standard("invalidExpressionValue", format!("'{s}' is not an xs:dateTime"))
+                timeval::parse_datetime(&s)
+                    .map(timeval::until)
+                    .ok_or_else(|| {
+                        Fault::standard(
+                            "invalidExpressionValue",
+                            format!("'{s}' is not an xs:dateTime"),
+                        )
                         .into()
-                })
+                    })
             }
         }
     }
@@ -1074,7 +1138,11 @@ impl Instance {
             (Some((_, kind)), Some(d)) => data_fits(kind, d),
             _ => false,
         };
-        let by_name = |c: &Catch| c.fault.as_ref().is_some_and(|n| n.is(&fault.name.ns, &fault.name.local));
+        let by_name = |c: &Catch| {
+            c.fault
+                .as_ref()
+                .is_some_and(|n| n.is(&fault.name.ns, &fault.name.local))
+        };
         let h = &s.handlers;
         let chosen = h
             .catches
@@ -1092,12 +1160,20 @@ impl Instance {
                     }
                     f
                 }
-                None => Frame::new(&FrameDef::default(), Some(frame.clone()), Some(fault.clone())),
+                None => Frame::new(
+                    &FrameDef::default(),
+                    Some(frame.clone()),
+                    Some(fault.clone()),
+                ),
             };
             return self.run(&c.activity, &f).await;
         }
         if let Some(all) = &h.catch_all {
-            let f = Frame::new(&FrameDef::default(), Some(frame.clone()), Some(fault.clone()));
+            let f = Frame::new(
+                &FrameDef::default(),
+                Some(frame.clone()),
+                Some(fault.clone()),
+            );
             return self.run(all, &f).await;
         }
         Err(Stop::Fault(fault))
@@ -1112,7 +1188,10 @@ impl Instance {
                 if end >= start && n > end - start + 1 {
                     return Err(Fault::standard(
                         "invalidBranchCondition",
-                        format!("completion condition {n} exceeds the {} branches", end - start + 1),
+                        format!(
+                            "completion condition {n} exceeds the {} branches",
+                            end - start + 1
+                        ),
                     )
                     .into());
                 }
@@ -1185,7 +1264,10 @@ impl Instance {
                     return Ok((i, Some(d)));
                 }
                 if let Some(tx) = d.reply {
-                    let _ = tx.send(Outcome::Fault(Fault::busbar("internal", "start message not taken")));
+                    let _ = tx.send(Outcome::Fault(Fault::busbar(
+                        "internal",
+                        "start message not taken",
+                    )));
                 }
             }
         }
@@ -1202,6 +1284,7 @@ impl Instance {
             options.push(WaitOption {
                 partner_link: d.partner_link,
                 operation: d.operation.clone(),
+                message_type: d.message_type.clone(),
                 keys,
             });
         }
@@ -1217,7 +1300,7 @@ impl Instance {
                     .position(|o| {
                         o.partner_link == p.partner_link
                             && o.operation == p.operation
-                            && keys_match(process, &o.keys, &p.message)
+                            && keys_match(process, &o.keys, &o.message_type, &p.message)
                     })
                     .map(|oi| (pi, oi))
             });
@@ -1287,7 +1370,12 @@ impl Instance {
             Stop::Fault(f)
         };
         for c in &r.correlations {
-            let vals = match message_props(process, &d.message, &c.set.properties) {
+            let vals = match message_props(
+                process,
+                &d.message,
+                Some(&r.message_type),
+                &c.set.properties,
+            ) {
                 Ok(v) => v,
                 Err(f) => return Err(fail(&mut reply, f)),
             };
@@ -1306,7 +1394,10 @@ impl Instance {
                         &mut reply,
                         Fault::standard(
                             "correlationViolation",
-                            format!("the message does not match correlation set '{}'", c.set.name),
+                            format!(
+                                "the message does not match correlation set '{}'",
+                                c.set.name
+                            ),
                         ),
                     ))
                 }
@@ -1353,7 +1444,10 @@ impl Instance {
     fn initiate(&self, c: &CorrUse, vals: Vec<String>, frame: &Arc<Frame>) {
         frame.set_corr(&c.set, vals.clone());
         let key = (c.set.id, vals);
-        self.keys.lock().unwrap_or_else(|e| e.into_inner()).push(key.clone());
+        self.keys
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(key.clone());
         let mut r = self.live.router.lock().unwrap_or_else(|e| e.into_inner());
         r.keys.insert(key, self.id);
     }
@@ -1364,7 +1458,13 @@ impl Instance {
             Some(v) => self.read_var(frame, v)?,
             None => Arc::new(Doc::with_root(Name::new("", "message")).0),
         };
-        self.correlate_out(inv, &input, frame, &[Pattern::Request, Pattern::RequestResponse])?;
+        self.correlate_out(
+            inv,
+            &input,
+            inv.input_type.as_ref(),
+            frame,
+            &[Pattern::Request, Pattern::RequestResponse],
+        )?;
         let pl = &process.partner_links[inv.partner_link];
         let service = self
             .live
@@ -1383,17 +1483,25 @@ impl Instance {
             one_way: inv.output.is_none(),
             defs: &process.defs,
         };
-        let reply = self
-            .engine
-            .inner
-            .partners
-            .invoke(call)
-            .await
-            .map_err(|e| Fault::busbar("invokeFailed", format!("invoke of '{}' on partner link '{}' failed: {e}", inv.operation, pl.name)))?;
+        let reply = self.engine.inner.partners.invoke(call).await.map_err(|e| {
+            Fault::busbar(
+                "invokeFailed",
+                format!(
+                    "invoke of '{}' on partner link '{}' failed: {e}",
+                    inv.operation, pl.name
+                ),
+            )
+        })?;
         match reply {
             PartnerReply::Output(m) => {
                 if let Some(out) = &inv.output {
-                    self.correlate_out(inv, &m, frame, &[Pattern::Response, Pattern::RequestResponse])?;
+                    self.correlate_out(
+                        inv,
+                        &m,
+                        inv.output_type.as_ref(),
+                        frame,
+                        &[Pattern::Response, Pattern::RequestResponse],
+                    )?;
                     frame.set(out, m);
                 }
                 Ok(())
@@ -1410,18 +1518,28 @@ impl Instance {
         }
     }
 
-    fn correlate_out(&self, inv: &InvokeDef, msg: &Arc<Doc>, frame: &Arc<Frame>, patterns: &[Pattern]) -> Result<(), Stop> {
+    fn correlate_out(
+        &self,
+        inv: &InvokeDef,
+        msg: &Arc<Doc>,
+        message_type: Option<&Name>,
+        frame: &Arc<Frame>,
+        patterns: &[Pattern],
+    ) -> Result<(), Stop> {
         for c in &inv.correlations {
             if !c.pattern.is_some_and(|p| patterns.contains(&p)) {
                 continue;
             }
-            let vals = message_props(self.process(), msg, &c.set.properties)?;
+            let vals = message_props(self.process(), msg, message_type, &c.set.properties)?;
             match frame.corr(&c.set) {
                 Some(have) if c.initiate != Initiate::Yes => {
                     if have != vals {
                         return Err(Fault::standard(
                             "correlationViolation",
-                            format!("the message does not match correlation set '{}'", c.set.name),
+                            format!(
+                                "the message does not match correlation set '{}'",
+                                c.set.name
+                            ),
                         )
                         .into());
                     }
@@ -1476,10 +1594,18 @@ impl Instance {
     }
 
     /// The node `$var` or `$var.part` stands for.
-    fn var_node(&self, frame: &Arc<Frame>, v: &VarRef, part: Option<&str>) -> Result<NodeRef, Stop> {
+    fn var_node(
+        &self,
+        frame: &Arc<Frame>,
+        v: &VarRef,
+        part: Option<&str>,
+    ) -> Result<NodeRef, Stop> {
         let doc = self.read_var(frame, v)?;
         let root = doc.root_element().ok_or_else(|| {
-            Stop::Fault(Fault::standard("uninitializedVariable", format!("variable '{}' is empty", v.name)))
+            Stop::Fault(Fault::standard(
+                "uninitializedVariable",
+                format!("variable '{}' is empty", v.name),
+            ))
         })?;
         match (&v.kind, part) {
             (VarKind::Message(m), Some(p)) => {
@@ -1503,7 +1629,11 @@ impl Instance {
                 let a = defs.alias_for_message(prop, m).ok_or_else(|| {
                     Stop::Fault(Fault::standard(
                         "selectionFailure",
-                        format!("no alias of property {} for message {}", prop.clark(), m.clark()),
+                        format!(
+                            "no alias of property {} for message {}",
+                            prop.clark(),
+                            m.clark()
+                        ),
                     ))
                 })?;
                 let base = self.var_node(frame, v, a.part.as_deref())?;
@@ -1511,13 +1641,19 @@ impl Instance {
             }
             VarKind::Element(e) => {
                 let a = defs.alias_for_value(prop, Some(e), None).ok_or_else(|| {
-                    Stop::Fault(Fault::standard("selectionFailure", format!("no alias of property {}", prop.clark())))
+                    Stop::Fault(Fault::standard(
+                        "selectionFailure",
+                        format!("no alias of property {}", prop.clark()),
+                    ))
                 })?;
                 (a, self.var_node(frame, v, None)?)
             }
             VarKind::Type(t) => {
                 let a = defs.alias_for_value(prop, None, Some(t)).ok_or_else(|| {
-                    Stop::Fault(Fault::standard("selectionFailure", format!("no alias of property {}", prop.clark())))
+                    Stop::Fault(Fault::standard(
+                        "selectionFailure",
+                        format!("no alias of property {}", prop.clark()),
+                    ))
                 })?;
                 (a, self.var_node(frame, v, None)?)
             }
@@ -1532,7 +1668,11 @@ impl Instance {
                 format!("property {} selected {} nodes", prop.clark(), ns.len()),
             )
             .into()),
-            Ok(_) => Err(Fault::standard("selectionFailure", "a property query must select a node").into()),
+            Ok(_) => Err(Fault::standard(
+                "selectionFailure",
+                "a property query must select a node",
+            )
+            .into()),
             Err(e) => Err(Fault::standard("selectionFailure", e.to_string()).into()),
         }
     }
@@ -1551,7 +1691,8 @@ impl Instance {
             Err(Stop::Fault(f))
                 if c.ignore_missing_from_data
                     && f.name.ns == BPEL_NS
-                    && (f.name.local == "selectionFailure" || f.name.local == "uninitializedVariable") =>
+                    && (f.name.local == "selectionFailure"
+                        || f.name.local == "uninitializedVariable") =>
             {
                 return Ok(())
             }
@@ -1576,7 +1717,10 @@ impl Instance {
                 };
                 let target = match query {
                     Some(q) => {
-                        let base = NodeRef { doc: doc.clone(), id: target };
+                        let base = NodeRef {
+                            doc: doc.clone(),
+                            id: target,
+                        };
                         let v = self.eval(q, frame, Some(&base))?;
                         drop(base);
                         single_node(v, &doc, c.line)?
@@ -1600,22 +1744,33 @@ impl Instance {
             To::Expr(e) => {
                 let v = self.eval(e, frame, None)?;
                 let Value::NodeSet(ns) = v else {
-                    return Err(Fault::standard("selectionFailure", "<to> did not select a node").into());
+                    return Err(
+                        Fault::standard("selectionFailure", "<to> did not select a node").into(),
+                    );
                 };
                 if ns.len() != 1 {
                     return Err(Fault::standard(
                         "selectionFailure",
-                        format!("line {}: <to> selected {} nodes instead of one", c.line, ns.len()),
+                        format!(
+                            "line {}: <to> selected {} nodes instead of one",
+                            c.line,
+                            ns.len()
+                        ),
                     )
                     .into());
                 }
                 let node = &ns[0];
                 // Which variable holds the node's document?
-                let owner = e.vars.iter().find(|(_, r, _)| {
-                    frame.get(r).is_some_and(|d| Arc::ptr_eq(&d, &node.doc))
-                });
+                let owner = e
+                    .vars
+                    .iter()
+                    .find(|(_, r, _)| frame.get(r).is_some_and(|d| Arc::ptr_eq(&d, &node.doc)));
                 let Some((_, r, _)) = owner else {
-                    return Err(Fault::standard("selectionFailure", "<to> must select a node of a variable").into());
+                    return Err(Fault::standard(
+                        "selectionFailure",
+                        "<to> must select a node of a variable",
+                    )
+                    .into());
                 };
                 let r = r.clone();
                 let id = node.id;
@@ -1638,12 +1793,19 @@ impl Instance {
     }
 
     /// The node a `to variable [part]` writes to, created when missing.
-    fn ensure_target(&self, d: &mut Doc, v: &VarRef, part: Option<&str>, src: &Src) -> Result<NodeId, Stop> {
+    fn ensure_target(
+        &self,
+        d: &mut Doc,
+        v: &VarRef,
+        part: Option<&str>,
+        src: &Src,
+    ) -> Result<NodeId, Stop> {
         let root = match d.root_element() {
             Some(r) => r,
             None => {
                 *d = self.fresh(v);
-                d.root_element().ok_or_else(|| Fault::busbar("internal", "no root"))?
+                d.root_element()
+                    .ok_or_else(|| Fault::busbar("internal", "no root"))?
             }
         };
         let (VarKind::Message(m), Some(p)) = (&v.kind, part) else {
@@ -1653,7 +1815,12 @@ impl Instance {
             Some(x) => x,
             None => d.append_element(root, Name::new("", p)),
         };
-        let def = self.process().defs.message(m).and_then(|m| m.part(p)).cloned();
+        let def = self
+            .process()
+            .defs
+            .message(m)
+            .and_then(|m| m.part(p))
+            .cloned();
         if let Some(el) = def.and_then(|x| x.element) {
             if let Some(inner) = d.child_elements(pe).next() {
                 return Ok(inner);
@@ -1671,7 +1838,9 @@ impl Instance {
     fn source(&self, f: &From, frame: &Arc<Frame>) -> Result<Option<Src>, Stop> {
         match f {
             From::Literal(doc) => {
-                let holder = doc.root_element().ok_or_else(|| Fault::busbar("internal", "empty literal"))?;
+                let holder = doc
+                    .root_element()
+                    .ok_or_else(|| Fault::busbar("internal", "empty literal"))?;
                 let elems: Vec<NodeId> = doc.child_elements(holder).collect();
                 if elems.len() == 1 {
                     return Ok(Some(Src::Node(NodeRef {
@@ -1742,7 +1911,10 @@ fn single_node(v: Value, doc: &Arc<Doc>, line: u32) -> Result<NodeId, Stop> {
         Value::NodeSet(ns) if ns.len() == 1 && Arc::ptr_eq(&ns[0].doc, doc) => Ok(ns[0].id),
         Value::NodeSet(ns) => Err(Fault::standard(
             "selectionFailure",
-            format!("line {line}: <to> query selected {} nodes instead of one", ns.len()),
+            format!(
+                "line {line}: <to> query selected {} nodes instead of one",
+                ns.len()
+            ),
         )
         .into()),
         _ => Err(Fault::standard("selectionFailure", "<to> query must select a node").into()),
@@ -1772,8 +1944,14 @@ fn apply(d: &mut Doc, target: NodeId, src: &Src, keep_name: bool) {
 /// Whether fault data fits a catch's variable.
 fn data_fits(kind: &VarKind, d: &Doc) -> bool {
     match kind {
-        VarKind::Message(_) => d.root_element().and_then(|r| d.name(r)).is_some_and(|n| n.is("", "message")),
-        VarKind::Element(e) => d.root_element().and_then(|r| d.name(r)).is_some_and(|n| n.is(&e.ns, &e.local)),
+        VarKind::Message(_) => d
+            .root_element()
+            .and_then(|r| d.name(r))
+            .is_some_and(|n| n.is("", "message")),
+        VarKind::Element(e) => d
+            .root_element()
+            .and_then(|r| d.name(r))
+            .is_some_and(|n| n.is(&e.ns, &e.local)),
         VarKind::Type(_) => true,
     }
 }
@@ -1823,7 +2001,10 @@ impl Context for EvalCx<'_> {
 
     fn function(&self, name: &Name, args: Vec<Value>) -> Result<Value, XPathError> {
         let fail = |f: Fault| XPathError::Raised(f.name, f.text);
-        let var_name = args.first().map(|a| a.to_string_value()).unwrap_or_default();
+        let var_name = args
+            .first()
+            .map(|a| a.to_string_value())
+            .unwrap_or_default();
         let r = self
             .expr
             .vars
@@ -1831,7 +2012,9 @@ impl Context for EvalCx<'_> {
             .find(|(_, r, _)| r.name == var_name)
             .map(|(_, r, _)| r.clone())
             .or_else(|| self.expr_scope_var(&var_name))
-            .ok_or_else(|| XPathError::Type(format!("{}: unknown variable '{var_name}'", name.local)))?;
+            .ok_or_else(|| {
+                XPathError::Type(format!("{}: unknown variable '{var_name}'", name.local))
+            })?;
         match name.local.as_str() {
             "getVariableProperty" => {
                 let pname = args.get(1).map(|a| a.to_string_value()).unwrap_or_default();
@@ -1860,23 +2043,27 @@ impl EvalCx<'_> {
     fn expr_scope_var(&self, name: &str) -> Option<VarRef> {
         // Variables named only in a string argument: look through the frames' declarations.
         let root = &self.inst.process().root;
-        root.frame.vars.iter().position(|v| v.name == name).map(|i| {
-            let mut hops = 0u16;
-            let mut f = Some(self.frame.clone());
-            while let Some(x) = f {
-                if x.parent.is_none() {
-                    break;
+        root.frame
+            .vars
+            .iter()
+            .position(|v| v.name == name)
+            .map(|i| {
+                let mut hops = 0u16;
+                let mut f = Some(self.frame.clone());
+                while let Some(x) = f {
+                    if x.parent.is_none() {
+                        break;
+                    }
+                    hops += 1;
+                    f = x.parent.clone();
                 }
-                hops += 1;
-                f = x.parent.clone();
-            }
-            VarRef {
-                name: name.to_string(),
-                hops,
-                index: i as u16,
-                kind: root.frame.vars[i].kind.clone(),
-            }
-        })
+                VarRef {
+                    name: name.to_string(),
+                    hops,
+                    index: i as u16,
+                    kind: root.frame.vars[i].kind.clone(),
+                }
+            })
     }
 
     fn resolve_property(&self, text: &str) -> Option<Name> {
@@ -1897,8 +2084,9 @@ fn typed_value(type_local: &str, text: String) -> Value {
         "boolean" => Value::Boolean(matches!(text.trim(), "true" | "1")),
         "double" | "float" | "decimal" | "integer" | "int" | "long" | "short" | "byte"
         | "unsignedInt" | "unsignedLong" | "unsignedShort" | "unsignedByte"
-        | "nonNegativeInteger" | "positiveInteger" | "negativeInteger"
-        | "nonPositiveInteger" => Value::Number(crate::xpath::parse_number(text.trim())),
+        | "nonNegativeInteger" | "positiveInteger" | "negativeInteger" | "nonPositiveInteger" => {
+            Value::Number(crate::xpath::parse_number(text.trim()))
+        }
         _ => Value::String(text),
     }
 }

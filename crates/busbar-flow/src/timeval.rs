@@ -42,7 +42,14 @@ pub fn parse_duration(s: &str) -> Option<Duration> {
         }
         num.is_empty().then_some(())
     };
-    take(date, &[('Y', 365.0 * 86400.0), ('M', 30.0 * 86400.0), ('D', 86400.0)])?;
+    take(
+        date,
+        &[
+            ('Y', 365.0 * 86400.0),
+            ('M', 30.0 * 86400.0),
+            ('D', 86400.0),
+        ],
+    )?;
     if let Some(t) = time {
         take(t, &[('H', 3600.0), ('M', 60.0), ('S', 1.0)])?;
     }
@@ -77,7 +84,11 @@ pub fn parse_datetime(s: &str) -> Option<SystemTime> {
     if !(1..=12).contains(&m) || !(1..=31).contains(&d) {
         return None;
     }
-    let mut zone = if rest.is_empty() { &d_and_zone[2..] } else { "" };
+    let mut zone = if rest.is_empty() {
+        &d_and_zone[2..]
+    } else {
+        ""
+    };
     let mut secs_of_day = 0f64;
     if !rest.is_empty() {
         let zi = rest.find(['Z', '+', '-']).unwrap_or(rest.len());
@@ -108,7 +119,8 @@ pub fn parse_datetime(s: &str) -> Option<SystemTime> {
 
 /// How long from now until `t` (zero when past).
 pub fn until(t: SystemTime) -> Duration {
-    t.duration_since(SystemTime::now()).unwrap_or(Duration::ZERO)
+    t.duration_since(SystemTime::now())
+        .unwrap_or(Duration::ZERO)
 }
 
 #[cfg(test)]

@@ -190,7 +190,11 @@ impl Definitions {
     }
 
     /// The alias of `property` for messages of `message_type`.
-    pub fn alias_for_message(&self, property: &Name, message_type: &Name) -> Option<&PropertyAlias> {
+    pub fn alias_for_message(
+        &self,
+        property: &Name,
+        message_type: &Name,
+    ) -> Option<&PropertyAlias> {
         self.aliases.iter().find(|a| {
             a.property.is(&property.ns, &property.local)
                 && a.message_type
@@ -208,10 +212,8 @@ impl Definitions {
     ) -> Option<&PropertyAlias> {
         self.aliases.iter().find(|a| {
             a.property.is(&property.ns, &property.local)
-                && ((element.is_some()
-                    && a.element.as_ref().map(key) == element.map(key))
-                    || (type_name.is_some()
-                        && a.type_name.as_ref().map(key) == type_name.map(key)))
+                && ((element.is_some() && a.element.as_ref().map(key) == element.map(key))
+                    || (type_name.is_some() && a.type_name.as_ref().map(key) == type_name.map(key)))
         })
     }
 
@@ -225,7 +227,9 @@ impl Definitions {
         let text = match std::fs::read_to_string(file) {
             Ok(t) => t,
             Err(_) if crate::harness::builtin_wsdl(file).is_some() && !file.exists() => {
-                crate::harness::builtin_wsdl(file).unwrap_or_default().to_string()
+                crate::harness::builtin_wsdl(file)
+                    .unwrap_or_default()
+                    .to_string()
             }
             Err(e) => {
                 problems.push(DeployError::new(file, 0, format!("cannot read: {e}")));
@@ -251,11 +255,17 @@ impl Definitions {
             problems.push(DeployError::new(
                 file,
                 doc.line(root),
-                format!("not a WSDL 1.1 document (root element {})", root_name.clark()),
+                format!(
+                    "not a WSDL 1.1 document (root element {})",
+                    root_name.clark()
+                ),
             ));
             return;
         }
-        let tns = doc.attr(root, "", "targetNamespace").unwrap_or("").to_string();
+        let tns = doc
+            .attr(root, "", "targetNamespace")
+            .unwrap_or("")
+            .to_string();
         let cx = Reader {
             doc: &doc,
             file,
@@ -283,13 +293,15 @@ impl Definitions {
                 (WSDL_NS, "binding") => cx.binding(child, self, problems),
                 (WSDL_NS, "service") => cx.service(child, self, problems),
                 (PLNK_NS | PLNK_2004_NS, "partnerLinkType") => cx.plnk(child, self, problems),
-                (VPROP_NS, "property") => {
+                (VPROP_NS | crate::model::BPEL_NS, "property") => {
                     if let Some(n) = doc.attr(child, "", "name") {
                         let name = Name::new(tns.clone(), n);
                         self.properties.insert(key(&name), Property { name });
                     }
                 }
-                (VPROP_NS, "propertyAlias") => cx.alias(child, self, problems),
+                (VPROP_NS | crate::model::BPEL_NS, "propertyAlias") => {
+                    cx.alias(child, self, problems)
+                }
                 _ => {}
             }
         }
@@ -384,7 +396,8 @@ impl Reader<'_> {
             }
             operations.push(op);
         }
-        defs.port_types.insert(key(&name), PortType { name, operations });
+        defs.port_types
+            .insert(key(&name), PortType { name, operations });
     }
 
     fn binding(&self, at: NodeId, defs: &mut Definitions, problems: &mut Problems) {
@@ -497,16 +510,19 @@ impl Reader<'_> {
         if let Some(q) = self
             .doc
             .child_elements(at)
-            .find(|q| self.doc.name(*q).is_some_and(|n| n.is(VPROP_NS, "query")))
+            .find(|q| self.doc.name(*q).is_some_and(|n| n.local == "query"))
         {
             let text = self.doc.string_value(q);
             let doc = self.doc;
             let ns = move |p: &str| doc.lookup_ns(q, p).map(str::to_string);
             let ext = |_: &Name, _: usize| false;
-            match XPath::compile(text.trim(), &Env {
-                ns: &ns,
-                extension: &ext,
-            }) {
+            match XPath::compile(
+                text.trim(),
+                &Env {
+                    ns: &ns,
+                    extension: &ext,
+                },
+            ) {
                 Ok(x) => query = Some(x),
                 Err(e) => problems.push(self.err(q, format!("propertyAlias query: {e}"))),
             }

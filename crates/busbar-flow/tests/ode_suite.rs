@@ -4,7 +4,8 @@
 use std::path::PathBuf;
 
 fn suite() -> Option<PathBuf> {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/conformance/ode-bpel-2.0");
+    let dir =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/conformance/ode-bpel-2.0");
     dir.is_dir().then_some(dir)
 }
 
