@@ -1,7 +1,7 @@
-//! The `busbar` command: `run`, `validate`, `echo` and `bench`.
+//! The `busbar` command: `run`, `validate`, `echo`, `bench` and `bpel test`.
 //!
 //! Layout: this file parses the command line, sets up logging and signals, and hands over to
-//! `busbar-engine` (run, validate, echo) and `busbar-bench` (bench).
+//! `busbar-engine` (run, validate, echo), `busbar-bench` (bench) and `busbar-flow` (bpel).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -50,6 +50,11 @@ enum Command {
         /// How long to wait for the answer.
         #[arg(long, default_value = "3s", value_parser = parse_timeout)]
         timeout: std::time::Duration,
+    },
+    /// WS-BPEL processes.
+    Bpel {
+        #[command(subcommand)]
+        command: BpelCommand,
     },
     /// The benchmark back end: echoes each request body with its Content-Type.
     Echo {
@@ -102,6 +107,46 @@ fn init_logging(level: &str, json: bool) {
     };
 }
 
+#[derive(Subcommand, Debug)]
+enum BpelCommand {
+    /// Run every process test folder found under the given folders (a folder with
+    /// `deploy.xml`, its processes and `test*.properties` in Apache ODE's format) against an
+    /// in-process engine with the ProbeService and FaultService partners; one line per test,
+    /// then `N passed, N failed, N skipped`. Exit status 1 on any failure.
+    Test {
+        /// Folders to search for tests.
+        #[arg(required = true)]
+        dirs: Vec<PathBuf>,
+    },
+}
+
+fn bpel_test(dirs: Vec<PathBuf>) -> ExitCode {
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the runtime: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    for d in &dirs {
+        if !d.is_dir() {
+            eprintln!("error: {} is not a folder", d.display());
+            return ExitCode::from(2);
+        }
+    }
+    let ((_, failed, _), _) = rt.block_on(busbar_flow::harness::run_all(&dirs, |line| {
+        println!("{line}")
+    }));
+    if failed > 0 {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
@@ -116,6 +161,9 @@ fn main() -> ExitCode {
             catalog,
         } => echo(listen, delay_ms, json, name, workers, catalog),
         Command::Bench { command } => busbar_bench::run(command),
+        Command::Bpel {
+            command: BpelCommand::Test { dirs },
+        } => bpel_test(dirs),
         Command::Health { url, timeout } => health::check(&url, timeout),
     }
 }
