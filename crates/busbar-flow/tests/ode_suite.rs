@@ -29,3 +29,15 @@ async fn ode_suite_in_scope_tests_pass() {
         "{passed} of {in_scope} in-scope tests pass (< 90 %); failing: {failures:?}"
     );
 }
+
+#[test]
+fn docs_list_every_skipped_folder_with_its_reason() {
+    let doc = std::fs::read_to_string(
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../docs/bpel.md"),
+    )
+    .expect("docs/bpel.md");
+    for (name, why) in busbar_flow::harness::OUT_OF_SCOPE {
+        let row = format!("| {name} | skipped | {why} |");
+        assert!(doc.contains(&row), "docs/bpel.md lacks the row: {row}");
+    }
+}
