@@ -293,13 +293,13 @@ impl Definitions {
                 (WSDL_NS, "binding") => cx.binding(child, self, problems),
                 (WSDL_NS, "service") => cx.service(child, self, problems),
                 (PLNK_NS | PLNK_2004_NS, "partnerLinkType") => cx.plnk(child, self, problems),
-                (VPROP_NS | crate::model::BPEL_NS, "property") => {
+                (VPROP_NS | crate::model::BPEL_NS | crate::model::BPEL_2004_NS, "property") => {
                     if let Some(n) = doc.attr(child, "", "name") {
                         let name = Name::new(tns.clone(), n);
                         self.properties.insert(key(&name), Property { name });
                     }
                 }
-                (VPROP_NS | crate::model::BPEL_NS, "propertyAlias") => {
+                (VPROP_NS | crate::model::BPEL_NS | crate::model::BPEL_2004_NS, "propertyAlias") => {
                     cx.alias(child, self, problems)
                 }
                 _ => {}
