@@ -148,6 +148,7 @@ impl<'a> Compiler<'a> {
     }
 
     fn process(&mut self, root: NodeId) -> Option<Process> {
+        let before = self.problems.len();
         self.check_language(root);
         let tns = self.attr(root, "targetNamespace").unwrap_or("");
         let name = Name::new(tns, self.attr(root, "name").unwrap_or(""));
@@ -190,7 +191,9 @@ impl<'a> Compiler<'a> {
         }
         self.frames.pop();
         let Some(activity) = activity else {
-            self.err(root, "the process has no activity");
+            if self.problems.len() == before {
+                self.err(root, "the process has no activity");
+            }
             return None;
         };
         if !self.receives.iter().any(|r| r.create_instance) {

@@ -169,6 +169,8 @@ enum Routed {
 struct Delivery {
     message: Arc<Doc>,
     reply: Option<oneshot::Sender<Outcome>>,
+    /// Request-response (the reply comes from a `reply`) rather than one-way.
+    sync: bool,
 }
 
 struct WaitOption {
@@ -191,6 +193,7 @@ struct Pending {
     operation: String,
     message: Arc<Doc>,
     reply: Option<oneshot::Sender<Outcome>>,
+    sync: bool,
 }
 
 #[derive(Default)]
@@ -419,16 +422,14 @@ impl Engine {
                 return Outcome::Fault(f);
             }
         }
-        let sync = op.is_sync();
-        let (reply_tx, reply_rx) = if sync {
-            let (t, r) = oneshot::channel();
-            (Some(t), Some(r))
-        } else {
-            (None, None)
-        };
+        // A one-way message is answered once an instance has taken it, so a message sent
+        // after it can never overtake it.
+        let (reply_tx, reply_rx) = oneshot::channel();
+        let reply_rx = Some(reply_rx);
         let delivery = Delivery {
             message,
-            reply: reply_tx,
+            reply: Some(reply_tx),
+            sync: op.is_sync(),
         };
         // 1. A waiting instance; 2. a live instance's mailbox; 3. a new instance.
         match self.route(live, pl, operation, delivery) {
@@ -518,6 +519,7 @@ impl Engine {
                 operation: operation.to_string(),
                 message: delivery.message,
                 reply: delivery.reply,
+                sync: delivery.sync,
             });
             return Routed::Taken;
         }
@@ -1311,6 +1313,7 @@ impl Instance {
                     Some(Delivery {
                         message: p.message,
                         reply: p.reply,
+                        sync: p.sync,
                     }),
                 ));
             }
@@ -1416,6 +1419,11 @@ impl Instance {
         }
         if let Some(v) = &r.variable {
             frame.set(v, d.message);
+        }
+        if !d.sync {
+            if let Some(tx) = reply.take() {
+                let _ = tx.send(Outcome::Accepted);
+            }
         }
         if let Some(tx) = reply {
             let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());

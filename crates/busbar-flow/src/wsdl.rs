@@ -299,9 +299,10 @@ impl Definitions {
                         self.properties.insert(key(&name), Property { name });
                     }
                 }
-                (VPROP_NS | crate::model::BPEL_NS | crate::model::BPEL_2004_NS, "propertyAlias") => {
-                    cx.alias(child, self, problems)
-                }
+                (
+                    VPROP_NS | crate::model::BPEL_NS | crate::model::BPEL_2004_NS,
+                    "propertyAlias",
+                ) => cx.alias(child, self, problems),
                 _ => {}
             }
         }
