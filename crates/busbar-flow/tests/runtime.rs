@@ -1,6 +1,8 @@
 //! The engine on processes written here: what a client sees, faults, limits and deploy-time
 //! refusals.
 
+#![allow(clippy::unwrap_used)]
+
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
