@@ -622,7 +622,7 @@ fn keys_match(
     process: &Process,
     keys: &[(usize, Vec<String>)],
     message_type: &Name,
-    msg: &Doc,
+    msg: &Arc<Doc>,
 ) -> bool {
     keys.iter().all(|(id, want)| {
         let props = process
@@ -639,7 +639,7 @@ fn keys_match(
 /// The values of `props` in a message (by its type's property aliases).
 fn message_props(
     process: &Process,
-    msg: &Doc,
+    msg: &Arc<Doc>,
     message_type: Option<&Name>,
     props: &[Name],
 ) -> Result<Vec<String>, Fault> {
@@ -674,8 +674,7 @@ fn message_props(
                     continue;
                 }
             }
-            let doc = Arc::new(msg.clone());
-            let ctx = part_node(&doc, pe, process, a.message_type.as_ref(), part);
+            let ctx = part_node(msg, pe, process, a.message_type.as_ref(), part);
             let v = match &a.query {
                 Some(q) => q
                     .eval(&NoVars, Some(&ctx))
@@ -794,6 +793,20 @@ impl Frame {
         let f = self.up(r.hops);
         let v = f.vars.lock().unwrap_or_else(|e| e.into_inner());
         v.get(r.index as usize).cloned().flatten()
+    }
+
+    fn take(self: &Arc<Frame>, r: &VarRef) -> Slot {
+        let f = self.up(r.hops);
+        let mut v = f.vars.lock().unwrap_or_else(|e| e.into_inner());
+        v.get_mut(r.index as usize).and_then(Option::take)
+    }
+
+    fn put(self: &Arc<Frame>, r: &VarRef, slot: Slot) {
+        let f = self.up(r.hops);
+        let mut v = f.vars.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(s) = v.get_mut(r.index as usize) {
+            *s = slot;
+        }
     }
 
     fn set(self: &Arc<Frame>, r: &VarRef, doc: Arc<Doc>) {
@@ -985,12 +998,18 @@ impl Instance {
                 }
                 Act::Invoke(inv) => self.invoke(inv, frame).await,
                 Act::Assign(copies) => {
-                    // An assign is atomic: work on copies of the frames' slots we touch,
-                    // by applying copies in order and restoring on fault.
-                    let snapshot = snapshot(frame);
+                    // An assign is atomic: a fault in one copy puts back what the copies
+                    // before it wrote. A single copy writes only once it has read everything.
+                    if let [one] = copies.as_slice() {
+                        return self.copy(one, frame);
+                    }
+                    let before: Vec<(&VarRef, Slot)> =
+                        written(copies).map(|r| (r, frame.get(r))).collect();
                     for c in copies {
                         if let Err(e) = self.copy(c, frame) {
-                            restore(frame, snapshot);
+                            for (r, v) in before.into_iter().rev() {
+                                frame.put(r, v);
+                            }
                             return Err(e);
                         }
                     }
@@ -1715,13 +1734,22 @@ impl Instance {
                         return Ok(());
                     }
                 }
-                let mut doc = match frame.get(var) {
-                    Some(d) => d,
-                    None => Arc::new(self.fresh(var)),
-                };
-                let target = {
-                    let d = Arc::make_mut(&mut doc);
-                    self.ensure_target(d, var, part.as_deref(), &src)?
+                // Nothing is written until everything is read, so a failing copy leaves the
+                // variable as it was; an existing target is edited in place (no copy of the
+                // document when nothing else holds it).
+                let existing = frame.get(var);
+                let found = existing
+                    .as_ref()
+                    .and_then(|d| self.find_target(d, var, part.as_deref()));
+                let (mut doc, target) = match (existing, found) {
+                    (Some(d), Some(t)) => (d, t),
+                    (existing, _) => {
+                        let mut d = existing
+                            .map(|a| (*a).clone())
+                            .unwrap_or_else(|| self.fresh(var));
+                        let t = self.ensure_target(&mut d, var, part.as_deref(), &src);
+                        (Arc::new(d), t)
+                    }
                 };
                 let target = match query {
                     Some(q) => {
@@ -1735,8 +1763,13 @@ impl Instance {
                     }
                     None => target,
                 };
-                let d = Arc::make_mut(&mut doc);
-                apply(d, target, &src, c.keep_src_element_name);
+                drop(frame.take(var));
+                apply(
+                    Arc::make_mut(&mut doc),
+                    target,
+                    &src,
+                    c.keep_src_element_name,
+                );
                 frame.set(var, doc);
                 Ok(())
             }
@@ -1801,23 +1834,37 @@ impl Instance {
     }
 
     /// The node a `to variable [part]` writes to, created when missing.
-    fn ensure_target(
-        &self,
-        d: &mut Doc,
-        v: &VarRef,
-        part: Option<&str>,
-        src: &Src,
-    ) -> Result<NodeId, Stop> {
+    /// The existing node a `to variable [part]` writes to, if there is one.
+    fn find_target(&self, d: &Doc, v: &VarRef, part: Option<&str>) -> Option<NodeId> {
+        let root = d.root_element()?;
+        let (VarKind::Message(m), Some(p)) = (&v.kind, part) else {
+            return Some(root);
+        };
+        let pe = d.child(root, "", p)?;
+        let element_part = self
+            .process()
+            .defs
+            .message(m)
+            .and_then(|m| m.part(p))
+            .is_some_and(|x| x.element.is_some());
+        if element_part {
+            d.child_elements(pe).next()
+        } else {
+            Some(pe)
+        }
+    }
+
+    /// The node a `to variable [part]` writes to, created when missing.
+    fn ensure_target(&self, d: &mut Doc, v: &VarRef, part: Option<&str>, src: &Src) -> NodeId {
         let root = match d.root_element() {
             Some(r) => r,
             None => {
                 *d = self.fresh(v);
-                d.root_element()
-                    .ok_or_else(|| Fault::busbar("internal", "no root"))?
+                d.root_element().unwrap_or(NodeId::ROOT)
             }
         };
         let (VarKind::Message(m), Some(p)) = (&v.kind, part) else {
-            return Ok(root);
+            return root;
         };
         let pe = match d.child(root, "", p) {
             Some(x) => x,
@@ -1831,16 +1878,16 @@ impl Instance {
             .cloned();
         if let Some(el) = def.and_then(|x| x.element) {
             if let Some(inner) = d.child_elements(pe).next() {
-                return Ok(inner);
+                return inner;
             }
             // A missing element part is created with the source's name when it has one.
             let name = match src {
                 Src::Node(n) if n.doc.is_element(n.id) => n.doc.name(n.id).cloned().unwrap_or(el),
                 _ => el,
             };
-            return Ok(d.append_element(pe, name));
+            return d.append_element(pe, name);
         }
-        Ok(pe)
+        pe
     }
 
     fn source(&self, f: &From, frame: &Arc<Frame>) -> Result<Option<Src>, Stop> {
@@ -1964,21 +2011,14 @@ fn data_fits(kind: &VarKind, d: &Doc) -> bool {
     }
 }
 
-fn snapshot(frame: &Arc<Frame>) -> Vec<(Arc<Frame>, Vec<Slot>)> {
-    let mut out = Vec::new();
-    let mut f = Some(frame.clone());
-    while let Some(x) = f {
-        let v = x.vars.lock().unwrap_or_else(|e| e.into_inner()).clone();
-        f = x.parent.clone();
-        out.push((x, v));
-    }
-    out
-}
-
-fn restore(_frame: &Arc<Frame>, snap: Vec<(Arc<Frame>, Vec<Slot>)>) {
-    for (f, v) in snap {
-        *f.vars.lock().unwrap_or_else(|e| e.into_inner()) = v;
-    }
+/// The variables an assign's copies write.
+fn written(copies: &[Copy]) -> impl Iterator<Item = &VarRef> {
+    copies.iter().flat_map(|c| -> Vec<&VarRef> {
+        match &c.to {
+            To::Var { var, .. } | To::Property { var, .. } => vec![var],
+            To::Expr(e) => e.vars.iter().map(|(_, r, _)| r).collect(),
+        }
+    })
 }
 
 struct EvalCx<'a> {

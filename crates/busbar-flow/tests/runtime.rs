@@ -396,3 +396,33 @@ fn the_xml_tree_round_trips_what_processes_copy() {
         r#"<a xmlns:p="urn:p"><p:b c="1">x &amp; y</p:b></a>"#
     );
 }
+
+#[tokio::test]
+async fn a_failing_copy_undoes_the_whole_assign() {
+    let dir = folder(
+        "atomic",
+        &format!(
+            r#"<sequence>{RECEIVE}
+  <assign><copy><from variable="in"/><to variable="out"/></copy>
+          <copy><from>'orig'</from><to variable="s"/></copy></assign>
+  <scope>
+    <faultHandlers><catchAll><empty/></catchAll></faultHandlers>
+    <assign>
+      <copy><from>'changed'</from><to variable="out" part="value"/></copy>
+      <copy><from>'set'</from><to variable="s"/></copy>
+      <copy><from>$in.value/nothing</from><to variable="s"/></copy>
+    </assign>
+  </scope>
+  <if><condition>$s = 'set'</condition><assign><copy><from>'leaked'</from><to variable="out" part="key"/></copy></assign></if>
+  {REPLY}</sequence>"#
+        ),
+    );
+    let e = engine(&dir, Limits::default());
+    match call(&e, "run", "k", "original").await {
+        Outcome::Reply(m) => {
+            assert_eq!(part(&m, "value"), "original");
+            assert_eq!(part(&m, "key"), "k");
+        }
+        other => panic!("{other:?}"),
+    }
+}
