@@ -16,6 +16,7 @@ pub mod compile;
 pub mod deploy;
 pub mod model;
 pub mod runtime;
+pub mod soap;
 mod timeval;
 pub mod wsdl;
 pub mod xml;
