@@ -418,8 +418,10 @@ impl Engine {
             message,
             reply: reply_tx,
         };
-        // 1. A waiting instance; 2. a live instance's mailbox; 3. a new instance.
-        let start = {
+        // 1. A waiting instance; 2. a live instance's mailbox; 3. a new instance. The block
+        // gives None when the message was handed over: the reply is awaited after it, once
+        // the router's lock is released, so this future stays Send.
+        let start = 'route: {
             let mut router = live.router.lock().unwrap_or_else(|e| e.into_inner());
             let mut hit = None;
             for (wi, w) in router.waiters.iter().enumerate() {
@@ -445,7 +447,7 @@ impl Engine {
                     delivery = d;
                 } else {
                     drop(router);
-                    return wait_reply(reply_rx).await;
+                    break 'route None;
                 }
             }
             // A live instance correlated with this message?
@@ -474,12 +476,16 @@ impl Engine {
                     reply: delivery.reply,
                 });
                 drop(router);
-                return wait_reply(reply_rx).await;
+                break 'route None;
             }
-            process
+            let start = process
                 .receives
                 .iter()
-                .any(|r| r.create_instance && r.partner_link == pl && r.operation == operation)
+                .any(|r| r.create_instance && r.partner_link == pl && r.operation == operation);
+            Some((start, delivery))
+        };
+        let Some((start, delivery)) = start else {
+            return wait_reply(reply_rx).await;
         };
         if !start {
             return Outcome::Fault(Fault::busbar(
