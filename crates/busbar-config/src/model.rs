@@ -414,6 +414,15 @@ pub struct TlsConfig {
 #[serde(transparent)]
 pub struct EndpointConfig(pub EndpointFields);
 
+impl EndpointConfig {
+    /// An endpoint to `url` with every other setting at its default: for a partner service
+    /// known only by its WSDL address.
+    pub fn for_url(url: &str) -> Result<EndpointConfig, String> {
+        let quoted = serde_json::to_string(url).map_err(|e| e.to_string())?;
+        serde_saphyr::from_str(&format!("url: {quoted}\n")).map_err(|e| e.to_string())
+    }
+}
+
 impl std::ops::Deref for EndpointConfig {
     type Target = EndpointFields;
     fn deref(&self) -> &EndpointFields {
