@@ -15,6 +15,7 @@ mod json_route;
 mod metrics_doc;
 mod observability;
 mod packaging;
+mod processes;
 mod route;
 mod router;
 mod scatter;

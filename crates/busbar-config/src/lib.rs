@@ -426,6 +426,7 @@ pub fn validate(loaded: &LoadedConfig) -> Vec<ConfigError> {
         check_endpoint(loaded, name, e, &mut err);
     }
     check_databases(loaded, &mut err);
+    check_processes(loaded, &mut err);
     for (name, steps) in &cfg.sequences {
         check_steps(loaded, steps, &format!("sequences.{name}"), &mut err);
     }
@@ -827,6 +828,53 @@ fn check_databases(loaded: &LoadedConfig, err: &mut impl FnMut(Option<u64>, Stri
     }
 }
 
+fn check_processes(loaded: &LoadedConfig, err: &mut impl FnMut(Option<u64>, String, String)) {
+    let cfg = &loaded.config;
+    for (name, p) in &cfg.processes {
+        let at = format!("processes.{name}");
+        let dir = loaded.resolve(&p.dir.value);
+        if !dir.is_dir() {
+            err(
+                line_of(&p.dir),
+                format!("{at}.dir"),
+                format!("no such folder: {}", dir.display()),
+            );
+        }
+        for (link, endpoint) in &p.partners {
+            if !cfg.endpoints.contains_key(&endpoint.value) {
+                err(
+                    line_of(endpoint),
+                    format!("{at}.partners.{link}"),
+                    format!("no endpoint '{}'", endpoint.value),
+                );
+            }
+        }
+        if let Some(l) = &p.listener {
+            if !cfg.listeners.contains_key(&l.value) {
+                err(
+                    line_of(l),
+                    format!("{at}.listener"),
+                    format!("unknown listener '{}'", l.value),
+                );
+            }
+        }
+        if p.max_instances == 0 {
+            err(
+                None,
+                format!("{at}.max_instances"),
+                "must be at least 1".into(),
+            );
+        }
+        if p.instance_ttl.0.is_zero() {
+            err(
+                None,
+                format!("{at}.instance_ttl"),
+                "must be more than 0".into(),
+            );
+        }
+    }
+}
+
 fn check_steps(
     loaded: &LoadedConfig,
     steps: &[StepConfig],
@@ -1199,6 +1247,27 @@ mod tests {
     }
 
     const OK: &str = "listeners:\n  http: { bind: \"127.0.0.1:0\" }\nendpoints:\n  echo: { url: \"http://127.0.0.1:9000/e\", timeout: 2s }\nproxies:\n  P:\n    path: /p\n    in:\n      - call: echo\n";
+
+    #[test]
+    fn process_folders_are_checked_with_their_paths() {
+        let yaml = format!(
+            "{OK}processes:\n  Hello:\n    dir: src\n    partners: {{ helloWorld: echo, other: nowhere }}\n  Gone:\n    dir: no/such/folder\n    listener: web\n    max_instances: 0\n    instance_ttl: 0s\n    timout: 1s\n"
+        );
+        let errs = check(&yaml);
+        assert_eq!(errs.len(), 1, "{errs:#?}");
+        assert!(errs[0].contains("unknown field `timout`"), "{errs:#?}");
+        let errs = check(&yaml.replace("    timout: 1s\n", ""));
+        assert_eq!(
+            errs,
+            vec![
+                "t.yaml:15: processes.Gone.dir: no such folder: ./no/such/folder".to_owned(),
+                "t.yaml:16: processes.Gone.listener: unknown listener 'web'".to_owned(),
+                "t.yaml: processes.Gone.max_instances: must be at least 1".to_owned(),
+                "t.yaml: processes.Gone.instance_ttl: must be more than 0".to_owned(),
+                "t.yaml:13: processes.Hello.partners.other: no endpoint 'nowhere'".to_owned(),
+            ]
+        );
+    }
 
     #[test]
     fn a_valid_config_has_no_errors() {

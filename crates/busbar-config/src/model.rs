@@ -46,6 +46,10 @@ pub struct Config {
     /// Databases by name, for the `sql` step: SQLite (embedded) or PostgreSQL.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub databases: BTreeMap<String, DatabaseConfig>,
+    /// Folders of WS-BPEL processes by name: each process's `provide` services are served as
+    /// SOAP endpoints (docs/processes.md).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub processes: BTreeMap<String, ProcessConfig>,
     /// Namespace prefixes (prefix → URI) for every XPath in the file; a proxy may add its own.
     #[serde(default)]
     pub namespaces: BTreeMap<String, String>,
@@ -409,6 +413,15 @@ pub struct TlsConfig {
 #[derive(Debug, Clone, Serialize)]
 #[serde(transparent)]
 pub struct EndpointConfig(pub EndpointFields);
+
+impl EndpointConfig {
+    /// An endpoint to `url` with every other setting at its default: for a partner service
+    /// known only by its WSDL address.
+    pub fn for_url(url: &str) -> Result<EndpointConfig, String> {
+        let quoted = serde_json::to_string(url).map_err(|e| e.to_string())?;
+        serde_saphyr::from_str(&format!("url: {quoted}\n")).map_err(|e| e.to_string())
+    }
+}
 
 impl std::ops::Deref for EndpointConfig {
     type Target = EndpointFields;
@@ -1748,6 +1761,43 @@ pub enum WsseKeyTransport {
     /// RSA PKCS#1 v1.5 (legacy).
     #[serde(rename = "rsa-1_5")]
     Rsa15,
+}
+
+/// A folder of WS-BPEL 2.0 processes (`processes.NAME`), as Apache ODE deploys them: a
+/// `deploy.xml`, the `.bpel` files it names and their WSDLs. Each `provide` of `deploy.xml`
+/// is served as a SOAP endpoint at the path of its port's WSDL `soap:address`.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProcessConfig {
+    /// The folder, relative to the config file. It is read (and every process compiled) when
+    /// the config is built, and again on each reload; a construct outside the supported
+    /// subset is an error naming its file and line.
+    pub dir: Spanned<String>,
+    /// Partner links the processes invoke → the endpoint (in `endpoints`) that serves them,
+    /// with its timeouts, retries and pool. A partner link not named here is called at the
+    /// WSDL `soap:address` of the service and port `deploy.xml` gives it, with default
+    /// endpoint settings.
+    #[serde(default)]
+    pub partners: BTreeMap<String, Spanned<String>>,
+    /// The listener serving the processes' SOAP endpoints. Default: the first listener (in
+    /// name order).
+    #[serde(default)]
+    pub listener: Option<Spanned<String>>,
+    /// Most instances of this folder's processes alive at once; a message that would start one
+    /// more is answered with a `tooManyInstances` fault.
+    #[serde(default = "default_max_instances")]
+    pub max_instances: usize,
+    /// Longest life of an instance; an older one ends with an `instanceExpired` fault.
+    #[serde(default = "default_instance_ttl")]
+    pub instance_ttl: Duration,
+}
+
+fn default_max_instances() -> usize {
+    100_000
+}
+
+fn default_instance_ttl() -> Duration {
+    Duration(std::time::Duration::from_secs(3600))
 }
 
 /// A database (`databases.NAME`): SQLite or PostgreSQL, given by `url` (`sqlite:PATH`,

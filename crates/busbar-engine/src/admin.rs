@@ -1,4 +1,6 @@
-//! The admin listener: `/healthz`, `/readyz`, `/metrics`, `/config` and `POST /reload`.
+//! The admin listener: `/healthz`, `/readyz`, `/metrics`, `/config`, `POST /reload`, and the
+//! deployed processes (`/processes`, `/processes/instances`, `DELETE
+//! /processes/instances/{id}`).
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::Ordering::Relaxed;
@@ -154,6 +156,132 @@ fn database_metrics(
     }
 }
 
+/// The processes' gauges and counters, read when scraped (from the current runtime's engine:
+/// they start again from zero after a reload).
+fn process_metrics(processes: Option<&crate::processes::Processes>, out: &mut String) {
+    use std::fmt::Write;
+    let info = processes.map(|p| (p, p.engine.process_info()));
+    let _ = writeln!(
+        out,
+        "# HELP busbar_process_instances Instances of the process alive now.\n# TYPE busbar_process_instances gauge"
+    );
+    for (_, i) in info.iter().flat_map(|(p, v)| v.iter().map(move |i| (p, i))) {
+        let _ = writeln!(
+            out,
+            "busbar_process_instances{{process=\"{}\"}} {}",
+            label(&i.name.clark()),
+            i.instances
+        );
+    }
+    let _ = writeln!(
+        out,
+        "# HELP busbar_process_completed_total Instances that ended, by outcome (completed, faulted).\n# TYPE busbar_process_completed_total counter"
+    );
+    for (_, i) in info.iter().flat_map(|(p, v)| v.iter().map(move |i| (p, i))) {
+        for (outcome, n) in [("completed", i.completed), ("faulted", i.faulted)] {
+            let _ = writeln!(
+                out,
+                "busbar_process_completed_total{{process=\"{}\",outcome=\"{outcome}\"}} {n}",
+                label(&i.name.clark())
+            );
+        }
+    }
+}
+
+/// A Prometheus label value, escaped.
+fn label(v: &str) -> String {
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+/// `GET /processes`, `GET /processes/instances`, `DELETE /processes/instances/{id}`.
+fn processes_api(control: &Control, method: &Method, path: &str) -> Response<Body> {
+    let rt = control.shared.runtime.load();
+    let processes = rt.processes.as_deref();
+    let json = |v: Value| {
+        text(
+            StatusCode::OK,
+            "application/json",
+            serde_json::to_vec_pretty(&v).unwrap_or_default(),
+        )
+    };
+    match (method, path) {
+        (&Method::GET, "/processes") => {
+            let list: Vec<Value> = processes
+                .map(|p| {
+                    p.engine
+                        .process_info()
+                        .iter()
+                        .map(|i| {
+                            serde_json::json!({
+                                "name": i.name.clark(),
+                                "folder": p.folder_of(&i.name),
+                                "dir": i.dir.display().to_string(),
+                                "instances": i.instances,
+                                "started": i.started,
+                                "completed": i.completed,
+                                "faulted": i.faulted,
+                            })
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
+            json(Value::Array(list))
+        }
+        (&Method::GET, "/processes/instances") => {
+            let list: Vec<Value> = processes
+                .map(|p| {
+                    p.engine
+                        .instances()
+                        .iter()
+                        .map(|i| {
+                            serde_json::json!({
+                                "id": i.id,
+                                "process": i.process.clark(),
+                                "age_ms": i.age.as_millis() as u64,
+                            })
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
+            json(Value::Array(list))
+        }
+        (&Method::DELETE, _) if path.starts_with("/processes/instances/") => {
+            let id = &path["/processes/instances/".len()..];
+            let Ok(n) = id.parse::<u64>() else {
+                return text(
+                    StatusCode::NOT_FOUND,
+                    "text/plain",
+                    format!("no instance '{id}': an instance id is a number\n"),
+                );
+            };
+            if processes.is_some_and(|p| p.engine.terminate(n)) {
+                let mut r = text(StatusCode::NO_CONTENT, "text/plain", "");
+                r.headers_mut().remove(CONTENT_TYPE);
+                r
+            } else {
+                text(
+                    StatusCode::NOT_FOUND,
+                    "text/plain",
+                    format!("no running instance {n}\n"),
+                )
+            }
+        }
+        (_, "/processes" | "/processes/instances") => text(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "text/plain",
+            "method not allowed\n",
+        ),
+        _ if path.starts_with("/processes/instances/") => text(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "text/plain",
+            "method not allowed\n",
+        ),
+        _ => text(StatusCode::NOT_FOUND, "text/plain", "not found\n"),
+    }
+}
+
 fn text(status: StatusCode, ct: &'static str, body: impl Into<bytes::Bytes>) -> Response<Body> {
     let mut r = Response::new(Body::full(body.into()));
     *r.status_mut() = status;
@@ -189,7 +317,9 @@ async fn handle(control: &Control, req: Request<Incoming>) -> Response<Body> {
         }
         (&Method::GET, "/metrics") => {
             let mut out = shared.metrics.render();
-            database_metrics(&shared.runtime.load().databases, &mut out);
+            let rt = shared.runtime.load();
+            database_metrics(&rt.databases, &mut out);
+            process_metrics(rt.processes.as_deref(), &mut out);
             text(
                 StatusCode::OK,
                 "text/plain; version=0.0.4; charset=utf-8",
@@ -219,6 +349,7 @@ async fn handle(control: &Control, req: Request<Incoming>) -> Response<Body> {
                 Err(e) => text(StatusCode::BAD_REQUEST, "text/plain", format!("{e}\n")),
             }
         }
+        (m, p) if p == "/processes" || p.starts_with("/processes/") => processes_api(control, m, p),
         (_, "/healthz" | "/readyz" | "/metrics" | "/config" | "/reload") => text(
             StatusCode::METHOD_NOT_ALLOWED,
             "text/plain",

@@ -5,7 +5,8 @@
 //! per step, the closed set of them and the executor; [`offload`] is the one bounded pool for
 //! CPU-heavy step work; [`endpoint`] holds the back-end endpoints (pooled keep-alive clients
 //! behind retry, failover, load balancing and circuit breakers); [`databases`] opens the
-//! config's databases for the `sql` step;
+//! config's databases for the `sql` step; [`processes`] deploys the config's WS-BPEL processes
+//! and serves each as a SOAP endpoint;
 //! [`serve`] runs one event loop per worker thread, each with its own `SO_REUSEPORT` socket,
 //! over a [`serve::Handler`]; [`proxy`] is the request path of a proxy listener (match →
 //! sequences → reply or error answer); [`engine`] builds, binds and serves, with reload and
@@ -22,6 +23,7 @@ pub mod headers;
 pub mod net;
 pub mod offload;
 pub mod otlp;
+pub mod processes;
 pub mod proxy;
 pub mod router;
 pub mod runtime;

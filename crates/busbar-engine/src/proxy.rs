@@ -266,6 +266,9 @@ fn malformed<B>(req: &Request<B>) -> Option<MediationError> {
 
 /// `in`, then `out` unless a step answered; on an error, `on_error` decides the answer.
 async fn run_proxy(proxy: &Proxy, ex: &mut Exchange) -> Result<Response<Body>, MediationError> {
+    if let Some(svc) = &proxy.process {
+        return crate::processes::serve(svc, ex, proxy.cx.max_body).await;
+    }
     let result = async {
         let flow = steps::run(&proxy.in_seq, ex, &proxy.cx).await?;
         if ex.response.is_none() {

@@ -10,6 +10,7 @@ use http::Method;
 
 use crate::endpoint::Endpoint;
 use crate::offload::Offload;
+use crate::processes::{ProcessService, Processes};
 use crate::router::{Match, Router};
 use crate::steps::{BuildCx, BuiltStep, ProxyCx};
 
@@ -30,6 +31,8 @@ pub struct Proxy {
     pub on_error: Vec<BuiltStep>,
     /// Its metrics.
     pub counters: Arc<Counters>,
+    /// The process service it serves instead of steps (`processes:`).
+    pub process: Option<Arc<ProcessService>>,
 }
 
 /// Everything built from one config; replaced whole on reload.
@@ -45,6 +48,8 @@ pub struct Runtime {
     pub endpoints: Arc<BTreeMap<String, Arc<Endpoint>>>,
     /// Databases by name.
     pub databases: BTreeMap<String, Arc<busbar_sql::Database>>,
+    /// The deployed processes, when the config has any.
+    pub processes: Option<Arc<Processes>>,
     /// The config this was built from.
     pub config: LoadedConfig,
 }
@@ -132,6 +137,7 @@ impl Runtime {
                 out_seq: b.steps(&p.out_seq, &format!("{path}.out")),
                 on_error: b.steps(&p.on_error, &format!("{path}.on_error")),
                 counters: metrics.proxy(name),
+                process: None,
             });
             for (i, l) in listener_names.iter().enumerate() {
                 if p.listeners.is_empty() || p.listeners.iter().any(|x| &x.value == l) {
@@ -142,6 +148,67 @@ impl Runtime {
             }
         }
         errors.extend(b.into_errors());
+        let processes = crate::processes::build(
+            loaded,
+            &shared_endpoints,
+            &listener_names,
+            metrics,
+            workers,
+            &mut errors,
+        )
+        .map(|(processes, services)| {
+            let post = [Method::POST];
+            for (listener, path, svc) in services {
+                let at = format!("processes.{}", svc.folder);
+                let line = cfg.processes.get(&*svc.folder).and_then(|p| line_of(&p.dir));
+                let listener_name = &listener_names[listener];
+                let proxy_clash = cfg.proxies.iter().find(|(_, p)| {
+                    p.path.value == path
+                        && (p.methods.is_empty() || p.methods.iter().any(|m| m == "POST"))
+                        && (p.listeners.is_empty()
+                            || p.listeners.iter().any(|l| &l.value == listener_name))
+                });
+                let taken = match proxy_clash {
+                    Some((other, _)) => Some(format!("proxy '{other}'")),
+                    None => match routes[listener].find(&Method::POST, &path) {
+                        Match::Found { target, .. } if target.process.is_some() => {
+                            Some(format!("'{}'", target.name))
+                        }
+                        _ => None,
+                    },
+                };
+                if let Some(other) = taken {
+                    errors.push(loaded.error(
+                        line,
+                        at,
+                        format!("path '{path}' of service {} is already served by {other} on listener '{listener_name}'", svc.service.service.service.clark()),
+                    ));
+                    continue;
+                }
+                let name = format!("{}.{}", svc.folder, svc.service.service.service.local);
+                let proxy = Arc::new(Proxy {
+                    counters: metrics.proxy(&name),
+                    name: name.into(),
+                    methods: post.to_vec(),
+                    cx: ProxyCx {
+                        max_body: crate::processes::MAX_BODY,
+                        check_xml_tail: false,
+                        check_json_tail: false,
+                        json_max_depth: 64,
+                        endpoints: shared_endpoints.clone(),
+                        offload: Offload::shared(),
+                    },
+                    in_seq: Vec::new(),
+                    out_seq: Vec::new(),
+                    on_error: Vec::new(),
+                    process: Some(svc),
+                });
+                if let Err(msg) = routes[listener].add(&path, &post, proxy) {
+                    errors.push(loaded.error(line, at, msg));
+                }
+            }
+            processes
+        });
         if errors.is_empty() {
             Ok(Runtime {
                 routes,
@@ -149,6 +216,7 @@ impl Runtime {
                 tls,
                 endpoints: shared_endpoints,
                 databases,
+                processes,
                 config: loaded.clone(),
             })
         } else {

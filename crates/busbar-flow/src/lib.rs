@@ -17,6 +17,7 @@ pub mod deploy;
 pub mod harness;
 pub mod model;
 pub mod runtime;
+pub mod soap;
 mod timeval;
 pub mod wsdl;
 pub mod xml;
