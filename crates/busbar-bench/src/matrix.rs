@@ -1,7 +1,8 @@
 //! `bench run`: the benchmark matrix. Every cell (scenario × size × concurrency × iteration)
 //! is warmed up, then measured for a fixed duration with every response verified; each cell
 //! is written as JSON as soon as it ends, with a summary CSV and a `run.json` index. A scenario
-//! without a request body (ScatterGather) has one cell per concurrency and iteration, size 0.
+//! without a size axis (ScatterGather and the database reads without a body, the BPEL suite's
+//! messages of one shape) has one cell per concurrency and iteration, size 0.
 
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
