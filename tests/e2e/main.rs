@@ -14,6 +14,7 @@ mod jq;
 mod json_route;
 mod metrics_doc;
 mod observability;
+mod orchestration;
 mod packaging;
 mod processes;
 mod route;

@@ -30,6 +30,9 @@ pub enum Suite {
     /// The JSON/REST integrator scenarios (contract §7, docs/integrator.md): paths under a
     /// base URL such as `http://127.0.0.1:8281/api`.
     Integrator,
+    /// The orchestration scenario (contract §8, examples/orchestration/): the SimpleInvoke
+    /// processes and HelloWorld named under a base URL such as `http://127.0.0.1:8283/service`.
+    Bpel,
 }
 
 impl Suite {
@@ -38,6 +41,7 @@ impl Suite {
         match self {
             Suite::Classic => "classic",
             Suite::Integrator => "integrator",
+            Suite::Bpel => "bpel",
         }
     }
 
@@ -46,6 +50,7 @@ impl Suite {
         match self {
             Suite::Classic => &Scenario::ALL,
             Suite::Integrator => &Scenario::INTEGRATOR,
+            Suite::Bpel => &Scenario::BPEL,
         }
     }
 
@@ -75,8 +80,9 @@ impl FromStr for Suite {
         match s.trim().to_ascii_lowercase().as_str() {
             "classic" => Ok(Suite::Classic),
             "integrator" => Ok(Suite::Integrator),
+            "bpel" => Ok(Suite::Bpel),
             _ => Err(format!(
-                "unknown suite '{s}' (expected one of: classic, integrator)"
+                "unknown suite '{s}' (expected one of: classic, integrator, bpel)"
             )),
         }
     }
@@ -117,6 +123,16 @@ pub enum Scenario {
     DbRead,
     /// `DbWrite`: customers inserted and replaced, half each, read back after the run.
     DbWrite,
+    /// `SimpleInvoke0`: the BPEL process that answers the name it receives (x = 0).
+    SimpleInvoke0,
+    /// `SimpleInvoke1`: the BPEL process calling HelloWorld once (x = 1).
+    SimpleInvoke1,
+    /// `SimpleInvoke2`: the BPEL process calling HelloWorld twice (x = 2).
+    SimpleInvoke2,
+    /// `SimpleInvoke3`: the BPEL process calling HelloWorld three times (x = 3).
+    SimpleInvoke3,
+    /// `HelloWorld` called directly: the BPEL scenario's baseline.
+    HelloWorldDirect,
 }
 
 impl Scenario {
@@ -147,6 +163,59 @@ impl Scenario {
     /// base of their own), so only when named.
     pub const DATABASE: [Scenario; 2] = [Scenario::DbRead, Scenario::DbWrite];
 
+    /// The SimpleInvoke processes by x, the number of HelloWorld calls (`bpel` on the command
+    /// line means all four, or those of `--x`).
+    pub const PROCESSES: [Scenario; 4] = [
+        Scenario::SimpleInvoke0,
+        Scenario::SimpleInvoke1,
+        Scenario::SimpleInvoke2,
+        Scenario::SimpleInvoke3,
+    ];
+
+    /// The BPEL suite: the four processes, then the direct HelloWorld baseline.
+    pub const BPEL: [Scenario; 5] = [
+        Scenario::SimpleInvoke0,
+        Scenario::SimpleInvoke1,
+        Scenario::SimpleInvoke2,
+        Scenario::SimpleInvoke3,
+        Scenario::HelloWorldDirect,
+    ];
+
+    /// The x of a SimpleInvoke process: how many times it calls HelloWorld.
+    pub fn invokes(self) -> Option<u8> {
+        match self {
+            Scenario::SimpleInvoke0 => Some(0),
+            Scenario::SimpleInvoke1 => Some(1),
+            Scenario::SimpleInvoke2 => Some(2),
+            Scenario::SimpleInvoke3 => Some(3),
+            _ => None,
+        }
+    }
+
+    /// Parses a comma-separated scenario list, where `bpel` stands for the four SimpleInvoke
+    /// processes (`--x` then keeps some of them).
+    pub fn parse_list(s: &str) -> Result<Vec<Scenario>, String> {
+        let mut out = Vec::new();
+        for item in s.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+            let picked: Vec<Scenario> = if item.eq_ignore_ascii_case("bpel") {
+                Scenario::PROCESSES.to_vec()
+            } else {
+                vec![item
+                    .parse()
+                    .map_err(|e| format!("{e}, or bpel (the four SimpleInvoke processes)"))?]
+            };
+            for sc in picked {
+                if !out.contains(&sc) {
+                    out.push(sc);
+                }
+            }
+        }
+        if out.is_empty() {
+            return Err("empty scenario list".into());
+        }
+        Ok(out)
+    }
+
     /// The suite the scenario belongs to.
     pub fn suite(self) -> Suite {
         match self {
@@ -166,15 +235,21 @@ impl Scenario {
             | Scenario::JsonToSoap
             | Scenario::DbRead
             | Scenario::DbWrite => Suite::Integrator,
+            Scenario::SimpleInvoke0
+            | Scenario::SimpleInvoke1
+            | Scenario::SimpleInvoke2
+            | Scenario::SimpleInvoke3
+            | Scenario::HelloWorldDirect => Suite::Bpel,
         }
     }
 
-    /// Whether the requests carry a body whose size is an axis (all but ScatterGather's GETs).
+    /// Whether the requests carry a body whose size is an axis (not ScatterGather's and the
+    /// database scenarios' requests, nor the BPEL suite's small messages of one shape).
     pub fn sized(self) -> bool {
         !matches!(
             self,
             Scenario::ScatterGather | Scenario::DbRead | Scenario::DbWrite
-        )
+        ) && self.suite() != Suite::Bpel
     }
 
     /// The client profile of a WS-Security scenario.
@@ -205,6 +280,11 @@ impl Scenario {
             Scenario::JsonToSoap => "json-to-soap",
             Scenario::DbRead => "db-read",
             Scenario::DbWrite => "db-write",
+            Scenario::SimpleInvoke0 => "bpel-x0",
+            Scenario::SimpleInvoke1 => "bpel-x1",
+            Scenario::SimpleInvoke2 => "bpel-x2",
+            Scenario::SimpleInvoke3 => "bpel-x3",
+            Scenario::HelloWorldDirect => "bpel-direct",
         }
     }
 
@@ -227,6 +307,11 @@ impl Scenario {
             Scenario::JsonToSoap => "JsonToSoap",
             Scenario::DbRead => "DbRead",
             Scenario::DbWrite => "DbWrite",
+            Scenario::SimpleInvoke0 => "SimpleInvoke0",
+            Scenario::SimpleInvoke1 => "SimpleInvoke1",
+            Scenario::SimpleInvoke2 => "SimpleInvoke2",
+            Scenario::SimpleInvoke3 => "SimpleInvoke3",
+            Scenario::HelloWorldDirect => "HelloWorld",
         }
     }
 
@@ -265,7 +350,8 @@ impl FromStr for Scenario {
             .into_iter()
             .chain(Scenario::SECURE)
             .chain(Scenario::INTEGRATOR)
-            .chain(Scenario::DATABASE);
+            .chain(Scenario::DATABASE)
+            .chain(Scenario::BPEL);
         for sc in every.clone() {
             if lowered == sc.name() || lowered == sc.proxy().to_ascii_lowercase() {
                 return Ok(sc);
@@ -324,6 +410,15 @@ pub enum Check {
     },
     /// HTTP 200 and a `buyStocks` element holding exactly these orders, in order (XSLT).
     Orders(Vec<Order>),
+    /// HTTP 200 and a SOAP 1.1 envelope whose Body holds only the answer element, whose text is
+    /// exactly this (the BPEL suite: a SimpleInvoke process's `sayHelloToResponse`,
+    /// HelloWorld's `sayHelloResponse/return`).
+    SoapAnswer {
+        /// Which answer element.
+        answer: crate::bpel::Answer,
+        /// Its exact text.
+        text: String,
+    },
     /// HTTP 200 and a WS-Security response that decrypts and verifies with the client's keys
     /// and, without its Security header, equals the plain request (SecureProxy).
     Secure {
@@ -360,6 +455,13 @@ impl Check {
             Scenario::Xslt => Ok(Check::Orders(parse_orders(request, "buyStocks")?)),
             Scenario::Secure | Scenario::SecureModern => Err(format!(
                 "{scenario} builds its own requests and checks: give --keys"
+            )),
+            Scenario::SimpleInvoke0
+            | Scenario::SimpleInvoke1
+            | Scenario::SimpleInvoke2
+            | Scenario::SimpleInvoke3
+            | Scenario::HelloWorldDirect => Err(format!(
+                "{scenario} sends its own sayHelloTo or sayHello requests (--suite bpel)"
             )),
             Scenario::Direct
             | Scenario::Cbr
@@ -446,6 +548,18 @@ impl Check {
                     "order {} differs from the one sent",
                     i + 1
                 )))
+            }
+            Check::SoapAnswer { answer, text } => {
+                expect_status(status, 200)?;
+                let got = crate::bpel::answer_text(body, *answer).map_err(Failure::Content)?;
+                if got == *text {
+                    Ok(())
+                } else {
+                    Err(Failure::Content(format!(
+                        "the answer is '{}', expected '{text}'",
+                        excerpt(got.as_bytes())
+                    )))
+                }
             }
             Check::Secure { checker, plain } => {
                 expect_status(status, 200)?;
@@ -588,7 +702,7 @@ fn expect_status(got: u16, want: u16) -> Result<(), Failure> {
 }
 
 /// Appends the text of a text or reference event to `out`.
-fn push_text(out: &mut String, ev: &Event<'_>) -> Result<(), String> {
+pub(crate) fn push_text(out: &mut String, ev: &Event<'_>) -> Result<(), String> {
     match ev {
         Event::Text(t) => out.push_str(&t.xml_content(Default::default())),
         Event::CData(t) => out.push_str(&t.xml_content(Default::default())),

@@ -4,11 +4,13 @@
 //! HTTP/1.x client; [`load`] drives it (closed loop, open loop, legacy JavaBench mode) into HDR
 //! histograms; [`check`] knows the suites, their scenarios and what a correct answer is;
 //! [`json_payload`] and [`integrator`] make the integrator suite's JSON requests and compute
-//! their expected answers; [`verify`] is the corruption checker over many sizes and
+//! their expected answers; [`bpel`] makes the orchestration suite's SOAP requests and reads
+//! their answers; [`verify`] is the corruption checker over many sizes and
 //! concurrencies; [`matrix`] runs the scenario × size × concurrency × iteration matrix into JSON
 //! and CSV; [`report`] turns result directories into one self-contained HTML page. [`run`] is
 //! the single entry point the `busbar` binary calls.
 
+pub mod bpel;
 pub mod check;
 pub mod client;
 pub mod db;

@@ -30,8 +30,9 @@ pub struct LoadArgs {
     /// Target URL, e.g. http://127.0.0.1:8280/service/DirectProxy or, in the integrator suite,
     /// http://127.0.0.1:8281/api/route (scatter-gather: .../api/product, ids are appended).
     pub url: String,
-    /// Scenario suite: `classic` (SOAP, the default) or `integrator` (JSON/REST; needs
-    /// --verify SCENARIO or --body).
+    /// Scenario suite: `classic` (SOAP, the default), `integrator` (JSON/REST; needs
+    /// --verify SCENARIO or --body) or `bpel` (the SimpleInvoke processes and HelloWorld;
+    /// needs --verify bpel --x N or --verify bpel-direct).
     #[arg(long, default_value = "classic")]
     pub suite: Suite,
     /// Request body file (sent as is).
@@ -70,10 +71,14 @@ pub struct LoadArgs {
     pub headers: Vec<String>,
     /// Verify every response as this scenario expects (classic: direct, cbr, cbr-soap-header,
     /// cbr-transport-header, xslt; integrator: json-passthrough, json-cbr, json-cbr-filter,
-    /// json-map, json-transform, scatter-gather, json-to-soap, which also pick the requests);
-    /// without it, success is any HTTP 200.
+    /// json-map, json-transform, scatter-gather, json-to-soap, which also pick the requests;
+    /// bpel: bpel with --x, or bpel-direct); without it, success is any HTTP 200.
     #[arg(long)]
     pub verify: Option<String>,
+    /// The bpel suite: how many times the process under test calls HelloWorld (0 to 3, as in
+    /// SimpleInvoke0 to SimpleInvoke3), which decides its answer.
+    #[arg(long, value_parser = crate::bpel::parse_x)]
+    pub x: Option<::std::vec::Vec<u8>>,
     /// Legacy JavaBench semantics: -n requests per client, TPS = successes / mean client time.
     #[arg(long)]
     pub legacy: bool,
@@ -173,6 +178,9 @@ pub fn scenario_requests(
             )])
         }
         Suite::Integrator => integrator::requests(scenario, &url, shape).map_err(BenchError::Usage),
+        Suite::Bpel => {
+            crate::bpel::requests(scenario, &url, crate::bpel::NAMES).map_err(BenchError::Usage)
+        }
     }
 }
 
@@ -490,6 +498,9 @@ impl Stats {
 pub fn plan_from_args(args: &LoadArgs) -> Result<LoadPlan, BenchError> {
     let url = Url::parse(&args.url).map_err(BenchError::Usage)?;
     let scenario: Option<Scenario> = match &args.verify {
+        Some(s) if s.trim().eq_ignore_ascii_case("bpel") => {
+            Some(crate::bpel::process_for(args.x.as_deref()).map_err(BenchError::Usage)?)
+        }
         Some(s) => Some(s.parse().map_err(BenchError::Usage)?),
         None => None,
     };
@@ -581,6 +592,22 @@ pub fn plan_from_args(args: &LoadArgs) -> Result<LoadPlan, BenchError> {
                 return Err(BenchError::Usage(
                     "the integrator suite needs --verify SCENARIO (it picks the requests and \
                      their check) or --body FILE"
+                        .into(),
+                ))
+            }
+        },
+        Suite::Bpel => match (scenario, &args.body) {
+            (Some(scenario), None) => crate::bpel::requests(scenario, &url, crate::bpel::NAMES)
+                .map_err(BenchError::Usage)?,
+            (_, Some(_)) => {
+                return Err(BenchError::Usage(
+                    "the bpel suite makes its own requests (a name per request): no --body".into(),
+                ))
+            }
+            (None, None) => {
+                return Err(BenchError::Usage(
+                    "the bpel suite needs --verify bpel --x N (the process SimpleInvokeN) or \
+                     --verify bpel-direct (HelloWorld)"
                         .into(),
                 ))
             }

@@ -1,7 +1,8 @@
 //! `bench run`: the benchmark matrix. Every cell (scenario × size × concurrency × iteration)
 //! is warmed up, then measured for a fixed duration with every response verified; each cell
 //! is written as JSON as soon as it ends, with a summary CSV and a `run.json` index. A scenario
-//! without a request body (ScatterGather) has one cell per concurrency and iteration, size 0.
+//! without a size axis (ScatterGather and the database reads without a body, the BPEL suite's
+//! messages of one shape) has one cell per concurrency and iteration, size 0.
 
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
@@ -30,18 +31,15 @@ pub const CLASSIC_SIZES: [usize; 5] = [512, 1024, 5120, 10_240, 102_400];
 /// 1 KB routing, 5 KB transform; 100 KB for the large end).
 pub const INTEGRATOR_SIZES: [usize; 4] = [1024, 5120, 10_240, 102_400];
 
-fn parse_scenario(s: &str) -> Result<Scenario, String> {
-    s.parse()
-}
-
 /// Options of `bench run`.
 #[derive(clap::Args, Debug, Clone)]
 pub struct RunArgs {
-    /// Scenario suite: `classic` (contract §3.1–3.5) or `integrator` (contract §7).
+    /// Scenario suite: `classic` (contract §3.1–3.5), `integrator` (contract §7) or `bpel`
+    /// (contract §8).
     #[arg(long, default_value = "classic")]
     pub suite: Suite,
     /// Base URL the scenarios are under: http://127.0.0.1:8280/service (classic proxy names),
-    /// http://127.0.0.1:8281/api (integrator paths).
+    /// http://127.0.0.1:8281/api (integrator paths), http://127.0.0.1:8283/service (bpel).
     #[arg(long)]
     pub base: String,
     /// Name of the ESB under test (shown in reports).
@@ -66,9 +64,15 @@ pub struct RunArgs {
     /// Concurrency levels.
     #[arg(long, value_delimiter = ',', value_parser = parse_count, default_value = "20,80,320")]
     pub concurrency: Vec<usize>,
-    /// Scenarios (default: every one of the suite but the WS-Security ones).
-    #[arg(long, value_delimiter = ',', value_parser = parse_scenario)]
-    pub scenarios: Option<Vec<Scenario>>,
+    /// Scenarios, comma-separated (default: every one of the suite but the WS-Security and
+    /// database ones); `bpel` names the four SimpleInvoke processes.
+    #[arg(long, value_parser = Scenario::parse_list)]
+    pub scenarios: Option<::std::vec::Vec<Scenario>>,
+    /// The bpel suite: the SimpleInvoke processes to measure by x, the number of HelloWorld
+    /// calls: `0..3` (all, the default), `1`, `0,2`. Each is its own scenario in the results
+    /// (`bpel-x0` … `bpel-x3`).
+    #[arg(long, value_parser = crate::bpel::parse_x)]
+    pub x: Option<::std::vec::Vec<u8>>,
     /// Output directory (created; existing cell files are overwritten).
     #[arg(long)]
     pub out: PathBuf,
@@ -150,11 +154,14 @@ pub struct RunInfo {
 /// Runs the matrix; returns the index as written.
 pub fn command(args: &RunArgs) -> Result<RunInfo, BenchError> {
     let base = Url::parse(&args.base).map_err(BenchError::Usage)?;
-    let scenarios = args
+    let mut scenarios = args
         .scenarios
         .clone()
         .unwrap_or_else(|| args.suite.scenarios().to_vec());
     args.suite.admit(&scenarios).map_err(BenchError::Usage)?;
+    if let Some(xs) = &args.x {
+        crate::bpel::keep_x(&mut scenarios, xs).map_err(BenchError::Usage)?;
+    }
     if let Some(s) = scenarios.iter().find(|s| s.secure_profile().is_some()) {
         return Err(BenchError::Usage(format!(
             "{s} is measured with bench load --keys, not in the matrix"
@@ -163,6 +170,8 @@ pub fn command(args: &RunArgs) -> Result<RunInfo, BenchError> {
     let sizes = args.sizes.clone().unwrap_or_else(|| match args.suite {
         Suite::Classic => CLASSIC_SIZES.to_vec(),
         Suite::Integrator => INTEGRATOR_SIZES.to_vec(),
+        // One message shape: no size axis.
+        Suite::Bpel => vec![0],
     });
     let addr = load::resolve(&base)?;
     let cells_dir = args.out.join("cells");

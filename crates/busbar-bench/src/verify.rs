@@ -27,23 +27,25 @@ pub const DEFAULT_SIZES: [usize; 17] = [
 /// Product ids a ScatterGather check goes through (four of them percent-encoded).
 pub const VERIFY_PRODUCTS: usize = 40;
 
-fn parse_scenario(s: &str) -> Result<Scenario, String> {
-    s.parse()
-}
-
 /// Options of `bench verify`.
 #[derive(clap::Args, Debug, Clone)]
 pub struct VerifyArgs {
     /// Base URL the scenarios are under: the proxy names of the classic suite, e.g.
     /// http://127.0.0.1:8280/service; the paths of the integrator suite, e.g.
-    /// http://127.0.0.1:8281/api.
+    /// http://127.0.0.1:8281/api; the services of the bpel suite, e.g.
+    /// http://127.0.0.1:8283/service.
     pub base_url: String,
-    /// Scenario suite: `classic` (SOAP) or `integrator` (JSON/REST).
+    /// Scenario suite: `classic` (SOAP), `integrator` (JSON/REST) or `bpel` (orchestration).
     #[arg(long, default_value = "classic")]
     pub suite: Suite,
-    /// Scenarios to check (default: every one of the suite but the WS-Security ones).
-    #[arg(long, value_delimiter = ',', value_parser = parse_scenario)]
-    pub scenarios: Option<Vec<Scenario>>,
+    /// Scenarios to check, comma-separated (default: every one of the suite but the
+    /// WS-Security and database ones); `bpel` names the four SimpleInvoke processes.
+    #[arg(long, value_parser = Scenario::parse_list)]
+    pub scenarios: Option<::std::vec::Vec<Scenario>>,
+    /// The bpel suite: the SimpleInvoke processes to check by x, the number of HelloWorld
+    /// calls: `0..3` (all, the default), `1`, `0,2`.
+    #[arg(long, value_parser = crate::bpel::parse_x)]
+    pub x: Option<::std::vec::Vec<u8>>,
     /// Concurrency levels.
     #[arg(long, value_delimiter = ',', value_parser = parse_count, default_value = "1,50")]
     pub concurrency: Vec<usize>,
@@ -218,8 +220,22 @@ fn cases_for(
     sizes: &[usize],
     keys: Option<&std::path::Path>,
 ) -> Result<Vec<Case>, BenchError> {
-    if scenario.suite() == Suite::Integrator {
-        return integrator_cases(scenario, base, sizes);
+    match scenario.suite() {
+        Suite::Integrator => return integrator_cases(scenario, base, sizes),
+        Suite::Bpel => {
+            let url = Url::parse(&scenario.url(base)).map_err(BenchError::Usage)?;
+            let requests = crate::bpel::requests(scenario, &url, crate::bpel::VERIFY_NAMES)
+                .map_err(BenchError::Usage)?;
+            return Ok(vec![Case {
+                scenario,
+                name: "positive",
+                size: 0,
+                requests,
+                secure: None,
+                db_write: false,
+            }]);
+        }
+        Suite::Classic => {}
     }
     let url = Url::parse(&scenario.url(base)).map_err(BenchError::Usage)?;
     let usage = |e: crate::payload::PayloadError| BenchError::Usage(e.to_string());
@@ -343,11 +359,14 @@ pub fn execute(
     let base = Url::parse(&args.base_url).map_err(BenchError::Usage)?;
     let addr = load::resolve(&base)?;
     let sizes = args.sizes.clone().unwrap_or_else(|| DEFAULT_SIZES.to_vec());
-    let scenarios = args
+    let mut scenarios = args
         .scenarios
         .clone()
         .unwrap_or_else(|| args.suite.scenarios().to_vec());
     args.suite.admit(&scenarios).map_err(BenchError::Usage)?;
+    if let Some(xs) = &args.x {
+        crate::bpel::keep_x(&mut scenarios, xs).map_err(BenchError::Usage)?;
+    }
     let mut report = VerifyReport {
         base_url: args.base_url.clone(),
         cases: Vec::new(),

@@ -70,6 +70,7 @@ fn args(base: String, scenarios: &[Scenario], sizes: Vec<usize>, conc: Vec<usize
         base_url: base,
         suite: Suite::Integrator,
         scenarios: Some(scenarios.to_vec()),
+        x: None,
         concurrency: conc,
         sizes: Some(sizes),
         timeout: Duration::from_secs(20),

@@ -20,6 +20,7 @@ fn args(
             .first()
             .map_or(busbar_bench::Suite::Classic, |s| s.suite()),
         scenarios: Some(scenarios.to_vec()),
+        x: None,
         concurrency: conc,
         sizes,
         timeout: Duration::from_secs(20),

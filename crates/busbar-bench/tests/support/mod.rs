@@ -453,3 +453,92 @@ async fn handle_integrator(
         },
     })
 }
+
+/// How the BPEL-suite test server misbehaves (or not).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Bpel {
+    /// The SimpleInvoke processes and HelloWorld as the contract says.
+    Reference,
+    /// The processes calling HelloWorld answer its greeting without ` and BPEL`.
+    NoBpelSuffix,
+    /// SimpleInvoke2 answers every request with a `selectionFailure` fault (HTTP 500).
+    FaultOnTwo,
+    /// Every answer loses its last 10 bytes (with a matching Content-Length).
+    Truncate,
+}
+
+/// Starts the BPEL suite's services under `/service` with `behaviour`: the answers are made
+/// here from the request's text, without the kit's code.
+pub fn start_bpel(behaviour: Bpel) -> TestServer {
+    serve(move |stream| async move {
+        let _ = stream.set_nodelay(true);
+        let svc = hyper::service::service_fn(move |req| handle_bpel(req, behaviour));
+        let _ = hyper::server::conn::http1::Builder::new()
+            .serve_connection(TokioIo::new(stream), svc)
+            .await;
+    })
+}
+
+/// The escaped text between `open` and `close` in `body`.
+fn between<'a>(body: &'a str, open: &str, close: &str) -> Option<&'a str> {
+    let start = body.find(open)? + open.len();
+    let len = body[start..].find(close)?;
+    Some(&body[start..start + len])
+}
+
+async fn handle_bpel(
+    req: Request<Incoming>,
+    behaviour: Bpel,
+) -> Result<Response<Body>, Infallible> {
+    let path = req.uri().path().to_owned();
+    let body = match req.into_body().collect().await {
+        Ok(b) => String::from_utf8_lossy(&b.to_bytes()).into_owned(),
+        Err(_) => return Ok(full(400, Vec::new(), false)),
+    };
+    let envelope = |inner: String| {
+        format!(
+            "<soapenv:Envelope xmlns:soapenv=\"http://schemas.xmlsoap.org/soap/envelope/\">\
+             <soapenv:Body>{inner}</soapenv:Body></soapenv:Envelope>"
+        )
+    };
+    let process = |text: String| {
+        envelope(format!(
+            "<p:sayHelloToResponse xmlns:p=\"urn:busbar:example:simple-invoke\">{text}</p:sayHelloToResponse>"
+        ))
+    };
+    let answer = match path.as_str() {
+        "/service/HelloWorld" => between(&body, "<toWhom>", "</toWhom>").map(|name| {
+            envelope(format!(
+                "<hw:sayHelloResponse xmlns:hw=\"http://jboss.org/samples/helloworld\">\
+                 <return>Hello {name}. Sincerely, JBossWS</return></hw:sayHelloResponse>"
+            ))
+        }),
+        "/service/SimpleInvoke2" if behaviour == Bpel::FaultOnTwo => {
+            return Ok(full(500, fault("selectionFailure"), false))
+        }
+        "/service/SimpleInvoke0" => {
+            between(&body, "<tns:sayHelloTo>", "</tns:sayHelloTo>").map(|n| process(n.into()))
+        }
+        "/service/SimpleInvoke1" | "/service/SimpleInvoke2" | "/service/SimpleInvoke3" => {
+            between(&body, "<tns:sayHelloTo>", "</tns:sayHelloTo>").map(|name| {
+                let suffix = if behaviour == Bpel::NoBpelSuffix {
+                    ""
+                } else {
+                    " and BPEL"
+                };
+                process(format!("Hello {name}. Sincerely, JBossWS{suffix}"))
+            })
+        }
+        _ => return Ok(full(404, Vec::new(), false)),
+    };
+    Ok(match answer {
+        Some(text) => {
+            let mut bytes = text.into_bytes();
+            if behaviour == Bpel::Truncate {
+                bytes.truncate(bytes.len() - 10);
+            }
+            full(200, bytes, false)
+        }
+        None => full(500, fault("no name in the request"), false),
+    })
+}
