@@ -299,6 +299,42 @@ impl Doc {
         out
     }
 
+    /// The prefixes a subtree needs bound: those of its element and attribute names, and any
+    /// `p:` in its text or attribute values (QName values such as `xsi:type="p:T"`).
+    pub fn used_prefixes(&self, id: NodeId) -> std::collections::HashSet<String> {
+        let mut out = std::collections::HashSet::new();
+        let mut texts: Vec<&str> = Vec::new();
+        let mut stack = vec![id];
+        while let Some(n) = stack.pop() {
+            match &self.nodes[n.ix()].kind {
+                Kind::Element { name, attrs, .. } => {
+                    out.insert(name.prefix.clone());
+                    for a in attrs {
+                        if let Kind::Attribute { name, value } = &self.nodes[a.ix()].kind {
+                            out.insert(name.prefix.clone());
+                            texts.push(value);
+                        }
+                    }
+                    stack.extend(self.nodes[n.ix()].children.iter().copied());
+                }
+                Kind::Text(t) => texts.push(t),
+                _ => {}
+            }
+        }
+        for t in texts {
+            for (i, _) in t.match_indices(':') {
+                let start = t[..i]
+                    .rfind(|c: char| !(c.is_alphanumeric() || c == '_' || c == '-' || c == '.'))
+                    .map(|j| j + 1)
+                    .unwrap_or(0);
+                if start < i {
+                    out.insert(t[start..i].to_string());
+                }
+            }
+        }
+        out
+    }
+
     /// Resolves `prefix:local` (or `local`, in no namespace unless `default_ns`) at `id`.
     pub fn resolve_qname(&self, id: NodeId, text: &str, default_ns: bool) -> Option<Name> {
         let text = text.trim();
@@ -484,7 +520,8 @@ impl Doc {
         // its text (QName values such as xsi:type) stay bound.
         if from.is_element(src) {
             let mut decls = from.namespaces_in_scope(src);
-            decls.retain(|(p, _)| p != "xml");
+            let used = from.used_prefixes(src);
+            decls.retain(|(p, _)| p != "xml" && used.contains(p));
             if let Kind::Element { decls: d, .. } = &mut self.nodes[id.ix()].kind {
                 for (p, u) in decls {
                     if !d.iter().any(|(q, _)| *q == p) {
@@ -539,8 +576,10 @@ impl Doc {
         if self.is_element(target) && from.is_element(src) {
             // The source's namespaces come along, so prefixes in its content stay bound.
             let here = self.namespaces_in_scope(target);
+            let used = from.used_prefixes(src);
             for (p, u) in from.namespaces_in_scope(src) {
-                if p != "xml" && !here.iter().any(|(q, v)| *q == p && *v == u) {
+                if p != "xml" && used.contains(&p) && !here.iter().any(|(q, v)| *q == p && *v == u)
+                {
                     self.declare_ns(target, &p, &u);
                 }
             }
