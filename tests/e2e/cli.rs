@@ -86,8 +86,19 @@ fn free_port() -> u16 {
 fn every_example_validates_and_boots() {
     let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples");
     let mut seen = 0;
+    // The examples folder and its subfolders (examples/orchestration/simple-invoke.yaml).
+    let mut paths = Vec::new();
     for entry in std::fs::read_dir(&examples).expect("examples dir") {
         let path = entry.expect("entry").path();
+        if path.is_dir() {
+            for sub in std::fs::read_dir(&path).expect("examples subfolder") {
+                paths.push(sub.expect("entry").path());
+            }
+        } else {
+            paths.push(path);
+        }
+    }
+    for path in paths {
         if path.extension().and_then(|e| e.to_str()) != Some("yaml") {
             continue;
         }

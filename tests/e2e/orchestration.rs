@@ -1,9 +1,8 @@
 //! `examples/orchestration/simple-invoke.yaml` run as a user would (`busbar run`): its
 //! HelloWorld service over real sockets, and the bench kit's BPEL suite against it.
 //!
-//! The SimpleInvoke processes of the example need the process engine (`processes:`); these
-//! tests boot a copy of the file without that section, so they check HelloWorld and the kit's
-//! baseline only.
+//! HelloWorld and the kit's baseline are checked on a copy of the file without its
+//! `processes:` section; the SimpleInvoke processes on the whole example.
 
 use std::path::{Path, PathBuf};
 
@@ -185,9 +184,54 @@ fn bench_bpel_direct_baseline_verifies_against_the_example() {
     );
 }
 
-// The SimpleInvoke processes themselves go here once the process engine serves `processes:`:
-// `bench verify --suite bpel` against the whole example (every x and the baseline, c = 1 and
-// 8), and `bench load --verify bpel --x N` for each process, with zero errors.
+/// The whole example, processes included: the kit's BPEL suite verifies every x and the
+/// baseline, a bounded load on SimpleInvoke1 has no error of any kind, and every instance is
+/// gone when it ends.
+#[test]
+fn simple_invoke_processes_answer_exactly_under_load_and_free_their_instances() {
+    let ex = Example::start(
+        "orchestration/simple-invoke.yaml",
+        &[("BUSBAR_HELLOWORLD", "@BUSBAR_LISTEN")],
+    );
+    let base = format!("http://{}/service", ex.listen());
+    let (status, text) = bench(&["verify", &base, "--suite", "bpel", "--concurrency", "1,8"]);
+    assert!(status.success(), "{text}");
+    assert!(text.contains("10 cases, 10 passed, 0 failed"), "{text}");
+    let url = format!("{base}/SimpleInvoke1");
+    let (status, text) = bench(&[
+        "load",
+        &url,
+        "--suite",
+        "bpel",
+        "--verify",
+        "bpel",
+        "--x",
+        "1",
+        "-n",
+        "3000",
+        "-c",
+        "32",
+        "--timeout",
+        "10s",
+    ]);
+    assert!(status.success(), "{text}");
+    assert!(text.contains("3000 ok"), "{text}");
+    assert!(
+        text.contains("errors: connect 0, timeout 0, read 0, write 0, status 0, verify 0"),
+        "{text}"
+    );
+    let admin = ex.addrs["BUSBAR_ADMIN"];
+    let resp = Client::connect(admin).get("/processes").expect("admin");
+    assert_eq!(resp.status, 200);
+    let list: serde_json::Value = serde_json::from_slice(&resp.body).expect("JSON");
+    let one = list
+        .as_array()
+        .and_then(|a| a.iter().find(|p| p["folder"] == "SimpleInvoke1"))
+        .expect("SimpleInvoke1 listed");
+    assert_eq!(one["instances"], 0, "{one}");
+    assert_eq!(one["faulted"], 0, "{one}");
+    assert!(one["completed"].as_u64().unwrap_or(0) >= 3000, "{one}");
+}
 
 /// Each SimpleInvoke folder holds what an ODE deployment holds, named for its x, and the
 /// example deploys each one.

@@ -460,7 +460,8 @@ pub struct Example {
 impl Example {
     /// Runs `examples/<name>` with every address variable of the file (`${BUSBAR_X:-host:port}`)
     /// on a free loopback port, one worker, and `env` added; returns once the listener at
-    /// `BUSBAR_LISTEN` accepts connections.
+    /// `BUSBAR_LISTEN` accepts connections. An `env` value `@VAR` is the address chosen for
+    /// VAR (for a variable that must name the same address as another).
     pub fn start(name: &str, env: &[(&str, &str)]) -> Example {
         let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("../../examples")
@@ -492,7 +493,13 @@ impl Example {
                 .envs(addrs.iter().map(|(k, v)| (k.clone(), v.to_string())))
                 .env("BUSBAR_WORKERS", "1")
                 .env("BUSBAR_LOG", "warn")
-                .envs(env.iter().copied())
+                .envs(env.iter().map(|(k, v)| {
+                    // `@VAR` stands for the address chosen for VAR.
+                    match v.strip_prefix('@').and_then(|var| addrs.get(var)) {
+                        Some(a) => (k.to_string(), a.to_string()),
+                        None => (k.to_string(), v.to_string()),
+                    }
+                }))
                 .stdout(std::process::Stdio::null())
                 .stderr(std::fs::File::create(&log).expect("log"))
                 .spawn()
