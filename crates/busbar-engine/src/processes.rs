@@ -379,16 +379,7 @@ fn starts_instance(svc: &ProcessService, operation: &str) -> bool {
 
 /// Live instances of the service's folder.
 fn live_instances(svc: &ProcessService) -> usize {
-    svc.engine
-        .process_info()
-        .iter()
-        .filter(|i| {
-            svc.processes
-                .iter()
-                .any(|n| n.is(&i.name.ns, &i.name.local))
-        })
-        .map(|i| i.instances)
-        .sum()
+    svc.engine.alive_of(&svc.processes)
 }
 
 fn answer(status: StatusCode, version: Version, body: Vec<u8>) -> Response<Body> {
@@ -431,7 +422,10 @@ impl Partners for EndpointPartners {
             let req = req
                 .body(Body::full(out.body))
                 .map_err(|e| format!("cannot build the request: {e}"))?;
-            let resp = endpoint.send(req).await.map_err(|e| e.to_string())?;
+            // Boxed: the endpoint's future is large, and this one lives inside an instance's.
+            let resp = Box::pin(endpoint.send(req))
+                .await
+                .map_err(|e| e.to_string())?;
             let status = resp.status();
             if call.one_way && status.is_success() {
                 return Ok(PartnerReply::Accepted);

@@ -212,6 +212,7 @@ struct Live {
     started: AtomicU64,
     completed: AtomicU64,
     faulted: AtomicU64,
+    alive: AtomicI64,
 }
 
 struct Inner {
@@ -267,6 +268,7 @@ impl Engine {
                 started: AtomicU64::new(0),
                 completed: AtomicU64::new(0),
                 faulted: AtomicU64::new(0),
+                alive: AtomicI64::new(0),
             }));
         }
     }
@@ -352,6 +354,7 @@ impl Engine {
             if let Some((_, h)) = h {
                 h.abort();
                 self.inner.alive.fetch_sub(1, Ordering::Relaxed);
+                l.alive.fetch_sub(1, Ordering::Relaxed);
                 let mut r = l.router.lock().unwrap_or_else(|e| e.into_inner());
                 r.waiters.retain(|w| w.instance != id);
                 r.keys.retain(|_, v| *v != id);
@@ -368,6 +371,19 @@ impl Engine {
         self.inner.busy.load(Ordering::SeqCst) <= 0
     }
 
+    /// Live instances of the processes named (cheap: one counter each).
+    pub fn alive_of(&self, processes: &[Name]) -> usize {
+        let ps = self
+            .inner
+            .processes
+            .read()
+            .unwrap_or_else(|e| e.into_inner());
+        ps.iter()
+            .filter(|l| processes.contains(&l.process.name))
+            .map(|l| l.alive.load(Ordering::Relaxed).max(0) as usize)
+            .sum()
+    }
+
     /// Live instances.
     pub fn alive(&self) -> usize {
         self.inner.alive.load(Ordering::Relaxed).max(0) as usize
@@ -376,14 +392,21 @@ impl Engine {
     /// Delivers a message for `operation` of the process providing `service` (the port is
     /// not needed to choose). Returns when the reply is known (one-way: when accepted).
     pub async fn deliver(&self, service: &Name, operation: &str, message: Arc<Doc>) -> Outcome {
-        let found = self.processes().into_iter().find_map(|l| {
-            l.deployed
-                .provides
-                .iter()
-                .find(|(_, s)| s.service.is(&service.ns, &service.local))
-                .and_then(|(pl, _)| l.process.partner_link(pl))
-                .map(|pl| (l.clone(), pl))
-        });
+        let found = {
+            let ps = self
+                .inner
+                .processes
+                .read()
+                .unwrap_or_else(|e| e.into_inner());
+            ps.iter().find_map(|l| {
+                l.deployed
+                    .provides
+                    .iter()
+                    .find(|(_, s)| s.service.is(&service.ns, &service.local))
+                    .and_then(|(pl, _)| l.process.partner_link(pl))
+                    .map(|pl| (l.clone(), pl))
+            })
+        };
         let Some((live, pl)) = found else {
             return Outcome::Fault(Fault::busbar(
                 "unknownService",
@@ -551,6 +574,7 @@ impl Engine {
             keys: Mutex::new(Vec::new()),
         });
         self.inner.alive.fetch_add(1, Ordering::Relaxed);
+        live.alive.fetch_add(1, Ordering::Relaxed);
         self.inner.busy.fetch_add(1, Ordering::SeqCst);
         live.started.fetch_add(1, Ordering::Relaxed);
         let ttl = self.inner.limits.instance_ttl;
@@ -879,6 +903,7 @@ impl Instance {
             .unwrap_or(false);
         if removed {
             self.engine.inner.alive.fetch_sub(1, Ordering::Relaxed);
+            live.alive.fetch_sub(1, Ordering::Relaxed);
         }
         self.engine.inner.busy.fetch_sub(1, Ordering::SeqCst);
         {

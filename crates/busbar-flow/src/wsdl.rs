@@ -163,30 +163,32 @@ fn key(n: &Name) -> Name {
     Name::new(n.ns.clone(), n.local.clone())
 }
 
+// Lookups need no owned key: names compare by namespace and local part only.
+
 impl Definitions {
     /// The message called `name`.
     pub fn message(&self, name: &Name) -> Option<&Message> {
-        self.messages.get(&key(name))
+        self.messages.get(name)
     }
 
     /// The port type called `name`.
     pub fn port_type(&self, name: &Name) -> Option<&PortType> {
-        self.port_types.get(&key(name))
+        self.port_types.get(name)
     }
 
     /// The service called `name`.
     pub fn service(&self, name: &Name) -> Option<&Service> {
-        self.services.get(&key(name))
+        self.services.get(name)
     }
 
     /// The binding called `name`.
     pub fn binding(&self, name: &Name) -> Option<&Binding> {
-        self.bindings.get(&key(name))
+        self.bindings.get(name)
     }
 
     /// The partner link type called `name`.
     pub fn partner_link_type(&self, name: &Name) -> Option<&PartnerLinkType> {
-        self.partner_link_types.get(&key(name))
+        self.partner_link_types.get(name)
     }
 
     /// The alias of `property` for messages of `message_type`.

@@ -26,7 +26,8 @@ const XMLNS_NS: &str = "http://www.w3.org/2000/xmlns/";
 pub const MAX_DEPTH: usize = 256;
 
 /// A namespace-qualified name, with the prefix it was written with (empty: none or default).
-#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+/// Names are equal, hashed and ordered by namespace and local part: the prefix is only a hint.
+#[derive(Clone, Debug, Default)]
 pub struct Name {
     /// Namespace URI; empty for no namespace.
     pub ns: String,
@@ -34,6 +35,33 @@ pub struct Name {
     pub local: String,
     /// Prefix used when the name was read or created; a hint for serialisation only.
     pub prefix: String,
+}
+
+impl PartialEq for Name {
+    fn eq(&self, other: &Self) -> bool {
+        self.local == other.local && self.ns == other.ns
+    }
+}
+
+impl Eq for Name {}
+
+impl std::hash::Hash for Name {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.ns.hash(state);
+        self.local.hash(state);
+    }
+}
+
+impl PartialOrd for Name {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Name {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        (&self.ns, &self.local).cmp(&(&other.ns, &other.local))
+    }
 }
 
 impl Name {
@@ -864,10 +892,13 @@ impl<'a> Parser<'a> {
         let mut reader = NsReader::from_str(text);
         reader.config_mut().expand_empty_elements = true;
         reader.config_mut().check_end_names = true;
+        let mut doc = Doc::new();
+        // About one node per 24 bytes of markup: growing the arena moves every node.
+        doc.nodes.reserve(text.len() / 24 + 4);
         Parser {
             text,
             reader,
-            doc: Doc::new(),
+            doc,
             stack: vec![NodeId::ROOT],
             line: 1,
             counted: 0,
