@@ -32,6 +32,10 @@ use crate::{timeval, Deployed};
 /// A boxed future that can move between threads.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
+/// Most branches a parallel `forEach` may run at once (its counter values may come from a
+/// message).
+pub const MAX_PARALLEL_BRANCHES: u64 = 10_000;
+
 /// Namespace of busbar's own fault names.
 pub const BUSBAR_FAULT_NS: &str = "urn:busbar:bpel";
 
@@ -1247,6 +1251,16 @@ impl Instance {
         };
         if end < start || wanted == Some(0) {
             return Ok(());
+        }
+        if fe.parallel && end - start >= MAX_PARALLEL_BRANCHES {
+            return Err(Fault::busbar(
+                "tooManyBranches",
+                format!(
+                    "a parallel forEach of {} branches (at most {MAX_PARALLEL_BRANCHES})",
+                    end - start + 1
+                ),
+            )
+            .into());
         }
         let branch = |i: u64| {
             let f = Frame::new(&fe.scope.frame, Some(frame.clone()), None);

@@ -426,3 +426,32 @@ async fn a_failing_copy_undoes_the_whole_assign() {
         other => panic!("{other:?}"),
     }
 }
+
+#[tokio::test]
+async fn a_parallel_for_each_sized_by_the_message_is_bounded() {
+    let dir = folder(
+        "branches",
+        &format!(
+            r#"<sequence>{RECEIVE}
+  <assign><copy><from variable="in"/><to variable="out"/></copy></assign>
+  <forEach counterName="i" parallel="yes"><startCounterValue>1</startCounterValue>
+    <finalCounterValue>number($in.value)</finalCounterValue>
+    <scope><empty/></scope></forEach>
+  {REPLY}</sequence>"#
+        ),
+    );
+    let e = engine(&dir, Limits::default());
+    assert_eq!(reply_value(&call(&e, "run", "k", "10000").await), "10000");
+    assert_eq!(
+        fault_name(&call(&e, "run", "k", "10001").await),
+        "tooManyBranches"
+    );
+    assert_eq!(
+        fault_name(&call(&e, "run", "k", "-1").await),
+        "invalidExpressionValue"
+    );
+    assert_eq!(
+        fault_name(&call(&e, "run", "k", "1e9").await),
+        "invalidExpressionValue"
+    );
+}
