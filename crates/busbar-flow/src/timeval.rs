@@ -59,16 +59,6 @@ pub fn parse_duration(s: &str) -> Option<Duration> {
     Some(Duration::from_secs_f64(secs.min(1e10)))
 }
 
-fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = if y >= 0 { y } else { y - 399 } / 400;
-    let yoe = y - era * 400;
-    let mp = (m as i64 + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + d as i64 - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146097 + doe - 719468
-}
-
 /// Parses an xs:dateTime or xs:date (no zone means UTC) into a point in time.
 pub fn parse_datetime(s: &str) -> Option<SystemTime> {
     let s = s.trim();
@@ -110,7 +100,7 @@ pub fn parse_datetime(s: &str) -> Option<SystemTime> {
             sign * (hh.parse::<f64>().ok()? * 3600.0 + mm.parse::<f64>().ok()? * 60.0)
         }
     };
-    let total = days_from_civil(y, m, d) as f64 * 86400.0 + secs_of_day - offset;
+    let total = busbar_core::calendar::days_from_civil(y, m, d) as f64 * 86400.0 + secs_of_day - offset;
     if total < 0.0 {
         return Some(UNIX_EPOCH);
     }

@@ -498,17 +498,7 @@ pub(super) fn utc(since_epoch: std::time::Duration) -> (String, String) {
     let secs = since_epoch.as_secs();
     let days = (secs / 86_400) as i64;
     let rem = secs % 86_400;
-    // Days to a proleptic Gregorian date, counting in 400-year eras from 0000-03-01 so that
-    // leap days fall at the end of each year.
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
+    let (year, month, day) = busbar_core::calendar::civil_from_days(days);
     (
         format!("{year:04}-{month:02}-{day:02}"),
         format!(
