@@ -42,7 +42,18 @@ mod tests {
 
     #[test]
     fn days_from_civil_inverts_civil_from_days() {
-        for days in [-800_000i64, -1, 0, 59, 60, 365, 10_957, 11_016, 19_000, 2_932_896] {
+        for days in [
+            -800_000i64,
+            -1,
+            0,
+            59,
+            60,
+            365,
+            10_957,
+            11_016,
+            19_000,
+            2_932_896,
+        ] {
             let (y, m, d) = civil_from_days(days);
             assert_eq!(days_from_civil(y, m, d), days, "{y}-{m}-{d}");
         }

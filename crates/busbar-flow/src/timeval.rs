@@ -100,7 +100,8 @@ pub fn parse_datetime(s: &str) -> Option<SystemTime> {
             sign * (hh.parse::<f64>().ok()? * 3600.0 + mm.parse::<f64>().ok()? * 60.0)
         }
     };
-    let total = busbar_core::calendar::days_from_civil(y, m, d) as f64 * 86400.0 + secs_of_day - offset;
+    let total =
+        busbar_core::calendar::days_from_civil(y, m, d) as f64 * 86400.0 + secs_of_day - offset;
     if total < 0.0 {
         return Some(UNIX_EPOCH);
     }
