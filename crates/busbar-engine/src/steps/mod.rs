@@ -77,9 +77,11 @@ macro_rules! steps {
         }
 
         impl Step {
+            // Each step's future is boxed: inline, this future would be as large as the
+            // largest step's (kilobytes), and it is moved on every step of every request.
             async fn apply(&self, ex: &mut Exchange, cx: &StepCx<'_>) -> Result<Flow, MediationError> {
                 match self {
-                    $(Step::$variant(s) => s.apply(ex, cx).await,)*
+                    $(Step::$variant(s) => Box::pin(s.apply(ex, cx)).await,)*
                 }
             }
         }
@@ -470,5 +472,42 @@ pub(crate) mod testing {
         rt.block_on(ex.body_mut().bytes(1 << 24))
             .map(|b| b.to_vec())
             .unwrap_or_else(|e| panic!("{e}"))
+    }
+}
+
+#[cfg(test)]
+mod future_sizes {
+    use super::testing::*;
+    use super::*;
+
+    /// A step's future and the executor's stay small, whatever the largest step holds: they
+    /// are moved on every step of every request (and nested sequences box them again).
+    #[test]
+    fn step_and_executor_futures_stay_small() {
+        let yaml = "sequences:\n  s:\n    - respond: { body: 'x' }\n    - scatter_gather:\n        branches:\n          - name: a\n            steps: [ { respond: { body: '{\"x\":1}' } } ]\n";
+        let steps = build(&loaded(yaml, &std::env::temp_dir())).expect("steps");
+        let cx = proxy_cx();
+        let mut ex = exchange(&[], b"{}");
+        let span = tracing::trace_span!("s");
+        for s in &steps {
+            let scx = StepCx {
+                proxy: &cx,
+                path: &s.path,
+                span: &span,
+            };
+            let f = s.step.apply(&mut ex, &scx);
+            assert!(
+                std::mem::size_of_val(&f) <= 128,
+                "{}: {}",
+                s.kind,
+                std::mem::size_of_val(&f)
+            );
+        }
+        let f = run(&steps, &mut ex, &cx);
+        assert!(
+            std::mem::size_of_val(&f) <= 1024,
+            "{}",
+            std::mem::size_of_val(&f)
+        );
     }
 }
