@@ -523,6 +523,12 @@ impl Control {
             let exporter = start_exporter(&loaded, &self.shared.metrics)?;
             self.shared.exporter.store(exporter);
         }
+        // Process instances of the old runtime keep running there; messages for them that
+        // reach the new one are passed on.
+        let previous = self.shared.runtime.load();
+        if let (Some(new), Some(old)) = (&runtime.processes, &previous.processes) {
+            new.engine.succeed(&old.engine);
+        }
         // In-flight exchanges keep the old runtime alive through their own `Arc` and finish
         // on it; new requests see the new one from here on.
         self.shared.runtime.store(Arc::new(runtime));

@@ -221,6 +221,9 @@ struct Live {
 
 struct Inner {
     processes: RwLock<Vec<Arc<Live>>>,
+    /// Engines this one replaced (a reload) whose instances still run: a message no process
+    /// here can place goes to their waiting instances.
+    older: Mutex<Vec<Engine>>,
     partners: Arc<dyn Partners>,
     limits: Limits,
     alive: AtomicI64,
@@ -246,6 +249,7 @@ impl Engine {
         Engine {
             inner: Arc::new(Inner {
                 processes: RwLock::new(Vec::new()),
+                older: Mutex::new(Vec::new()),
                 partners,
                 limits,
                 alive: AtomicI64::new(0),
@@ -316,6 +320,26 @@ impl Engine {
             }
         }
         out
+    }
+
+    /// Takes over from `previous` (a reload): its running instances finish there, and a
+    /// message none of this engine's instances waits for, and that starts none here, is
+    /// offered to them. Engines without instances left are forgotten.
+    pub fn succeed(&self, previous: &Engine) {
+        if Arc::ptr_eq(&self.inner, &previous.inner) {
+            return;
+        }
+        let mut older = self.inner.older.lock().unwrap_or_else(|e| e.into_inner());
+        let theirs = std::mem::take(
+            &mut *previous
+                .inner
+                .older
+                .lock()
+                .unwrap_or_else(|e| e.into_inner()),
+        );
+        older.push(previous.clone());
+        older.extend(theirs);
+        older.retain(|e| e.alive() > 0);
     }
 
     /// Deployed processes with their counters.
@@ -411,13 +435,68 @@ impl Engine {
                     .map(|pl| (l.clone(), pl))
             })
         };
-        let Some((live, pl)) = found else {
-            return Outcome::Fault(Fault::busbar(
+        let outcome = match found {
+            Some((live, pl)) => {
+                self.deliver_to(&live, pl, operation, message.clone(), true)
+                    .await
+            }
+            None => Outcome::Fault(Fault::busbar(
                 "unknownService",
                 format!("no process provides service {}", service.clark()),
-            ));
+            )),
         };
-        self.deliver_to(&live, pl, operation, message).await
+        match &outcome {
+            Outcome::Fault(f)
+                if f.name.ns == BUSBAR_FAULT_NS
+                    && matches!(
+                        f.name.local.as_str(),
+                        "noMatchingInstance" | "unknownService"
+                    ) =>
+            {
+                self.deliver_to_older(service, operation, message)
+                    .await
+                    .unwrap_or(outcome)
+            }
+            _ => outcome,
+        }
+    }
+
+    /// Offers a message to the instances of the engines this one replaced; none when no
+    /// instance there takes it.
+    async fn deliver_to_older(
+        &self,
+        service: &Name,
+        operation: &str,
+        message: Arc<Doc>,
+    ) -> Option<Outcome> {
+        let older: Vec<Engine> = {
+            let mut o = self.inner.older.lock().unwrap_or_else(|e| e.into_inner());
+            o.retain(|e| e.alive() > 0);
+            o.clone()
+        };
+        for e in older {
+            let found = {
+                let ps = e.inner.processes.read().unwrap_or_else(|x| x.into_inner());
+                ps.iter().find_map(|l| {
+                    l.deployed
+                        .provides
+                        .iter()
+                        .find(|(_, s)| s.service.is(&service.ns, &service.local))
+                        .and_then(|(pl, _)| l.process.partner_link(pl))
+                        .map(|pl| (l.clone(), pl))
+                })
+            };
+            let Some((live, pl)) = found else { continue };
+            let out = e
+                .deliver_to(&live, pl, operation, message.clone(), false)
+                .await;
+            match &out {
+                Outcome::Fault(f)
+                    if f.name.ns == BUSBAR_FAULT_NS && f.name.local == "noMatchingInstance" => {}
+                _ => return Some(out),
+            }
+        }
+        None
     }
 
     async fn deliver_to(
@@ -426,6 +505,7 @@ impl Engine {
         pl: usize,
         operation: &str,
         message: Arc<Doc>,
+        may_start: bool,
     ) -> Outcome {
         let process = &live.process;
         let Some(pt) = process.partner_links[pl]
@@ -462,6 +542,13 @@ impl Engine {
         match self.route(live, pl, operation, delivery) {
             Routed::Taken => wait_reply(reply_rx).await,
             Routed::Refused(f) => Outcome::Fault(f),
+            Routed::Start(_) if !may_start => Outcome::Fault(Fault::busbar(
+                "noMatchingInstance",
+                format!(
+                    "no instance of {} waits for '{operation}'",
+                    live.process.name.clark()
+                ),
+            )),
             Routed::Start(delivery) => {
                 if self.inner.alive.load(Ordering::Relaxed)
                     >= self.inner.limits.max_instances as i64

@@ -455,3 +455,40 @@ async fn a_parallel_for_each_sized_by_the_message_is_bounded() {
         "invalidExpressionValue"
     );
 }
+
+#[tokio::test]
+async fn after_a_reload_waiting_instances_still_get_their_messages() {
+    let dir = folder(
+        "succeed",
+        r#"<sequence>
+  <receive partnerLink="client" operation="go" variable="in" createInstance="yes">
+    <correlations><correlation set="cs" initiate="yes"/></correlations></receive>
+  <receive partnerLink="client" operation="next" variable="out">
+    <correlations><correlation set="cs"/></correlations></receive>
+  <reply partnerLink="client" operation="next" variable="in"/>
+</sequence>"#,
+    );
+    let old = engine(&dir, Limits::default());
+    assert!(matches!(
+        call(&old, "go", "a", "from-before").await,
+        Outcome::Accepted
+    ));
+    let new = engine(&dir, Limits::default());
+    new.succeed(&old);
+    // The conversation started before the reload goes on; a new one starts on the new engine.
+    assert_eq!(
+        reply_value(&call(&new, "next", "a", "x").await),
+        "from-before"
+    );
+    assert!(matches!(
+        call(&new, "go", "b", "after").await,
+        Outcome::Accepted
+    ));
+    assert_eq!(new.alive(), 1);
+    assert_eq!(old.alive(), 0);
+    assert_eq!(
+        fault_name(&call(&new, "next", "zz", "x").await),
+        "noMatchingInstance"
+    );
+    assert_eq!(reply_value(&call(&new, "next", "b", "x").await), "after");
+}
