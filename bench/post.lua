@@ -1,4 +1,4 @@
--- wrk script: POST the file named by $BODY as a buyStocks SOAP request (benchmark contract §2).
+-- wrk script: POST the file named by $BODY as a buyStocks SOAP request (docs/scenarios.md).
 local f = assert(io.open(os.getenv("BODY"), "rb"))
 wrk.method = "POST"
 wrk.body = f:read("*a")

@@ -46,7 +46,7 @@ for t in $targets; do
   exit 1
 done
 
-# SOAPAction's buffer-size hint, as the bench computes it (benchmark contract §2).
+# SOAPAction's buffer-size hint, as the bench computes it (docs/scenarios.md).
 soap_action() {
   local kb=$(( ($1 * 11 + 10239) / 10240 ))
   kb=$(( (kb + 1) / 2 * 2 ))

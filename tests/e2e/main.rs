@@ -5,6 +5,7 @@ mod backend_faults;
 mod cli;
 mod db_crud;
 mod direct;
+mod docs_links;
 mod endpoints;
 mod failures;
 mod fuzz_http;

@@ -25,7 +25,7 @@ rm -rf "$work"
 mkdir -p "$work"
 cd "$work"
 
-# The benchmark contract's buyStocks request (one order), SOAP 1.1.
+# The benchmark's buyStocks request (one order; docs/scenarios.md), SOAP 1.1.
 body='<m:buyStocks xmlns:m="http://services.samples/xsd"><order><symbol>IBM</symbol><buyerID>asankha</buyerID><price>140.34</price><volume>200</volume></order></m:buyStocks>'
 printf '%s' "<soapenv:Envelope xmlns:soapenv=\"http://schemas.xmlsoap.org/soap/envelope/\"><soapenv:Header><routing xmlns=\"http://someuri\">xadmin;server1;community#1.0##</routing></soapenv:Header><soapenv:Body>$body</soapenv:Body></soapenv:Envelope>" >plain.xml
 

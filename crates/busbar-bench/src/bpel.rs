@@ -1,4 +1,4 @@
-//! The BPEL suite (contract §8, examples/orchestration/): the SimpleInvoke processes and their
+//! The BPEL suite (docs/scenarios.md, examples/orchestration/): the SimpleInvoke processes and their
 //! HelloWorld partner called directly, under a base such as `http://127.0.0.1:8283/service`.
 //!
 //! Layout: [`name`] is the name request `n` carries (`user-n`, every tenth one with characters
@@ -7,7 +7,7 @@
 //! answer must hold; [`requests`] makes the rotation of names a run sends in turn, each with its
 //! check; [`answer_text`] reads that text out of an answer, refusing a fault, a truncated
 //! envelope or anything but the one answer element in the Body. [`parse_x`] and [`keep_x`]
-//! serve the `--x` option. The answers are written here from the contract (the processes'
+//! serve the `--x` option. The answers are written here from the processes' definition (their
 //! README and WSDLs), not taken from the engine.
 
 use quick_xml::events::Event;

@@ -1,5 +1,4 @@
-//! Scenarios, suites and response checks (contract §3, §6 and §7): what a correct answer looks
-//! like.
+//! Scenarios, suites and response checks (docs/scenarios.md): what a correct answer looks like.
 
 use std::fmt;
 use std::str::FromStr;
@@ -25,12 +24,12 @@ pub const FAULT_ROUTING: &str = "Invalid routing header";
 /// A set of scenarios driven together, chosen with `--suite`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Suite {
-    /// The classic SOAP scenarios (contract §3): proxies named under a base URL.
+    /// The classic SOAP scenarios (docs/scenarios.md): proxies named under a base URL.
     Classic,
-    /// The JSON/REST integrator scenarios (contract §7, docs/integrator.md): paths under a
+    /// The JSON/REST integrator scenarios (docs/scenarios.md, docs/integrator.md): paths under a
     /// base URL such as `http://127.0.0.1:8281/api`.
     Integrator,
-    /// The orchestration scenario (contract §8, examples/orchestration/): the SimpleInvoke
+    /// The orchestration scenario (docs/scenarios.md, examples/orchestration/): the SimpleInvoke
     /// processes and HelloWorld named under a base URL such as `http://127.0.0.1:8283/service`.
     Bpel,
 }

@@ -135,7 +135,7 @@ pub struct RequestSpec {
 }
 
 impl RequestSpec {
-    /// A contract §2 request: POST, Content-Type, SOAPAction and routing headers.
+    /// A classic buyStocks request (docs/scenarios.md): POST, Content-Type, SOAPAction and routing headers.
     pub fn soap(url: Url, body: Vec<u8>, soap_action: String) -> RequestSpec {
         RequestSpec {
             method: Method::Post,

@@ -1,4 +1,4 @@
-//! The integrator suite (contract §7, docs/integrator.md): each scenario's requests and the
+//! The integrator suite (docs/scenarios.md, docs/integrator.md): each scenario's requests and the
 //! answer each must get.
 //!
 //! Layout: [`requests`] builds a scenario's requests at a size, as the fixed rotation a load

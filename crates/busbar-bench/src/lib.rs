@@ -1,6 +1,6 @@
 //! busbar-bench: the benchmark kit behind `busbar bench`.
 //!
-//! Layout: [`payload`] generates the contract's buyStocks requests; [`client`] is a lean
+//! Layout: [`payload`] generates the classic suite's buyStocks requests; [`client`] is a lean
 //! HTTP/1.x client; [`load`] drives it (closed loop, open loop, legacy JavaBench mode) into HDR
 //! histograms; [`check`] knows the suites, their scenarios and what a correct answer is;
 //! [`json_payload`] and [`integrator`] make the integrator suite's JSON requests and compute

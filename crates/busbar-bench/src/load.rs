@@ -1,5 +1,5 @@
 //! The load generator: closed loop (default), open loop at a fixed arrival rate, and the
-//! legacy JavaBench mode of contract §5.
+//! legacy JavaBench mode (docs/bench.md).
 //!
 //! One `current_thread` tokio runtime per worker thread; each runtime runs its share of the
 //! client connections as local tasks writing into one per-thread histogram, so the hot path
@@ -70,9 +70,10 @@ pub struct LoadArgs {
     #[arg(short = 'H', long = "header")]
     pub headers: Vec<String>,
     /// Verify every response as this scenario expects (classic: direct, cbr, cbr-soap-header,
-    /// cbr-transport-header, xslt; integrator: json-passthrough, json-cbr, json-cbr-filter,
-    /// json-map, json-transform, scatter-gather, json-to-soap, which also pick the requests;
-    /// bpel: bpel with --x, or bpel-direct); without it, success is any HTTP 200.
+    /// cbr-transport-header, xslt, and with --keys secure, secure-modern; integrator:
+    /// json-passthrough, json-cbr, json-cbr-filter, json-map, json-transform, scatter-gather,
+    /// json-to-soap, db-read, db-write, which also pick the requests; bpel: bpel with --x,
+    /// bpel-x0 … bpel-x3, or bpel-direct); without it, success is any HTTP 200.
     #[arg(long)]
     pub verify: Option<String>,
     /// The bpel suite: how many times the process under test calls HelloWorld (0 to 3, as in

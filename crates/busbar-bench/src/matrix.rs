@@ -27,15 +27,15 @@ verify_failures,tps,p50_ms,p90_ms,p95_ms,p99_ms,p999_ms,max_ms,response_bytes_me
 
 /// Default sizes of the classic suite's matrix.
 pub const CLASSIC_SIZES: [usize; 5] = [512, 1024, 5120, 10_240, 102_400];
-/// Default sizes of the integrator suite's matrix (contract §7: 1 KB and 10 KB passthrough,
+/// Default sizes of the integrator suite's matrix (1 KB and 10 KB passthrough,
 /// 1 KB routing, 5 KB transform; 100 KB for the large end).
 pub const INTEGRATOR_SIZES: [usize; 4] = [1024, 5120, 10_240, 102_400];
 
 /// Options of `bench run`.
 #[derive(clap::Args, Debug, Clone)]
 pub struct RunArgs {
-    /// Scenario suite: `classic` (contract §3.1–3.5), `integrator` (contract §7) or `bpel`
-    /// (contract §8).
+    /// Scenario suite: `classic` (SOAP), `integrator` (JSON/REST) or `bpel` (orchestration);
+    /// docs/scenarios.md describes each scenario.
     #[arg(long, default_value = "classic")]
     pub suite: Suite,
     /// Base URL the scenarios are under: http://127.0.0.1:8280/service (classic proxy names),

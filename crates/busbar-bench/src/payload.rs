@@ -1,4 +1,4 @@
-//! The buyStocks request generator of the benchmark contract (§2).
+//! The buyStocks request generator of the classic suite (docs/scenarios.md).
 //!
 //! Every payload is a SOAP 1.1 envelope with LF line endings whose orders cycle through four
 //! fixed records, IBM first. Exact sizes come from appending `0` digits to the last order's
@@ -8,7 +8,7 @@
 use std::fmt;
 use std::str::FromStr;
 
-/// Smallest size the contract defines.
+/// Smallest size the generator accepts.
 pub const MIN_SIZE: usize = 512;
 /// Largest size the generator accepts (a sanity bound, far above any benchmark cell).
 pub const MAX_SIZE: usize = 256 * 1024 * 1024;
@@ -34,7 +34,7 @@ const RECORDS: [(&str, &str, &str, &str); 4] = [
 /// Which payload to generate.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Variant {
-    /// The contract payload: IBM first, valid routing header.
+    /// The standard payload: IBM first, valid routing header.
     Plain,
     /// The first order is MSFT (records rotated by one): CBRProxy must reject it.
     NonIbm,
@@ -70,7 +70,7 @@ impl FromStr for Variant {
 /// Why a payload cannot be generated.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum PayloadError {
-    /// Below the contract's minimum.
+    /// Below the minimum size.
     #[error("payload size {0} is below the minimum of {MIN_SIZE} bytes")]
     TooSmall(usize),
     /// Above the generator's sanity bound.
@@ -191,7 +191,7 @@ pub fn order_count(size: usize) -> Result<usize, PayloadError> {
 /// The `SOAPAction` value for a payload size: `"urn:buyStocks.<KB>"`, quotes included.
 ///
 /// The number is a buffer-size hint: the smallest even number of KiB that is at least 1.1 ×
-/// the size, and at least 2. This reproduces the contract's examples (2 for 512 B and 1 KB, 6
+/// the size, and at least 2. This gives the documented values (2 for 512 B and 1 KB, 6
 /// for 5 KB, 12 for 10 KB, 110 for 100 KB).
 pub fn soap_action(size: usize) -> String {
     // ceil(size × 1.1 / 1024) in integers: size × 11 / 10240.

@@ -1,4 +1,4 @@
-//! The SecureProxy scenario's client side (contract §3.6): requests timestamped, signed with
+//! The SecureProxy scenario's client side (docs/scenarios.md): requests timestamped, signed with
 //! the client's key and encrypted for the server's certificate, and responses decrypted with
 //! the client's key and verified against the CA before their plain form is compared.
 //!
@@ -20,7 +20,7 @@ use crate::check::Check;
 use crate::client::RequestSpec;
 use crate::error::BenchError;
 
-/// The two profiles of contract §3.6.
+/// The two WS-Security profiles.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Profile {
     /// RSA-1.5, AES-128-CBC, RSA-SHA1.

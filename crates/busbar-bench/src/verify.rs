@@ -1,4 +1,4 @@
-//! `bench verify`: the corruption checker of contract §6. Every scenario × many sizes
+//! `bench verify`: the corruption checker (docs/scenarios.md). Every scenario × many sizes
 //! (straddling 8 KiB, 16 KiB and 64 KiB, up to 1 MiB) × each concurrency, plus the negative
 //! cases each router must reject with the exact SOAP fault; in the integrator suite, every
 //! answer checked for its content (routing, mappings, aggregates), plus each router's other

@@ -457,7 +457,7 @@ async fn handle_integrator(
 /// How the BPEL-suite test server misbehaves (or not).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Bpel {
-    /// The SimpleInvoke processes and HelloWorld as the contract says.
+    /// The SimpleInvoke processes and HelloWorld as docs/scenarios.md describes them.
     Reference,
     /// The processes calling HelloWorld answer its greeting without ` and BPEL`.
     NoBpelSuffix,

@@ -14,8 +14,9 @@ import org.apache.camel.main.Main;
 import org.apache.camel.support.builder.Namespaces;
 
 /**
- * The ESB proxies of the busbar benchmark contract (DirectProxy, the three CBRs, XSLTProxy) as
- * Camel routes, so busbar and Camel can be measured against the same echo back end in one run;
+ * The ESB proxies of busbar's classic benchmark scenarios (docs/scenarios.md: DirectProxy, the
+ * three CBRs, XSLTProxy) as Camel routes, so busbar and Camel can be measured against the same
+ * echo back end in one run;
  * and the JSON/REST integrator scenarios of examples/integrator.yaml on its paths (JsonRoutes).
  *
  * Settings (system property, else environment variable, else default):
@@ -39,7 +40,7 @@ public final class CamelPeer {
     static final String ROUTING_VALUE = "xadmin;server1;community#1.0##";
     static final String SOAPENV = "http://schemas.xmlsoap.org/soap/envelope/";
 
-    /* Only the headers the contract's requests carry go to the back end: the incoming Host and
+    /* Only the headers the benchmark's requests carry go to the back end: the incoming Host and
        Content-Length, and Camel's own routing headers, must not leak into the call. */
     static final String[] KEPT_HEADERS = {"Content-Type", "SOAPAction", "routing"};
 
@@ -54,7 +55,7 @@ public final class CamelPeer {
         return v == null || v.isEmpty() ? fallback : v;
     }
 
-    /** The SOAP 1.1 fault of the benchmark contract, byte for byte. */
+    /** The SOAP 1.1 fault the benchmark expects, byte for byte. */
     static String fault(String reason) {
         return "<soapenv:Envelope xmlns:soapenv=\"" + SOAPENV + "\"><soapenv:Body><soapenv:Fault>"
                 + "<faultcode>soapenv:Server</faultcode><faultstring>" + reason + "</faultstring>"
@@ -68,7 +69,7 @@ public final class CamelPeer {
         String xslRequest = setting("camel.xslt.request", "CAMEL_XSLT_REQUEST", "examples/xslt/reverse-request.xsl");
         String xslResponse = setting("camel.xslt.response", "CAMEL_XSLT_RESPONSE", "examples/xslt/reverse-response.xsl");
         int pool = Integer.parseInt(setting("camel.pool", "CAMEL_POOL", "512"));
-        // Netty's aggregator refuses bodies above 1 MiB by default (413); the contract's stress
+        // Netty's aggregator refuses bodies above 1 MiB by default (413); the benchmark's stress
         // sizes go beyond that.
         int maxBody = Integer.parseInt(setting("camel.max.body", "CAMEL_MAX_BODY", "67108864"));
         for (String xsl : new String[] {xslRequest, xslResponse}) {
@@ -121,7 +122,7 @@ public final class CamelPeer {
             this.maxBody = maxBody;
         }
 
-        /** Answers HTTP 500 with the contract's SOAP fault; no request header is echoed back. */
+        /** Answers HTTP 500 with the benchmark's SOAP fault; no request header is echoed back. */
         private static Processor faultReply(String reason) {
             byte[] body = fault(reason).getBytes(StandardCharsets.UTF_8);
             return exchange -> {
@@ -149,7 +150,7 @@ public final class CamelPeer {
                     + "&keepAlive=true&producerPoolEnabled=true&producerPoolMaxTotal=" + pool
                     + "&producerPoolMaxIdle=" + pool + "&chunkedMaxContentLength=" + maxBody;
 
-            // A back-end failure is an HTTP 500 with a SOAP fault, never a retry (contract §3).
+            // A back-end failure is an HTTP 500 with a SOAP fault, never a retry.
             onException(Exception.class).handled(true)
                     .log(LoggingLevel.WARN, "busbar.bench.camel", "${routeId}: ${exception}")
                     .process(faultReply("Back end call failed"));
