@@ -114,10 +114,36 @@ impl XsltStep {
                 .to_ascii_lowercase();
             media.ends_with("/xml") || media.ends_with("+xml")
         });
-        if !explicit && out.method == "xml" && current_is_xml {
-            return None;
-        }
         let charset = out.encoding.as_deref().unwrap_or("UTF-8");
+        if !explicit && out.method == "xml" && current_is_xml {
+            // The message keeps its type and parameters (SOAP 1.2's `action`), but its charset
+            // is now the one the result was written in.
+            let current = current.unwrap_or_default();
+            let mut params = current.split(';');
+            let media = params.next().unwrap_or("").trim();
+            let mut kept: Vec<&str> = Vec::new();
+            let mut same = false;
+            for p in params.map(str::trim).filter(|p| !p.is_empty()) {
+                match p.split_once('=') {
+                    Some((k, v)) if k.trim().eq_ignore_ascii_case("charset") => {
+                        same = v.trim().trim_matches('"').eq_ignore_ascii_case(charset);
+                    }
+                    _ => kept.push(p),
+                }
+            }
+            if same {
+                return None;
+            }
+            kept.push("");
+            let mut value = media.to_string();
+            for p in &kept[..kept.len() - 1] {
+                value.push_str("; ");
+                value.push_str(p);
+            }
+            value.push_str("; charset=");
+            value.push_str(charset);
+            return HeaderValue::from_str(&value).ok();
+        }
         HeaderValue::from_str(&format!("{}; charset={charset}", out.media_type)).ok()
     }
 }
@@ -219,6 +245,39 @@ mod tests {
         assert!(ex.headers().get("content-length").is_none());
         let out = String::from_utf8_lossy(&body_of(&mut ex)).into_owned();
         assert!(out.ends_with("<b n=\"x\">hi</b>\n"), "{out}");
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
+    fn the_content_type_names_the_charset_the_result_is_written_in() {
+        let dir = dir_with_sheet();
+        let l = loaded(
+            "sequences:
+  s:
+    - xslt: { stylesheet: t.xsl }
+",
+            &dir,
+        );
+        let steps = build(&l).unwrap_or_else(|e| panic!("{e:?}"));
+        for (sent, want) in [
+            ("text/xml; charset=ISO-8859-1", "text/xml; charset=UTF-8"),
+            ("text/xml; charset=utf-8", "text/xml; charset=utf-8"),
+            ("text/xml", "text/xml; charset=UTF-8"),
+            (
+                "application/soap+xml; charset=iso-8859-1; action=\"urn:a\"",
+                "application/soap+xml; action=\"urn:a\"; charset=UTF-8",
+            ),
+        ] {
+            let mut ex = exchange(&[("content-type", sent)], "<a>h\u{e9}</a>".as_bytes());
+            assert!(run_steps(&steps, &mut ex).is_ok());
+            let got = ex
+                .headers()
+                .get("content-type")
+                .and_then(|v| v.to_str().ok());
+            assert_eq!(got, Some(want), "sent {sent}");
+            let out = String::from_utf8(body_of(&mut ex)).unwrap_or_else(|e| panic!("{e}"));
+            assert!(out.contains("h\u{e9}"), "{out}");
+        }
         let _ = std::fs::remove_dir_all(dir);
     }
 
