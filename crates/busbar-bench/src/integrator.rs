@@ -143,6 +143,9 @@ pub fn check(scenario: Scenario, request: &[u8]) -> Result<Check, String> {
         Scenario::ScatterGather => {
             Err("scatter-gather builds its own requests (GET by product id)".into())
         }
+        Scenario::DbRead | Scenario::DbWrite => Err(format!(
+            "{scenario} builds its own requests (customers by id): it takes no --body"
+        )),
         classic => Err(format!("{classic} is not an integrator scenario")),
     }
 }
@@ -330,6 +333,16 @@ mod tests {
     use super::*;
     use crate::check::Failure;
     use crate::client::Headers;
+
+    #[test]
+    fn a_body_for_a_database_scenario_is_refused_as_such() {
+        for s in [Scenario::DbRead, Scenario::DbWrite] {
+            let e = check(s, b"{}").err().unwrap_or_default();
+            assert!(e.contains("takes no --body"), "{e}");
+        }
+        let e = check(Scenario::Direct, b"{}").err().unwrap_or_default();
+        assert!(e.contains("not an integrator scenario"), "{e}");
+    }
 
     fn url(path: &str) -> Url {
         Url::parse(&format!("http://127.0.0.1:1/api{path}")).unwrap_or_else(|e| panic!("{e}"))

@@ -167,6 +167,12 @@ pub fn command(args: &RunArgs) -> Result<RunInfo, BenchError> {
             "{s} is measured with bench load --keys, not in the matrix"
         )));
     }
+    // Refused before any cell runs, not when its cell comes up.
+    if scenarios.contains(&Scenario::DbWrite) {
+        return Err(BenchError::Usage(
+            "db-write makes a fresh request for every send: measure it with `bench load --verify db-write`, check it with `bench verify`".into(),
+        ));
+    }
     let sizes = args.sizes.clone().unwrap_or_else(|| match args.suite {
         Suite::Classic => CLASSIC_SIZES.to_vec(),
         Suite::Integrator => INTEGRATOR_SIZES.to_vec(),

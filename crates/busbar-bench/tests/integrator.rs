@@ -304,3 +304,35 @@ fn scenarios_outside_the_suite_and_integrator_loads_without_a_scenario_are_usage
         .expect_err("unknown suite");
     assert!(usage.to_string().contains("unknown suite 'esb'"), "{usage}");
 }
+
+/// `run` refuses db-write before measuring anything, not when its cell comes up.
+#[test]
+fn run_refuses_db_write_before_any_cell() {
+    let out = temp_dir("integrator-run-db-write");
+    let cmd = busbar_bench::parse_args([
+        "bench",
+        "run",
+        "--suite",
+        "integrator",
+        "--base",
+        "http://127.0.0.1:9/api",
+        "--name",
+        "x",
+        "--duration",
+        "10s",
+        "--concurrency",
+        "2",
+        "--scenarios",
+        "db-read,db-write",
+        "--out",
+        out.to_str().expect("utf-8"),
+    ])
+    .expect("parses");
+    let started = std::time::Instant::now();
+    assert_ne!(busbar_bench::run(cmd), ExitCode::SUCCESS);
+    assert!(started.elapsed() < std::time::Duration::from_secs(5));
+    assert!(
+        !out.join("cells").exists(),
+        "cells written before the refusal"
+    );
+}
