@@ -1889,6 +1889,7 @@ impl Instance {
                     }
                     None => target,
                 };
+                check_depth(&doc, target, &src)?;
                 drop(frame.take(var));
                 apply(
                     Arc::make_mut(&mut doc),
@@ -1943,6 +1944,7 @@ impl Instance {
                 let id = node.id;
                 drop(ns);
                 let mut doc = self.read_var(frame, &r)?;
+                check_depth(&doc, id, &src)?;
                 apply(Arc::make_mut(&mut doc), id, &src, c.keep_src_element_name);
                 frame.set(&r, doc);
                 Ok(())
@@ -2100,6 +2102,27 @@ fn single_node(v: Value, doc: &Arc<Doc>, line: u32) -> Result<NodeId, Stop> {
         .into()),
         _ => Err(Fault::standard("selectionFailure", "<to> query must select a node").into()),
     }
+}
+
+/// Refuses a copy that would nest elements deeper than a parsed document may: documents stay
+/// within [`crate::xml::MAX_DEPTH`], so nothing that walks them can run out of stack.
+fn check_depth(d: &Doc, target: NodeId, src: &Src) -> Result<(), Stop> {
+    let added = match src {
+        Src::Node(n) => n.doc.height(n.id),
+        Src::Message(m) => m.height(NodeId::ROOT),
+        Src::Text(_) => 0,
+    };
+    if d.depth(target) + added > crate::xml::MAX_DEPTH {
+        return Err(Fault::busbar(
+            "documentTooDeep",
+            format!(
+                "the copy would nest elements deeper than {} levels",
+                crate::xml::MAX_DEPTH
+            ),
+        )
+        .into());
+    }
+    Ok(())
 }
 
 /// The WS-BPEL replacement rules: an element target takes the source element's content

@@ -327,6 +327,30 @@ impl Doc {
         out
     }
 
+    /// How many elements enclose `id` (the root element is at depth 1).
+    pub fn depth(&self, id: NodeId) -> usize {
+        let mut n = 0;
+        let mut cur = self.parent(id);
+        while let Some(p) = cur {
+            n += 1;
+            cur = self.parent(p);
+        }
+        n
+    }
+
+    /// The deepest element nesting under and including `id` (0 for a text node).
+    pub fn height(&self, id: NodeId) -> usize {
+        let mut most = 0;
+        let mut stack = vec![(id, 1usize)];
+        while let Some((n, d)) = stack.pop() {
+            if self.is_element(n) {
+                most = most.max(d);
+                stack.extend(self.nodes[n.ix()].children.iter().map(|c| (*c, d + 1)));
+            }
+        }
+        most
+    }
+
     /// The prefixes a subtree needs bound: those of its element and attribute names, and any
     /// `p:` in its text or attribute values (QName values such as `xsi:type="p:T"`).
     pub fn used_prefixes(&self, id: NodeId) -> std::collections::HashSet<String> {

@@ -492,3 +492,29 @@ async fn after_a_reload_waiting_instances_still_get_their_messages() {
     );
     assert_eq!(reply_value(&call(&new, "next", "b", "x").await), "after");
 }
+
+#[tokio::test]
+async fn a_loop_cannot_nest_a_document_deeper_than_the_parser_allows() {
+    let dir = folder(
+        "deep",
+        &format!(
+            r#"<scope><variables><variable name="d" element="tns:box"/></variables>
+<sequence>{RECEIVE}
+  <assign><copy><from>0</from><to variable="n"/></copy>
+          <copy><from><literal><tns:box><tns:child/></tns:box></literal></from><to variable="d"/></copy></assign>
+  <while><condition>$n &lt; number($in.value)</condition>
+    <assign><copy><from>$n + 1</from><to variable="n"/></copy>
+            <copy><from variable="d"/><to>$d/tns:child</to></copy></assign>
+  </while>
+  <assign><copy><from>count($d//tns:child)</from><to variable="out" part="value"/></copy>
+          <copy><from variable="in" part="key"/><to variable="out" part="key"/></copy></assign>
+  {REPLY}</sequence></scope>"#
+        ),
+    );
+    let e = engine(&dir, Limits::default());
+    assert_eq!(reply_value(&call(&e, "run", "k", "10").await), "11");
+    assert_eq!(
+        fault_name(&call(&e, "run", "k", "1000").await),
+        "documentTooDeep"
+    );
+}
