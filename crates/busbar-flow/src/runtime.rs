@@ -1905,7 +1905,9 @@ impl Instance {
                 let id = node.id;
                 drop(node);
                 let mut doc = self.read_var(frame, var)?;
-                apply(Arc::make_mut(&mut doc), id, &Src::Text(src.text()), false);
+                let text = Src::Text(src.text());
+                check_depth(&doc, id, &text)?;
+                apply(Arc::make_mut(&mut doc), id, &text, false);
                 frame.set(var, doc);
                 Ok(())
             }
@@ -2104,20 +2106,37 @@ fn single_node(v: Value, doc: &Arc<Doc>, line: u32) -> Result<NodeId, Stop> {
     }
 }
 
-/// Refuses a copy that would nest elements deeper than a parsed document may: documents stay
-/// within [`crate::xml::MAX_DEPTH`], so nothing that walks them can run out of stack.
+/// Most a variable's value may weigh (text and attribute bytes plus 64 per node): a loop that
+/// doubles a value stops here instead of exhausting memory.
+pub const MAX_VALUE_WEIGHT: usize = 64 << 20;
+
+/// Refuses a copy that would nest elements deeper than a parsed document may (documents stay
+/// within [`crate::xml::MAX_DEPTH`], so nothing that walks them can run out of stack) or make
+/// the variable weigh more than [`MAX_VALUE_WEIGHT`].
 fn check_depth(d: &Doc, target: NodeId, src: &Src) -> Result<(), Stop> {
-    let added = match src {
-        Src::Node(n) => n.doc.height(n.id),
-        Src::Message(m) => m.height(NodeId::ROOT),
-        Src::Text(_) => 0,
+    let (height, added) = match src {
+        Src::Node(n) => n.doc.measure(n.id),
+        Src::Message(m) => m.measure(NodeId::ROOT),
+        Src::Text(t) => (0, t.len()),
     };
-    if d.depth(target) + added > crate::xml::MAX_DEPTH {
+    if d.depth(target) + height > crate::xml::MAX_DEPTH {
         return Err(Fault::busbar(
             "documentTooDeep",
             format!(
                 "the copy would nest elements deeper than {} levels",
                 crate::xml::MAX_DEPTH
+            ),
+        )
+        .into());
+    }
+    if added > MAX_VALUE_WEIGHT
+        || d.measure(NodeId::ROOT).1.saturating_add(added) > MAX_VALUE_WEIGHT
+    {
+        return Err(Fault::busbar(
+            "valueTooLarge",
+            format!(
+                "the copy would make the variable larger than {} MiB",
+                MAX_VALUE_WEIGHT >> 20
             ),
         )
         .into());

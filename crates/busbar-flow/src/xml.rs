@@ -338,17 +338,33 @@ impl Doc {
         n
     }
 
-    /// The deepest element nesting under and including `id` (0 for a text node).
-    pub fn height(&self, id: NodeId) -> usize {
+    /// The deepest element nesting under and including `id` (0 for a text node), and the
+    /// subtree's weight: its text and attribute bytes plus 64 per node.
+    pub fn measure(&self, id: NodeId) -> (usize, usize) {
         let mut most = 0;
+        let mut weight = 0usize;
         let mut stack = vec![(id, 1usize)];
         while let Some((n, d)) = stack.pop() {
-            if self.is_element(n) {
-                most = most.max(d);
-                stack.extend(self.nodes[n.ix()].children.iter().map(|c| (*c, d + 1)));
+            weight = weight.saturating_add(64);
+            match &self.nodes[n.ix()].kind {
+                Kind::Element { attrs, .. } => {
+                    most = most.max(d);
+                    for a in attrs {
+                        if let Kind::Attribute { value, .. } = &self.nodes[a.ix()].kind {
+                            weight = weight.saturating_add(64 + value.len());
+                        }
+                    }
+                    stack.extend(self.nodes[n.ix()].children.iter().map(|c| (*c, d + 1)));
+                }
+                Kind::Document => {
+                    stack.extend(self.nodes[n.ix()].children.iter().map(|c| (*c, d)));
+                }
+                Kind::Text(t) | Kind::Comment(t) => weight = weight.saturating_add(t.len()),
+                Kind::Attribute { value, .. } => weight = weight.saturating_add(value.len()),
+                Kind::Pi { data, .. } => weight = weight.saturating_add(data.len()),
             }
         }
-        most
+        (most, weight)
     }
 
     /// The prefixes a subtree needs bound: those of its element and attribute names, and any

@@ -518,3 +518,23 @@ async fn a_loop_cannot_nest_a_document_deeper_than_the_parser_allows() {
         "documentTooDeep"
     );
 }
+
+#[tokio::test]
+async fn a_loop_that_doubles_a_value_stops_with_a_fault_not_out_of_memory() {
+    let dir = folder(
+        "double",
+        &format!(
+            r#"<sequence>{RECEIVE}
+  <assign><copy><from>'0123456789abcdef'</from><to variable="s"/></copy></assign>
+  <while><condition>true()</condition>
+    <assign><copy><from>concat($s, $s)</from><to variable="s"/></copy></assign>
+  </while>
+  {REPLY}</sequence>"#
+        ),
+    );
+    let e = engine(&dir, Limits::default());
+    assert_eq!(
+        fault_name(&call(&e, "run", "k", "v").await),
+        "valueTooLarge"
+    );
+}
