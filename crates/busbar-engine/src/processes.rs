@@ -320,7 +320,7 @@ pub async fn serve(
             return Ok(answer(
                 StatusCode::INTERNAL_SERVER_ERROR,
                 fallback,
-                soap::client_fault(fallback, &e.0),
+                soap::unread_fault(fallback, &e),
             ));
         }
     };

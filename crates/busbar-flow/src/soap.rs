@@ -82,13 +82,60 @@ pub fn soap_action(header: Option<&str>, content_type: Option<&str>) -> Option<S
         .filter(|v| !v.is_empty())
 }
 
-/// Why a SOAP message could not be read: said to the sender as a `Client`/`Sender` fault.
+/// Why a SOAP message could not be read: said to the sender as a `Client`/`Sender` fault, or
+/// as a `MustUnderstand` fault for a header it insists on that nobody here understands.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]
-pub struct SoapError(pub String);
+pub struct SoapError(pub String, pub Unread);
+
+/// Which fault a request that could not be read gets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Unread {
+    /// `Client` (SOAP 1.2: `Sender`).
+    Client,
+    /// `MustUnderstand`: a header with `mustUnderstand` on, addressed to us.
+    MustUnderstand,
+}
 
 fn err(msg: impl Into<String>) -> SoapError {
-    SoapError(msg.into())
+    SoapError(msg.into(), Unread::Client)
+}
+
+/// Refuses a header block marked `mustUnderstand` that is addressed to this node (no
+/// actor/role, or the "next"/"ultimate receiver" one): process services understand none.
+fn check_headers(doc: &Doc, version: Version) -> Result<(), SoapError> {
+    let Some(root) = doc.root_element() else {
+        return Ok(());
+    };
+    let Some(header) = doc.child(root, version.ns(), "Header") else {
+        return Ok(());
+    };
+    for h in doc.child_elements(header) {
+        let on = matches!(
+            doc.attr(h, version.ns(), "mustUnderstand").map(str::trim),
+            Some("1") | Some("true")
+        );
+        let for_us = match version {
+            Version::V11 => doc
+                .attr(h, SOAP11_ENV, "actor")
+                .is_none_or(|a| a.trim() == "http://schemas.xmlsoap.org/soap/actor/next"),
+            Version::V12 => doc.attr(h, SOAP12_ENV, "role").is_none_or(|r| {
+                matches!(
+                    r.trim(),
+                    "http://www.w3.org/2003/05/soap-envelope/role/next"
+                        | "http://www.w3.org/2003/05/soap-envelope/role/ultimateReceiver"
+                )
+            }),
+        };
+        if on && for_us {
+            let name = doc.name(h).map(Name::clark).unwrap_or_default();
+            return Err(SoapError(
+                format!("header {name} must be understood, and this service understands no header"),
+                Unread::MustUnderstand,
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// A service or partner as SOAP sees it.
@@ -211,6 +258,7 @@ pub fn decode_request(
     bytes: &[u8],
 ) -> Result<Request, SoapError> {
     let (doc, version, body) = open(bytes)?;
+    check_headers(&doc, version)?;
     let elems: Vec<NodeId> = doc.child_elements(body).collect();
     let by_action = action.and_then(|a| {
         iface
@@ -460,10 +508,18 @@ pub fn is_client_fault(f: &Fault) -> bool {
 
 /// A fault envelope: `code` is the fault's QName (SOAP 1.1's faultcode; SOAP 1.2's subcode
 /// under `Receiver`, or `Sender` when `client`), the text its reason, the data its detail.
+/// Who a fault blames, as the envelope's top-level code says.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Top {
+    Client,
+    Server,
+    MustUnderstand,
+}
+
 fn fault_envelope(
     version: Version,
     code: Option<&Name>,
-    client: bool,
+    top: Top,
     text: &str,
     data: Option<&Doc>,
 ) -> Vec<u8> {
@@ -492,10 +548,17 @@ fn fault_envelope(
         Version::V11 => {
             let c = out.append_element(f, Name::new("", "faultcode"));
             match code {
-                Some(n) if !client => qname(&mut out, c, n),
+                Some(n) if top == Top::Server => qname(&mut out, c, n),
                 _ => out.append_text(
                     c,
-                    &format!("{p}:{}", if client { "Client" } else { "Server" }),
+                    &format!(
+                        "{p}:{}",
+                        match top {
+                            Top::Client => "Client",
+                            Top::Server => "Server",
+                            Top::MustUnderstand => "MustUnderstand",
+                        }
+                    ),
                 ),
             }
             let s = out.append_element(f, Name::new("", "faultstring"));
@@ -507,9 +570,16 @@ fn fault_envelope(
             let v = out.append_element(c, Name::new(env, "Value").with_prefix(p));
             out.append_text(
                 v,
-                &format!("{p}:{}", if client { "Sender" } else { "Receiver" }),
+                &format!(
+                    "{p}:{}",
+                    match top {
+                        Top::Client => "Sender",
+                        Top::Server => "Receiver",
+                        Top::MustUnderstand => "MustUnderstand",
+                    }
+                ),
             );
-            if let Some(n) = code {
+            if let Some(n) = code.filter(|_| top != Top::MustUnderstand) {
                 let sc = out.append_element(c, Name::new(env, "Subcode").with_prefix(p));
                 let sv = out.append_element(sc, Name::new(env, "Value").with_prefix(p));
                 qname(&mut out, sv, n);
@@ -544,11 +614,15 @@ fn fault_envelope(
 /// The fault envelope for a fault the engine answered: busbar's client-side faults become
 /// `Client` (`Sender`) faults, any other carries its own name, text and data.
 pub fn encode_fault(version: Version, fault: &Fault) -> Vec<u8> {
-    let client = is_client_fault(fault);
+    let top = if is_client_fault(fault) {
+        Top::Client
+    } else {
+        Top::Server
+    };
     fault_envelope(
         version,
         Some(&fault.name),
-        client,
+        top,
         &fault.text,
         fault.data.as_deref(),
     )
@@ -556,7 +630,15 @@ pub fn encode_fault(version: Version, fault: &Fault) -> Vec<u8> {
 
 /// A `Client` (SOAP 1.2: `Sender`) fault for a request that could not be read.
 pub fn client_fault(version: Version, text: &str) -> Vec<u8> {
-    fault_envelope(version, None, true, text, None)
+    fault_envelope(version, None, Top::Client, text, None)
+}
+
+/// The fault for a request that could not be read: `Client` (`Sender`), or `MustUnderstand`.
+pub fn unread_fault(version: Version, e: &SoapError) -> Vec<u8> {
+    match e.1 {
+        Unread::Client => client_fault(version, &e.0),
+        Unread::MustUnderstand => fault_envelope(version, None, Top::MustUnderstand, &e.0, None),
+    }
 }
 
 /// A partner request: the envelope, its version and its action.
@@ -805,6 +887,55 @@ mod tests {
 
     fn xml(d: &Doc) -> String {
         d.to_xml(NodeId::ROOT)
+    }
+
+    #[test]
+    fn a_header_that_must_be_understood_is_refused_with_a_must_understand_fault() {
+        let d = defs();
+        let i = iface(&d, None);
+        let call = r#"<h:sayHello xmlns:h="urn:hello"><toWhom>Ann</toWhom></h:sayHello>"#;
+        let with = |header: &str| {
+            format!(
+                r#"<s:Envelope xmlns:s="{SOAP11_ENV}"><s:Header>{header}</s:Header><s:Body>{call}</s:Body></s:Envelope>"#
+            )
+        };
+        // Refused: marked for us; accepted: not marked, marked "0", or for another actor.
+        for h in [
+            r#"<x:T xmlns:x="urn:x" s:mustUnderstand="1"/>"#,
+            r#"<x:T xmlns:x="urn:x" s:mustUnderstand="1" s:actor="http://schemas.xmlsoap.org/soap/actor/next"/>"#,
+        ] {
+            let e = decode_request(&i, None, with(h).as_bytes()).unwrap_err();
+            assert_eq!(e.1, Unread::MustUnderstand, "{h}");
+            assert!(e.0.contains("{urn:x}T"), "{e}");
+            let out = String::from_utf8(unread_fault(Version::V11, &e)).unwrap();
+            assert!(
+                out.contains("<faultcode>soapenv:MustUnderstand</faultcode>"),
+                "{out}"
+            );
+        }
+        for h in [
+            r#"<x:T xmlns:x="urn:x"/>"#,
+            r#"<x:T xmlns:x="urn:x" s:mustUnderstand="0"/>"#,
+            r#"<x:T xmlns:x="urn:x" s:mustUnderstand="1" s:actor="urn:someone-else"/>"#,
+        ] {
+            assert!(decode_request(&i, None, with(h).as_bytes()).is_ok(), "{h}");
+        }
+        let v12 = format!(
+            r#"<e:Envelope xmlns:e="{SOAP12_ENV}"><e:Header><x:T xmlns:x="urn:x" e:mustUnderstand="true"/></e:Header><e:Body>{call}</e:Body></e:Envelope>"#
+        );
+        let e = decode_request(&i, None, v12.as_bytes()).unwrap_err();
+        let out = String::from_utf8(unread_fault(Version::V12, &e)).unwrap();
+        assert!(
+            out.contains("<env:Value>env:MustUnderstand</env:Value>"),
+            "{out}"
+        );
+        assert!(!out.contains("Subcode"), "{out}");
+        let bad = decode_request(&i, None, b"nope").unwrap_err();
+        let out = String::from_utf8(unread_fault(Version::V11, &bad)).unwrap();
+        assert!(
+            out.contains("<faultcode>soapenv:Client</faultcode>"),
+            "{out}"
+        );
     }
 
     /// Copied elements keep the declarations in scope where they were (the envelope's too),
