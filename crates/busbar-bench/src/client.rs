@@ -618,7 +618,7 @@ mod tests {
     }
 
     #[test]
-    fn request_bytes_follow_the_contract() {
+    fn request_bytes_follow_the_scenarios() {
         let url = Url::parse("http://127.0.0.1:1/p").unwrap_or_else(|e| panic!("{e}"));
         let mut spec = RequestSpec::soap(url, b"<a/>".to_vec(), "\"urn:buyStocks.2\"".into());
         let text = String::from_utf8(spec.to_bytes()).unwrap_or_default();

@@ -205,7 +205,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn envelope_parts_have_the_contract_lengths() {
+    fn envelope_parts_have_the_documented_lengths() {
         assert_eq!(
             ENVELOPE_OPEN.len() + header_line(ROUTING_VALUE).len() + BODY_OPEN.len(),
             250
@@ -217,7 +217,7 @@ mod tests {
     }
 
     #[test]
-    fn soap_action_matches_contract_examples() {
+    fn soap_action_matches_the_documented_examples() {
         assert_eq!(soap_action(512), "\"urn:buyStocks.2\"");
         assert_eq!(soap_action(1024), "\"urn:buyStocks.2\"");
         assert_eq!(soap_action(5120), "\"urn:buyStocks.6\"");

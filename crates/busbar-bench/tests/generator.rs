@@ -5,7 +5,7 @@ use busbar_bench::payload::{order_count, soap_action};
 use busbar_bench::{buy_stocks, size_for_orders, Variant};
 
 #[test]
-fn standard_sizes_have_the_contract_order_counts() {
+fn standard_sizes_have_the_documented_order_counts() {
     // 989 orders are sometimes quoted for 102,400 bytes, but the byte rules (301 bytes of
     // envelope, order lines of 104/102/101/106 bytes, padding only by appending digits) allow
     // at most 988: 301 + 247 x 413 = 102,312, and a 989th (IBM) line would need 104 more

@@ -1,4 +1,4 @@
-//! Per-step cost of the XSLTProxy request transform (reverse element names) at the contract's
+//! Per-step cost of the XSLTProxy request transform (reverse element names) at the benchmark's
 //! 1 KB, 10 KB and 100 KB buyStocks sizes: parse, transform + serialise, the whole
 //! bytes-to-bytes step, and serialising a parsed input of the same size.
 

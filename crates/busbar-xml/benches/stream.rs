@@ -1,4 +1,4 @@
-//! Cost of one routing decision on buyStocks payloads (contract §2), whole body in memory.
+//! Cost of one routing decision on buyStocks payloads (docs/scenarios.md), whole body in memory.
 #![allow(clippy::unwrap_used)]
 
 #[path = "../tests/common/mod.rs"]

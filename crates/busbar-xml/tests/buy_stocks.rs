@@ -35,7 +35,7 @@ fn sizes() -> Vec<usize> {
 }
 
 #[test]
-fn generator_makes_exact_contract_sizes_with_ibm_first() {
+fn generator_makes_exact_benchmark_sizes_with_ibm_first() {
     for size in sizes().into_iter().chain([1 << 20]) {
         let doc = buy_stocks(size, "IBM", Some(ROUTING));
         assert_eq!(doc.len(), size);

@@ -953,7 +953,7 @@ const QUALIFIED_SYMBOL: &str = "/soapenv:Envelope/soapenv:Body/m:buyStocks/order
 const HEADER_ROUTING: &str = "/soapenv:Envelope/soapenv:Header/r:routing";
 
 #[test]
-fn buy_stocks_routes_agree_with_libxml2_at_contract_sizes() {
+fn buy_stocks_routes_agree_with_libxml2_at_benchmark_sizes() {
     let tests = [
         equals("IBM"),
         equals("MSFT"),

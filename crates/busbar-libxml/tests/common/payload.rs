@@ -1,4 +1,4 @@
-//! The buyStocks request payloads of the benchmark contract (§2): a SOAP 1.1 envelope of an
+//! The buyStocks request payloads of the classic scenarios (docs/scenarios.md): a SOAP 1.1 envelope of an
 //! exact size, orders cycling through four records, padded by appending digits to the last
 //! order's volume.
 
@@ -8,7 +8,7 @@ const HEAD: &str = "<soapenv:Envelope xmlns:soapenv=\"http://schemas.xmlsoap.org
 <m:buyStocks xmlns:m=\"http://services.samples/xsd\">\n";
 const TAIL: &str = "</m:buyStocks>\n</soapenv:Body>\n</soapenv:Envelope>\n";
 
-/// (symbol, buyerID, price, volume), in the contract's order.
+/// (symbol, buyerID, price, volume), in the scenarios' order.
 pub const RECORDS: [(&str, &str, &str, &str); 4] = [
     ("IBM", "asankha", "140.34", "2000"),
     ("MSFT", "ruwan", "23.56", "8030"),
@@ -27,7 +27,7 @@ fn order_line(i: usize, extra_digits: usize) -> String {
 
 /// A buyStocks request of exactly `size` bytes (`size` ≥ 512).
 pub fn buy_stocks(size: usize) -> Vec<u8> {
-    assert!(size >= 512, "the contract defines sizes from 512 bytes");
+    assert!(size >= 512, "the scenarios define sizes from 512 bytes");
     let fixed = HEAD.len() + TAIL.len();
     let mut orders = 0;
     let mut used = fixed;

@@ -1,5 +1,5 @@
 <?xml version="1.0" encoding="UTF-8"?>
-<!-- XSLTProxy request transform (benchmark contract 3.5): every element name of buyStocks
+<!-- XSLTProxy request transform (docs/scenarios.md, XSLTProxy): every element name of buyStocks
      spelled backwards, in a new SOAP 1.1 envelope holding only a Body (the Header is dropped).
      Document order and values are unchanged; no indentation, no XML declaration. -->
 <xsl:stylesheet version="1.0"

@@ -1,5 +1,5 @@
 <?xml version="1.0" encoding="UTF-8"?>
-<!-- XSLTProxy response transform (benchmark contract 3.5): the inverse of
+<!-- XSLTProxy response transform (docs/scenarios.md, XSLTProxy): the inverse of
      reverse-request.xsl. Maps skcotSyub/redro/lobmys/DIreyub/ecirp/emulov back to
      buyStocks/order/symbol/buyerID/price/volume in a Body-only SOAP 1.1 envelope. -->
 <xsl:stylesheet version="1.0"

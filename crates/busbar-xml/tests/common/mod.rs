@@ -22,7 +22,7 @@ fn order_line(i: usize, first_symbol: &str, extra: &str) -> String {
     )
 }
 
-/// A buyStocks request of exactly `size` bytes (contract §2): 250-byte head, cycling orders,
+/// A buyStocks request of exactly `size` bytes (docs/scenarios.md): 250-byte head, cycling orders,
 /// 51-byte tail, the last volume padded with digits. `routing: None` leaves the header empty
 /// of a routing element (the head is then padded with a comment to keep its size).
 pub fn buy_stocks(size: usize, first_symbol: &str, routing: Option<&str>) -> Vec<u8> {
