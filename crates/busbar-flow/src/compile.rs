@@ -307,14 +307,7 @@ impl<'a> Compiler<'a> {
             let mut props = Vec::new();
             for p in self.attr(c, "properties").unwrap_or("").split_whitespace() {
                 match self.doc.resolve_qname(c, p, false) {
-                    Some(q)
-                        if self
-                            .defs
-                            .properties
-                            .contains_key(&Name::new(&q.ns, &q.local)) =>
-                    {
-                        props.push(q)
-                    }
+                    Some(q) if self.defs.properties.contains_key(&q) => props.push(q),
                     Some(q) => self.err(c, format!("property {} is not defined", q.clark())),
                     None => self.err(c, format!("property '{p}': the prefix is not bound")),
                 }

@@ -417,25 +417,27 @@ impl Engine {
         self.inner.alive.load(Ordering::Relaxed).max(0) as usize
     }
 
+    /// The process providing `service`, and the partner link it provides it on.
+    fn provider(&self, service: &Name) -> Option<(Arc<Live>, usize)> {
+        let ps = self
+            .inner
+            .processes
+            .read()
+            .unwrap_or_else(|e| e.into_inner());
+        ps.iter().find_map(|l| {
+            l.deployed
+                .provides
+                .iter()
+                .find(|(_, s)| s.service == *service)
+                .and_then(|(pl, _)| l.process.partner_link(pl))
+                .map(|pl| (l.clone(), pl))
+        })
+    }
+
     /// Delivers a message for `operation` of the process providing `service` (the port is
     /// not needed to choose). Returns when the reply is known (one-way: when accepted).
     pub async fn deliver(&self, service: &Name, operation: &str, message: Arc<Doc>) -> Outcome {
-        let found = {
-            let ps = self
-                .inner
-                .processes
-                .read()
-                .unwrap_or_else(|e| e.into_inner());
-            ps.iter().find_map(|l| {
-                l.deployed
-                    .provides
-                    .iter()
-                    .find(|(_, s)| s.service.is(&service.ns, &service.local))
-                    .and_then(|(pl, _)| l.process.partner_link(pl))
-                    .map(|pl| (l.clone(), pl))
-            })
-        };
-        let outcome = match found {
+        let outcome = match self.provider(service) {
             Some((live, pl)) => {
                 self.deliver_to(&live, pl, operation, message.clone(), true)
                     .await
@@ -475,18 +477,9 @@ impl Engine {
             o.clone()
         };
         for e in older {
-            let found = {
-                let ps = e.inner.processes.read().unwrap_or_else(|x| x.into_inner());
-                ps.iter().find_map(|l| {
-                    l.deployed
-                        .provides
-                        .iter()
-                        .find(|(_, s)| s.service.is(&service.ns, &service.local))
-                        .and_then(|(pl, _)| l.process.partner_link(pl))
-                        .map(|pl| (l.clone(), pl))
-                })
+            let Some((live, pl)) = e.provider(service) else {
+                continue;
             };
-            let Some((live, pl)) = found else { continue };
             let out = e
                 .deliver_to(&live, pl, operation, message.clone(), false)
                 .await;

@@ -159,12 +159,6 @@ pub struct Definitions {
     read: Vec<PathBuf>,
 }
 
-fn key(n: &Name) -> Name {
-    Name::new(n.ns.clone(), n.local.clone())
-}
-
-// Lookups need no owned key: names compare by namespace and local part only.
-
 impl Definitions {
     /// The message called `name`.
     pub fn message(&self, name: &Name) -> Option<&Message> {
@@ -214,8 +208,8 @@ impl Definitions {
     ) -> Option<&PropertyAlias> {
         self.aliases.iter().find(|a| {
             a.property.is(&property.ns, &property.local)
-                && ((element.is_some() && a.element.as_ref().map(key) == element.map(key))
-                    || (type_name.is_some() && a.type_name.as_ref().map(key) == type_name.map(key)))
+                && ((element.is_some() && a.element.as_ref() == element)
+                    || (type_name.is_some() && a.type_name.as_ref() == type_name))
         })
     }
 
@@ -298,7 +292,7 @@ impl Definitions {
                 (VPROP_NS | crate::model::BPEL_NS | crate::model::BPEL_2004_NS, "property") => {
                     if let Some(n) = doc.attr(child, "", "name") {
                         let name = Name::new(tns.clone(), n);
-                        self.properties.insert(key(&name), Property { name });
+                        self.properties.insert(name.clone(), Property { name });
                     }
                 }
                 (
@@ -367,7 +361,7 @@ impl Reader<'_> {
                 type_name: self.qname(p, "type", problems),
             });
         }
-        defs.messages.insert(key(&name), Message { name, parts });
+        defs.messages.insert(name.clone(), Message { name, parts });
     }
 
     fn port_type(&self, at: NodeId, defs: &mut Definitions, problems: &mut Problems) {
@@ -400,7 +394,7 @@ impl Reader<'_> {
             operations.push(op);
         }
         defs.port_types
-            .insert(key(&name), PortType { name, operations });
+            .insert(name.clone(), PortType { name, operations });
     }
 
     fn binding(&self, at: NodeId, defs: &mut Definitions, problems: &mut Problems) {
@@ -450,7 +444,7 @@ impl Reader<'_> {
             operations.insert(self.doc.attr(o, "", "name").unwrap_or("").to_string(), ob);
         }
         defs.bindings.insert(
-            key(&name),
+            name.clone(),
             Binding {
                 name,
                 port_type,
@@ -482,7 +476,7 @@ impl Reader<'_> {
                 address,
             });
         }
-        defs.services.insert(key(&name), Service { name, ports });
+        defs.services.insert(name.clone(), Service { name, ports });
     }
 
     fn plnk(&self, at: NodeId, defs: &mut Definitions, problems: &mut Problems) {
@@ -501,7 +495,7 @@ impl Reader<'_> {
             }
         }
         defs.partner_link_types
-            .insert(key(&name), PartnerLinkType { name, roles });
+            .insert(name.clone(), PartnerLinkType { name, roles });
     }
 
     fn alias(&self, at: NodeId, defs: &mut Definitions, problems: &mut Problems) {
