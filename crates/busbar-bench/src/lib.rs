@@ -7,7 +7,9 @@
 //! their expected answers; [`bpel`] makes the orchestration suite's SOAP requests and reads
 //! their answers; [`verify`] is the corruption checker over many sizes and
 //! concurrencies; [`matrix`] runs the scenario × size × concurrency × iteration matrix into JSON
-//! and CSV; [`report`] turns result directories into one self-contained HTML page. [`run`] is
+//! and CSV; [`report`] turns result directories into one self-contained HTML page; [`round`]
+//! runs a whole round from a file (starting and stopping every ESB under test) and
+//! [`round_report`] writes its report. [`run`] is
 //! the single entry point the `busbar` binary calls.
 
 pub mod bpel;
@@ -20,6 +22,8 @@ pub mod load;
 pub mod matrix;
 pub mod payload;
 pub mod report;
+pub mod round;
+pub mod round_report;
 pub mod secure;
 pub mod util;
 pub mod verify;
@@ -51,6 +55,9 @@ pub enum BenchCommand {
     Run(RunArgs),
     /// Build one self-contained HTML report comparing result directories.
     Report(ReportArgs),
+    /// Run a whole benchmark round from a round file: start the back end, then round by round
+    /// start each ESB, warm it up, measure its suites, stop it; write the round report.
+    Round(round::RoundArgs),
 }
 
 /// Options of `bench payload`.
@@ -118,6 +125,15 @@ pub fn run(cmd: BenchCommand) -> ExitCode {
             }
         }),
         BenchCommand::Report(a) => report::command(a).map(|()| ExitCode::SUCCESS),
+        BenchCommand::Round(a) => round::command(a).map(|o| {
+            if o.info.interrupted {
+                ExitCode::from(130)
+            } else if o.failed_starts > 0 {
+                ExitCode::from(1)
+            } else {
+                ExitCode::SUCCESS
+            }
+        }),
     };
     match result {
         Ok(code) => code,

@@ -316,6 +316,12 @@ pub struct LoadResult {
     pub response_bytes_mean: f64,
     /// Latency of successes.
     pub latency_ms: Latency,
+    /// The distinct body sizes of the answers with the expected status (verified or not), per
+    /// request of the rotation: a correct ESB answers one request with one size, so a second
+    /// size is a sign of corruption even when nothing is verified. Empty for fresh-request
+    /// feeds (WS-Security, `db-write`), whose requests all differ.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub response_sizes: Vec<ResponseSizes>,
     /// Legacy figures (legacy mode only).
     pub legacy: Option<LegacyFigures>,
     /// The first error seen, for diagnosis.
@@ -441,6 +447,59 @@ impl LoadResult {
     }
 }
 
+/// The answer sizes of one request of a run (see [`LoadResult::response_sizes`]).
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct ResponseSizes {
+    /// The request's place in the rotation (0 for a single request).
+    pub request: usize,
+    /// Distinct body sizes and how many answers had each, in order of first appearance.
+    pub sizes: Vec<SizeCount>,
+    /// Answers whose size was beyond the first [`MAX_DISTINCT_SIZES`] distinct ones.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub other: u64,
+}
+
+/// One answer size and its count.
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct SizeCount {
+    /// Body size in bytes.
+    pub bytes: u64,
+    /// Answers of that size.
+    pub count: u64,
+}
+
+/// Distinct answer sizes kept per request.
+pub const MAX_DISTINCT_SIZES: usize = 8;
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+impl ResponseSizes {
+    fn record(&mut self, bytes: u64) {
+        if let Some(s) = self.sizes.iter_mut().find(|s| s.bytes == bytes) {
+            s.count += 1;
+        } else if self.sizes.len() < MAX_DISTINCT_SIZES {
+            self.sizes.push(SizeCount { bytes, count: 1 });
+        } else {
+            self.other += 1;
+        }
+    }
+
+    fn merge(&mut self, o: &ResponseSizes) {
+        for s in &o.sizes {
+            if let Some(mine) = self.sizes.iter_mut().find(|m| m.bytes == s.bytes) {
+                mine.count += s.count;
+            } else if self.sizes.len() < MAX_DISTINCT_SIZES {
+                self.sizes.push(*s);
+            } else {
+                self.other += s.count;
+            }
+        }
+        self.other += o.other;
+    }
+}
+
 const WARMUP: u8 = 0;
 const MEASURE: u8 = 1;
 const STOP: u8 = 2;
@@ -457,6 +516,8 @@ struct Stats {
     successes: u64,
     errors: ErrorCounts,
     response_bytes: u64,
+    /// By request index of the rotation.
+    sizes: Vec<ResponseSizes>,
     client_elapsed: Vec<Duration>,
     first_error: Option<String>,
 }
@@ -470,6 +531,7 @@ impl Stats {
             successes: 0,
             errors: ErrorCounts::default(),
             response_bytes: 0,
+            sizes: Vec::new(),
             client_elapsed: Vec::new(),
             first_error: None,
         })
@@ -482,11 +544,24 @@ impl Stats {
         }
     }
 
+    fn sizes_of(&mut self, request: usize) -> &mut ResponseSizes {
+        if self.sizes.len() <= request {
+            self.sizes.resize_with(request + 1, ResponseSizes::default);
+            for (i, s) in self.sizes.iter_mut().enumerate() {
+                s.request = i;
+            }
+        }
+        &mut self.sizes[request]
+    }
+
     fn merge(&mut self, o: Stats) -> Result<(), String> {
         self.hist.add(&o.hist).map_err(|e| e.to_string())?;
         self.successes += o.successes;
         self.errors.add(&o.errors);
         self.response_bytes += o.response_bytes;
+        for theirs in &o.sizes {
+            self.sizes_of(theirs.request).merge(theirs);
+        }
         self.client_elapsed.extend(o.client_elapsed);
         if self.first_error.is_none() {
             self.first_error = o.first_error;
@@ -892,6 +967,12 @@ fn summarize(plan: &LoadPlan, s: &Stats, elapsed: Duration, interrupted: bool) -
             1,
         ),
         latency_ms: latency,
+        response_sizes: s
+            .sizes
+            .iter()
+            .filter(|r| !r.sizes.is_empty() || r.other > 0)
+            .cloned()
+            .collect(),
         legacy,
         first_error: s.first_error.clone(),
     }
@@ -1015,15 +1096,16 @@ async fn client(id: usize, plan: Arc<LoadPlan>, shared: Arc<Shared>, stats: Rc<R
                 }
             }
         };
-        let (request, check) = match &plan.requests {
-            Requests::One((request, check)) => (request.clone(), check.clone()),
+        let (request, check, index) = match &plan.requests {
+            Requests::One((request, check)) => (request.clone(), check.clone(), Some(0)),
             Requests::Rotation(list) => {
-                let (request, check) = &list[turn % list.len()];
+                let index = turn % list.len();
+                let (request, check) = &list[index];
                 turn += 1;
-                (request.clone(), check.clone())
+                (request.clone(), check.clone(), Some(index))
             }
             Requests::DbWrite(_) | Requests::Secure(_) => match plan.requests.fresh() {
-                Ok(next) => next,
+                Ok((request, check)) => (request, check, None),
                 Err(why) => {
                     if measuring {
                         stats.borrow_mut().error(|e| &mut e.write, || why);
@@ -1047,7 +1129,11 @@ async fn client(id: usize, plan: Arc<LoadPlan>, shared: Arc<Shared>, stats: Rc<R
             Ok(Ok(head)) => {
                 keep &= head.keep_alive;
                 if measuring {
-                    match check.check(head.status, c.headers(), &body) {
+                    let verdict = check.check(head.status, c.headers(), &body);
+                    if let (Some(i), Ok(()) | Err(Failure::Content(_))) = (index, &verdict) {
+                        s.sizes_of(i).record(body.len() as u64);
+                    }
+                    match verdict {
                         Ok(()) => {
                             s.successes += 1;
                             s.response_bytes += body.len() as u64;

@@ -137,9 +137,14 @@ pub fn load_text(
     let text = interpolate_text(text, &name, env)?;
     let parsed = recover::parse_all(&text, plain_message);
     let mut errors = parse_errors(&parsed, &name);
-    let Some(config) = parsed.config.clone() else {
+    let Some(mut config) = parsed.config.clone() else {
         return Err(ConfigErrors(errors));
     };
+    // A back end that is not started is not part of the config the engine builds.
+    if config.echo.as_ref().is_some_and(|e| !e.enabled) {
+        config.echo = None;
+    }
+    config.echoes.retain(|_, e| e.enabled);
     // A bare file name (`busbar validate esb-benchmark.yaml`) has an empty parent: its
     // directory is the current one, like any other relative path's.
     let base_dir = file
@@ -263,11 +268,12 @@ pub fn validate(loaded: &LoadedConfig) -> Vec<ConfigError> {
         errors.push(loaded.error(line, path, msg));
     };
 
-    if cfg.listeners.is_empty() {
+    // A config of echo back ends alone (a benchmark round's shared back end) needs none.
+    if cfg.listeners.is_empty() && cfg.echo.is_none() && cfg.echoes.is_empty() {
         err(
             None,
             "listeners".into(),
-            "at least one listener is needed".into(),
+            "at least one listener (or echo back end) is needed".into(),
         );
     }
     if cfg.admin.enabled {

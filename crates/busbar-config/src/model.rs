@@ -38,7 +38,8 @@ pub struct Config {
     /// Shutdown behaviour.
     #[serde(default)]
     pub shutdown: ShutdownConfig,
-    /// Listeners by name.
+    /// Listeners by name (none only in a config of echo back ends alone).
+    #[serde(default)]
     pub listeners: BTreeMap<String, ListenerConfig>,
     /// Back-end endpoints by name.
     #[serde(default)]
@@ -300,6 +301,11 @@ fn yes() -> bool {
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct EchoConfig {
+    /// Start this back end (default). `false` leaves it out, so that another process (a
+    /// benchmark round's shared back end) can serve its address; an example switches with
+    /// `enabled: ${BUSBAR_ECHO_EMBEDDED:-true}`.
+    #[serde(default = "default_true")]
+    pub enabled: bool,
     /// Address to listen on.
     #[serde(default = "default_echo_bind")]
     pub bind: String,
