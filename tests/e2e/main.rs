@@ -2,6 +2,7 @@
 
 mod admin;
 mod backend_faults;
+mod bench_round;
 mod cli;
 mod db_crud;
 mod direct;
