@@ -65,7 +65,9 @@ fn faulty_proxy_server() {
                 } else {
                     ("404 Not Found", b"no such page".to_vec())
                 };
-                if answer.len() > 16 * 1024 && SENT.fetch_add(1, Ordering::Relaxed) % 3 == 0 {
+                if answer.len() > 16 * 1024
+                    && SENT.fetch_add(1, Ordering::Relaxed).is_multiple_of(3)
+                {
                     answer.truncate(16 * 1024);
                 }
                 let reply = format!(
