@@ -1255,6 +1255,28 @@ mod tests {
     const OK: &str = "listeners:\n  http: { bind: \"127.0.0.1:0\" }\nendpoints:\n  echo: { url: \"http://127.0.0.1:9000/e\", timeout: 2s }\nproxies:\n  P:\n    path: /p\n    in:\n      - call: echo\n";
 
     #[test]
+    fn echo_back_ends_can_be_left_out_and_can_stand_alone() {
+        let text = "echo:\n  enabled: ${OFF:-true}\n  bind: 127.0.0.1:9000\nechoes:\n  a: { enabled: false, bind: 127.0.0.1:9001 }\n  b: { bind: 127.0.0.1:9002 }\n";
+        let on = load_text(text, Path::new("e.yaml"), |_| None).expect("echoes alone are a config");
+        assert!(on.config.echo.is_some());
+        assert_eq!(on.config.echoes.keys().collect::<Vec<_>>(), ["b"]);
+        assert!(on.config.listeners.is_empty());
+        let off = load_text(text, Path::new("e.yaml"), |k| {
+            (k == "OFF").then(|| "false".into())
+        })
+        .expect("valid");
+        assert!(off.config.echo.is_none());
+        // Nothing to serve at all is still an error.
+        let none = "echo: { enabled: false }\n";
+        let errs = load_text(none, Path::new("n.yaml"), |_| None).expect_err("nothing to serve");
+        assert!(
+            errs.to_string()
+                .contains("at least one listener (or echo back end) is needed"),
+            "{errs}"
+        );
+    }
+
+    #[test]
     fn process_folders_are_checked_with_their_paths() {
         let yaml = format!(
             "{OK}processes:\n  Hello:\n    dir: src\n    partners: {{ helloWorld: echo, other: nowhere }}\n  Gone:\n    dir: no/such/folder\n    listener: web\n    max_instances: 0\n    instance_ttl: 0s\n    timout: 1s\n"
