@@ -17,9 +17,10 @@ use crate::support::{eventually, temp_dir};
 const FAULTY_LISTEN: &str = "BUSBAR_TEST_FAULTY_PROXY";
 
 /// Not a test: the faulty proxy the round starts as a target (this test binary run again with
-/// only this function selected). It answers every POST with the request body, except that one
-/// answer in three to a body over 16 KiB is cut to its first 16 KiB, the corruption the
-/// classic rounds found.
+/// only this function selected). It serves DirectProxy at `/elsewhere/Direct` only (so the
+/// round must use the target's `paths`) and answers a POST there with the request body, except
+/// that one answer in three to a body over 16 KiB is cut to its first 16 KiB, the corruption
+/// the classic rounds found.
 #[test]
 #[ignore = "a server process for the round tests, started by them"]
 fn faulty_proxy_server() {
@@ -59,7 +60,9 @@ fn faulty_proxy_server() {
                 if reader.read_exact(&mut body).is_err() {
                     return;
                 }
-                let post = head.first().is_some_and(|l| l.starts_with("POST "));
+                let post = head
+                    .first()
+                    .is_some_and(|l| l.starts_with("POST /elsewhere/Direct "));
                 let (status, mut answer) = if post {
                     ("200 OK", body)
                 } else {
@@ -137,7 +140,10 @@ targets:
     command: ["{me}", "bench_round::faulty_proxy_server", --exact, --ignored, --nocapture]
     env: {{ {FAULTY_LISTEN}: "{faulty}" }}
     suites:
-      classic: {{ base: "http://{faulty}/service", scenarios: [direct] }}
+      classic:
+        base: "http://{faulty}/service"
+        scenarios: [direct]
+        paths: {{ direct: /elsewhere/Direct }}
   - name: never-ready
     command: [sleep, "60"]
     ready_timeout: 1s

@@ -167,7 +167,16 @@ pub fn scenario_requests(
     base: &str,
     shape: Shape,
 ) -> Result<Vec<(RequestSpec, Check)>, BenchError> {
-    let url = Url::parse(&scenario.url(base)).map_err(BenchError::Usage)?;
+    scenario_requests_at(scenario, &scenario.url(base), shape)
+}
+
+/// [`scenario_requests`] at the scenario's own URL (an ESB that serves it at another path).
+pub fn scenario_requests_at(
+    scenario: Scenario,
+    url: &str,
+    shape: Shape,
+) -> Result<Vec<(RequestSpec, Check)>, BenchError> {
+    let url = Url::parse(url).map_err(BenchError::Usage)?;
     match scenario.suite() {
         Suite::Classic => {
             let body = buy_stocks(shape.size, Variant::Plain)

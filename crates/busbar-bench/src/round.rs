@@ -275,6 +275,10 @@ pub struct TargetSuite {
     /// The scenarios this target has (default: all of the round's).
     #[serde(default)]
     pub scenarios: Option<Vec<String>>,
+    /// Scenarios this target serves elsewhere than the base URL and the scenario's usual path:
+    /// scenario → absolute URL or a path on the base's host (`/services/DirectProxy`).
+    #[serde(default)]
+    pub paths: BTreeMap<String, String>,
 }
 
 /// A round file checked and resolved: what will run.
@@ -348,9 +352,19 @@ pub struct SuiteRun {
     pub replay: bool,
     /// Messages built before a cell.
     pub pool: usize,
+    /// Scenario URLs other than `Scenario::url(base)`.
+    pub urls: BTreeMap<Scenario, String>,
 }
 
 impl SuiteRun {
+    /// The URL a scenario is measured at.
+    pub fn url_of(&self, s: Scenario) -> String {
+        self.urls
+            .get(&s)
+            .cloned()
+            .unwrap_or_else(|| s.url(&self.base))
+    }
+
     fn sizes_of(&self, s: Scenario) -> Vec<usize> {
         if s.sized() {
             self.sizes.clone()
@@ -576,6 +590,7 @@ fn resolve(
                 keys: plan.keys.as_ref().map(|k| folder.join(k)),
                 replay: plan.replay,
                 pool: plan.pool.max(1),
+                urls: BTreeMap::new(),
             },
         );
     }
@@ -667,6 +682,23 @@ fn resolve(
                         run.scenarios.retain(|s| list.contains(s));
                     }
                     Err(e) => errors.push(format!("{at}: suites.{sname}.scenarios: {e}")),
+                }
+            }
+            for (scenario, path) in &ts.paths {
+                let at_key = format!("{at}: suites.{sname}.paths.{scenario}");
+                let Ok(s) = scenario.parse::<Scenario>() else {
+                    errors.push(format!("{at_key}: no such scenario"));
+                    continue;
+                };
+                let url = match host_port(&run.base) {
+                    Ok(hp) if path.starts_with('/') => format!("http://{hp}{path}"),
+                    _ => path.clone(),
+                };
+                match Url::parse(&url) {
+                    Ok(_) => {
+                        run.urls.insert(s, url);
+                    }
+                    Err(e) => errors.push(format!("{at_key}: {e}")),
                 }
             }
             runs.push(run);
@@ -1132,13 +1164,14 @@ fn cell_requests(
     size: usize,
     plan: &Plan,
 ) -> Result<Shot, BenchError> {
-    let url = Url::parse(&scenario.url(&run.base)).map_err(BenchError::Usage)?;
+    let at = run.url_of(scenario);
+    let url = Url::parse(&at).map_err(BenchError::Usage)?;
     let shape = Shape {
         size,
         seed: 1,
         products: PRODUCTS,
     };
-    let mut specs = load::scenario_requests(scenario, &run.base, shape)?;
+    let mut specs = load::scenario_requests_at(scenario, &at, shape)?;
     for (spec, check) in &mut specs {
         spec.keep_alive = plan.keep_alive;
         if !plan.verify {
