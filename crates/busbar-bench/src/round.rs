@@ -1686,7 +1686,10 @@ fn measure_target(
                             format!("{size} B")
                         }
                     );
-                    progress.line(&format!("{label}: measuring (ETA {})", progress.eta()));
+                    if progress.tty {
+                        // A log gets one line per cell, when it is measured.
+                        progress.line(&format!("{label}: measuring (ETA {})", progress.eta()));
+                    }
                     let lp =
                         load_plan_for(plan, &shot, concurrency, plan.duration, plan.cell_warmup)?;
                     let result = load::execute(&lp)?;
