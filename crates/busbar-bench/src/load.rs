@@ -245,7 +245,8 @@ impl ErrorCounts {
     pub fn total(&self) -> u64 {
         self.connect + self.timeout + self.read + self.write + self.status + self.verify
     }
-    fn add(&mut self, o: &ErrorCounts) {
+    /// Adds another run's counts.
+    pub fn add(&mut self, o: &ErrorCounts) {
         self.connect += o.connect;
         self.timeout += o.timeout;
         self.read += o.read;

@@ -189,7 +189,7 @@ pub fn summarize(info: &RoundInfo, runs: &Runs) -> Summary {
             }
             for c in cells {
                 requests += c.result.requests;
-                add(&mut e, &c.result.errors);
+                e.add(&c.result.errors);
             }
         }
         errors.push(ErrorTotals {
@@ -206,15 +206,6 @@ pub fn summarize(info: &RoundInfo, runs: &Runs) -> Summary {
         errors,
         sizes: size_checks(runs),
     }
-}
-
-fn add(a: &mut ErrorCounts, b: &ErrorCounts) {
-    a.connect += b.connect;
-    a.timeout += b.timeout;
-    a.read += b.read;
-    a.write += b.write;
-    a.status += b.status;
-    a.verify += b.verify;
 }
 
 fn round2(v: f64) -> f64 {
