@@ -217,3 +217,69 @@ fn graceful_shutdown_lets_an_in_flight_request_finish() {
     );
     echo.stop();
 }
+
+/// A buffering echo answers only once the whole request is in, byte for byte at every size;
+/// a body declared over its limit gets 413 at once.
+#[test]
+fn a_buffering_echo_answers_after_the_whole_request() {
+    use std::io::{Read, Write};
+    let echo = echo(EchoOptions {
+        buffer: true,
+        ..Default::default()
+    });
+    for &size in &SIZES {
+        let body = payload(size, size as u64);
+        let r = Client::connect(echo.addr)
+            .post(
+                "/service/EchoService",
+                &[("Content-Type", "text/xml")],
+                &body,
+            )
+            .expect("answered");
+        assert_eq!(r.status, 200, "size {size}");
+        assert_eq!(sha256(&r.body), sha256(&body), "size {size}");
+        assert_eq!(r.header("content-type"), Some("text/xml"));
+    }
+    let mut s = std::net::TcpStream::connect(echo.addr).expect("connect");
+    s.write_all(b"POST /e HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\nhello")
+        .expect("send half");
+    s.set_read_timeout(Some(Duration::from_millis(400)))
+        .expect("timeout");
+    let mut buf = [0u8; 64];
+    match s.read(&mut buf) {
+        Ok(n) => panic!(
+            "answered before the body was in: {:?}",
+            String::from_utf8_lossy(&buf[..n])
+        ),
+        Err(e) => assert!(
+            matches!(
+                e.kind(),
+                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+            ),
+            "{e}"
+        ),
+    }
+    s.write_all(b"world").expect("send the rest");
+    s.set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    let mut answer = Vec::new();
+    while !answer.ends_with(b"helloworld") {
+        let n = s.read(&mut buf).expect("answer");
+        assert!(n > 0, "closed: {:?}", String::from_utf8_lossy(&answer));
+        answer.extend_from_slice(&buf[..n]);
+    }
+    assert!(answer.starts_with(b"HTTP/1.1 200"));
+
+    let over = busbar_engine::echo::MAX_BUFFERED + 1;
+    let mut s = std::net::TcpStream::connect(echo.addr).expect("connect");
+    s.write_all(
+        format!("POST /e HTTP/1.1\r\nHost: x\r\nContent-Length: {over}\r\n\r\nabc").as_bytes(),
+    )
+    .expect("send");
+    s.set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    let mut head = [0u8; 12];
+    s.read_exact(&mut head).expect("an answer before the body");
+    assert_eq!(&head, b"HTTP/1.1 413");
+    echo.stop();
+}

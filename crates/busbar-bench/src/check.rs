@@ -409,6 +409,11 @@ pub enum Check {
     },
     /// HTTP 200 and a `buyStocks` element holding exactly these orders, in order (XSLT).
     Orders(Vec<Order>),
+    /// HTTP 200 and a body equal to this one as XML: the same elements (by namespace and local
+    /// name), attributes and text, in the same order; the XML declaration, comments,
+    /// prefixes and whitespace-only text between elements set aside. For ESBs that re-serialise
+    /// every message (Apache Synapse), where [`Check::Echo`] cannot hold.
+    SameXml(Vec<u8>),
     /// HTTP 200 and a SOAP 1.1 envelope whose Body holds only the answer element, whose text is
     /// exactly this (the BPEL suite: a SimpleInvoke process's `sayHelloToResponse`,
     /// HelloWorld's `sayHelloResponse/return`).
@@ -477,6 +482,10 @@ impl Check {
             Check::Echo(expected) => {
                 expect_status(status, 200)?;
                 same_bytes(body, expected)
+            }
+            Check::SameXml(expected) => {
+                expect_status(status, 200)?;
+                same_xml(body, expected).map_err(Failure::Content)
             }
             Check::EchoFrom {
                 backend,
@@ -609,6 +618,91 @@ fn same_bytes(body: &[u8], expected: &[u8]) -> Result<(), Failure> {
             expected.len()
         ),
     }))
+}
+
+/// The body's XML items in document order (see [`Check::SameXml`]): `<{ns}name a=v …>` with
+/// attributes sorted and namespace declarations left out, `</>`, and each run of text that is
+/// not whitespace alone.
+pub fn xml_items(xml: &[u8]) -> Result<Vec<String>, String> {
+    let text = std::str::from_utf8(xml).map_err(|_| "not UTF-8".to_string())?;
+    let mut reader = NsReader::from_str(text);
+    let mut items = Vec::new();
+    let mut run = String::new();
+    let ns_of = |r: &ResolveResult<'_>| match r {
+        ResolveResult::Bound(n) => n.0.to_string(),
+        _ => String::new(),
+    };
+    loop {
+        let (ns, ev) = reader
+            .read_resolved_event()
+            .map_err(|e| format!("malformed XML: {e}"))?;
+        let element_ns = ns_of(&ns);
+        let tag = matches!(
+            ev,
+            Event::Start(_) | Event::Empty(_) | Event::End(_) | Event::Eof
+        );
+        if tag && !run.trim().is_empty() {
+            items.push(std::mem::take(&mut run));
+        } else if tag {
+            run.clear();
+        }
+        match &ev {
+            Event::Start(e) | Event::Empty(e) => {
+                let mut attrs = Vec::new();
+                for a in e.attributes() {
+                    let a = a.map_err(|e| format!("bad attribute: {e}"))?;
+                    let key = a.key.as_ref();
+                    if key == "xmlns" || key.starts_with("xmlns:") {
+                        continue;
+                    }
+                    let (ans, local) = reader.resolver().resolve_attribute(a.key);
+                    let value = a
+                        .normalized_value(Default::default())
+                        .map_err(|e| e.to_string())?;
+                    attrs.push(format!("{{{}}}{}={value}", ns_of(&ans), local.as_ref()));
+                }
+                attrs.sort();
+                items.push(format!(
+                    "<{{{}}}{} {}>",
+                    element_ns,
+                    e.local_name().as_ref(),
+                    attrs.join(" ")
+                ));
+                if matches!(ev, Event::Empty(_)) {
+                    items.push("</>".into());
+                }
+            }
+            Event::End(_) => items.push("</>".into()),
+            Event::Text(_) | Event::CData(_) | Event::GeneralRef(_) => push_text(&mut run, &ev)?,
+            Event::Eof => break,
+            _ => {}
+        }
+    }
+    Ok(items)
+}
+
+fn same_xml(body: &[u8], expected: &[u8]) -> Result<(), String> {
+    if body == expected {
+        return Ok(());
+    }
+    let want = xml_items(expected).map_err(|e| format!("the request is not XML: {e}"))?;
+    let got = xml_items(body).map_err(|e| format!("the answer is not XML: {e}"))?;
+    if got == want {
+        return Ok(());
+    }
+    let clip = |s: &str| s.chars().take(80).collect::<String>();
+    Err(match got.iter().zip(&want).position(|(a, b)| a != b) {
+        Some(i) => format!(
+            "answer differs from the request as XML at item {i}: got {:?}, sent {:?}",
+            clip(&got[i]),
+            clip(&want[i])
+        ),
+        None => format!(
+            "answer has {} XML items, the request {}",
+            got.len(),
+            want.len()
+        ),
+    })
 }
 
 /// The start of a body, for messages.
@@ -838,6 +932,40 @@ pub fn fault_string(xml: &[u8]) -> Option<String> {
 mod tests {
     use super::*;
     use crate::payload::{buy_stocks, Variant};
+
+    #[test]
+    fn same_xml_sets_aside_the_declaration_whitespace_and_prefixes_but_nothing_else() {
+        let sent = buy_stocks(16_385, Variant::Plain).unwrap_or_default();
+        let text = String::from_utf8(sent.clone()).unwrap_or_default();
+        let check = Check::SameXml(sent.clone());
+        let ok = |body: &str| check.check(200, Headers::empty(), body.as_bytes());
+        assert_eq!(ok(&text), Ok(()));
+        // What a re-serialising ESB does: a declaration, no line feeds between elements,
+        // another prefix for the envelope's namespace.
+        let rewritten = format!(
+            "<?xml version='1.0' encoding='UTF-8'?>{}",
+            text.replace(">\n<", "><")
+                .replace("soapenv:", "s:")
+                .replace("xmlns:soapenv=", "xmlns:s=")
+        );
+        assert_ne!(rewritten.as_bytes(), &sent[..]);
+        assert_eq!(ok(&rewritten), Ok(()));
+        // A changed value, a lost order, a cut body and another namespace are not the same XML.
+        let changed = text.replacen("<symbol>IBM</symbol>", "<symbol>IBN</symbol>", 1);
+        assert!(matches!(ok(&changed), Err(Failure::Content(m)) if m.contains("IBN")));
+        let cut = &text[..text.len() / 2];
+        assert!(ok(cut).is_err());
+        let lost = text
+            .replacen("<order>", "<skipped>", 1)
+            .replacen("</order>", "</skipped>", 1);
+        assert!(ok(&lost).is_err());
+        let other_ns = text.replace("http://services.samples", "http://elsewhere");
+        assert!(ok(&other_ns).is_err());
+        assert_eq!(
+            check.check(500, Headers::empty(), &sent),
+            Err(Failure::Status(500))
+        );
+    }
 
     #[test]
     fn orders_of_the_plain_and_reversed_payloads_are_the_same_tuples() {

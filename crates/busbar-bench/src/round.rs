@@ -262,8 +262,23 @@ pub struct Target {
     /// This target's warm-up after each start (default: the round's).
     #[serde(default)]
     pub warmup: Option<Dur>,
+    /// How answers that must equal the request are compared: `bytes` (default) or `xml` (as
+    /// XML, for an ESB that re-serialises every message; see docs/bench.md).
+    #[serde(default)]
+    pub compare: Compare,
     /// The suites it serves: base URL and, optionally, the scenarios it has.
     pub suites: BTreeMap<String, TargetSuite>,
+}
+
+/// How a target's echoed answers are compared with the request.
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum Compare {
+    /// Byte for byte.
+    #[default]
+    Bytes,
+    /// As XML ([`crate::check::Check::SameXml`]).
+    Xml,
 }
 
 /// Where a target serves a suite.
@@ -354,6 +369,8 @@ pub struct SuiteRun {
     pub pool: usize,
     /// Scenario URLs other than `Scenario::url(base)`.
     pub urls: BTreeMap<Scenario, String>,
+    /// How echoed answers are compared.
+    pub compare: Compare,
 }
 
 impl SuiteRun {
@@ -591,6 +608,7 @@ fn resolve(
                 replay: plan.replay,
                 pool: plan.pool.max(1),
                 urls: BTreeMap::new(),
+                compare: Compare::Bytes,
             },
         );
     }
@@ -671,6 +689,7 @@ fn resolve(
             }
             let mut run = round_suite.clone();
             run.base = ts.base.trim_end_matches('/').to_string();
+            run.compare = t.compare;
             if let Some(own) = &ts.scenarios {
                 match scenarios_of(run.suite, &Some(own.clone())) {
                     Ok(list) => {
@@ -1176,6 +1195,8 @@ fn cell_requests(
         spec.keep_alive = plan.keep_alive;
         if !plan.verify {
             *check = crate::check::Check::Status200;
+        } else if let (Compare::Xml, crate::check::Check::Echo(sent)) = (run.compare, &*check) {
+            *check = crate::check::Check::SameXml(sent.clone());
         }
     }
     let body_len = specs.first().map_or(0, |(s, _)| s.body.len());

@@ -328,6 +328,10 @@ pub struct EchoConfig {
     /// id (docs/config.md gives the values); other requests are echoed.
     #[serde(default)]
     pub catalog: bool,
+    /// Read the whole request before answering (some clients, Apache Synapse 2.1's among them,
+    /// stop sending when the answer starts early); streamed back as it arrives otherwise.
+    #[serde(default)]
+    pub buffer: bool,
 }
 
 fn default_echo_bind() -> String {

@@ -1,7 +1,9 @@
 //! The echo back end: returns the request body byte for byte with the same Content-Type.
 //!
 //! The body is streamed straight back (hyper polls the request body as it writes the response),
-//! so memory stays flat for any size, and Content-Length is kept when the client sent one.
+//! so memory stays flat for any size, and Content-Length is kept when the client sent one. With
+//! `buffer`, the whole request is read before the answer starts (up to [`MAX_BUFFERED`]): some
+//! clients treat an answer that begins while they are still sending as a refusal and stop.
 
 use std::time::Duration;
 
@@ -25,7 +27,12 @@ pub struct EchoOptions {
     pub name: Option<HeaderValue>,
     /// Answer `GET /stock/{id}`, `/price/{id}`, `/reviews/{id}` from the catalog.
     pub catalog: bool,
+    /// Read the whole request before answering.
+    pub buffer: bool,
 }
+
+/// The largest body a buffering echo reads (a larger one is answered 413).
+pub const MAX_BUFFERED: usize = 64 * 1024 * 1024;
 
 /// The header naming the echo instance.
 pub static NAME_HEADER: HeaderName = HeaderName::from_static("x-echo-name");
@@ -65,6 +72,21 @@ pub async fn handle(opts: &EchoOptions, req: Request<Incoming>) -> Response<Resp
                     .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
                 r
             }
+            None if opts.buffer => {
+                let mut r = match read_whole(req.into_body()).await {
+                    Ok(all) => Response::new(ResponseBody::plain(Body::full(all))),
+                    Err((status, why)) => {
+                        let mut r =
+                            Response::new(ResponseBody::plain(Body::full(Bytes::from(why))));
+                        *r.status_mut() = status;
+                        return r;
+                    }
+                };
+                if let Some(ct) = content_type {
+                    r.headers_mut().insert(CONTENT_TYPE, ct);
+                }
+                r
+            }
             None => {
                 let incoming = req.into_body();
                 let exact = http_body::Body::size_hint(&incoming).exact();
@@ -84,6 +106,37 @@ pub async fn handle(opts: &EchoOptions, req: Request<Incoming>) -> Response<Resp
         resp.headers_mut().insert(NAME_HEADER.clone(), name.clone());
     }
     resp
+}
+
+/// The whole request body, up to [`MAX_BUFFERED`] bytes (a declared length over it is refused
+/// before anything is read).
+async fn read_whole(incoming: Incoming) -> Result<Bytes, (http::StatusCode, String)> {
+    use http_body_util::BodyExt;
+    let too_big = || {
+        (
+            http::StatusCode::PAYLOAD_TOO_LARGE,
+            format!("request body over {MAX_BUFFERED} bytes"),
+        )
+    };
+    if http_body::Body::size_hint(&incoming).lower() > MAX_BUFFERED as u64 {
+        return Err(too_big());
+    }
+    match http_body_util::Limited::new(incoming, MAX_BUFFERED)
+        .collect()
+        .await
+    {
+        Ok(all) => Ok(all.to_bytes()),
+        Err(e)
+            if e.downcast_ref::<http_body_util::LengthLimitError>()
+                .is_some() =>
+        {
+            Err(too_big())
+        }
+        Err(e) => Err((
+            http::StatusCode::BAD_REQUEST,
+            format!("cannot read the request body: {e}"),
+        )),
+    }
 }
 
 /// FNV-1a (64-bit) of the id: the seed of its catalog values.

@@ -212,6 +212,7 @@ fn echo_options(
             .and_then(|n| HeaderValue::from_str(n).ok()),
         json,
         catalog: e.catalog,
+        buffer: e.buffer,
     })
 }
 

@@ -76,6 +76,10 @@ enum Command {
         /// Answer `GET /stock/ID`, `/price/ID` and `/reviews/ID` with small JSON naming the id.
         #[arg(long)]
         catalog: bool,
+        /// Read each whole request before answering (for clients that stop sending when the
+        /// answer starts early, such as Apache Synapse 2.1); bodies up to 64 MiB.
+        #[arg(long)]
+        buffer: bool,
     },
     /// The benchmark kit: payloads, load, verification, scenario matrix, reports.
     Bench {
@@ -159,7 +163,8 @@ fn main() -> ExitCode {
             name,
             workers,
             catalog,
-        } => echo(listen, delay_ms, json, name, workers, catalog),
+            buffer,
+        } => echo(listen, delay_ms, json, name, workers, (catalog, buffer)),
         Command::Bench { command } => busbar_bench::run(command),
         Command::Bpel {
             command: BpelCommand::Test { dirs },
@@ -335,7 +340,7 @@ fn echo(
     json: Option<PathBuf>,
     name: Option<String>,
     workers: Option<usize>,
-    catalog: bool,
+    (catalog, buffer): (bool, bool),
 ) -> ExitCode {
     init_logging("info", false);
     let json = match json {
@@ -361,6 +366,7 @@ fn echo(
         json,
         name,
         catalog,
+        buffer,
     };
     let workers =
         workers.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
