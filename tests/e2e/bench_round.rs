@@ -104,8 +104,9 @@ struct Ports {
     never: SocketAddr,
 }
 
-/// A round over busbar (DirectProxy and CBRProxy), the faulty proxy (DirectProxy) and a target
-/// that never answers.
+/// A round over busbar (DirectProxy, CBRProxy and SecureProxy with fresh messages, the keys of
+/// `make keys` that the example uses), the faulty proxy (DirectProxy) and a target that never
+/// answers.
 fn round_file(dir: &Path, p: &Ports, rounds: usize, duration: &str, verify: bool) -> PathBuf {
     let me = std::env::current_exe().expect("test binary");
     let text = format!(
@@ -119,9 +120,11 @@ backend:
   ready: "{echo}"
 suites:
   classic:
-    scenarios: [direct, cbr]
+    scenarios: [direct, cbr, secure]
     sizes: [1k, 20k]
     concurrency: [4]
+    keys: "{repo}/target/keys"
+    pool: 20
 targets:
   - name: busbar
     version: test
@@ -234,7 +237,7 @@ fn a_round_flags_the_faulty_proxys_corruption_and_goes_on_past_a_target_that_nev
     assert_eq!(run.status.code(), Some(1), "{log}");
     assert!(log.contains("never-ready did not start"), "{log}");
     assert!(
-        log.contains("[16/20] round 2 faulty direct 20480 B c=4"),
+        log.contains("[22/28] round 2 faulty direct 20480 B c=4"),
         "{log}"
     );
 
@@ -242,8 +245,8 @@ fn a_round_flags_the_faulty_proxys_corruption_and_goes_on_past_a_target_that_nev
     assert_eq!(info["schema"], "busbar-bench/round/v1");
     assert_eq!(info["interrupted"], false);
     assert_eq!(info["rounds_begun"], 2);
-    assert_eq!(info["cells_planned"], 20);
-    assert_eq!(info["cells_measured"], 12);
+    assert_eq!(info["cells_planned"], 28);
+    assert_eq!(info["cells_measured"], 16);
     assert!(info["finished_unix"].as_u64().unwrap_or(0) > 0);
     let targets = info["targets"].as_array().expect("targets");
     assert_eq!(targets.len(), 3);
@@ -267,7 +270,7 @@ fn a_round_flags_the_faulty_proxys_corruption_and_goes_on_past_a_target_that_nev
 
     // Every cell on disk, in `bench run`'s layout (so `bench report` reads it too).
     let busbar = read_json(&out.join("targets/busbar/classic/run.json"));
-    assert_eq!(busbar["cells"].as_array().map(Vec::len), Some(8));
+    assert_eq!(busbar["cells"].as_array().map(Vec::len), Some(12));
     assert_eq!(busbar["iterations"], 2);
     for rel in busbar["cells"].as_array().expect("cells") {
         let cell = read_json(

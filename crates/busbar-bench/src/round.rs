@@ -1190,6 +1190,27 @@ fn cell_requests(
         seed: 1,
         products: PRODUCTS,
     };
+    if let Some(profile) = scenario.secure_profile() {
+        // Fresh secured messages of the plain payload, each answer decrypted, verified and
+        // compared with it.
+        let keys = run.keys.as_deref().ok_or_else(|| {
+            BenchError::Usage(format!("{scenario} needs the suite's keys folder"))
+        })?;
+        let client = crate::secure::SecureClient::load(keys, profile)?;
+        let body = crate::payload::buy_stocks(size, crate::payload::Variant::Plain)
+            .map_err(|e| BenchError::Usage(e.to_string()))?;
+        let mut spec =
+            crate::client::RequestSpec::soap(url.clone(), body, crate::payload::soap_action(size));
+        spec.keep_alive = plan.keep_alive;
+        let (body_len, version) = (spec.body.len(), spec.version);
+        let feed = crate::secure::Feed::new(client, spec, run.pool, run.replay)?;
+        return Ok(Shot {
+            url,
+            requests: Requests::Secure(Arc::new(feed)),
+            body_len,
+            version,
+        });
+    }
     let mut specs = load::scenario_requests_at(scenario, &at, shape)?;
     for (spec, check) in &mut specs {
         spec.keep_alive = plan.keep_alive;
@@ -1201,16 +1222,7 @@ fn cell_requests(
     }
     let body_len = specs.first().map_or(0, |(s, _)| s.body.len());
     let version = specs.first().map_or(Version::Http11, |(s, _)| s.version);
-    let requests = match (scenario.secure_profile(), &run.keys) {
-        (Some(profile), Some(keys)) => {
-            let client = crate::secure::SecureClient::load(keys, profile)?;
-            let spec = specs.remove(0).0;
-            Requests::Secure(Arc::new(crate::secure::Feed::new(
-                client, spec, run.pool, run.replay,
-            )?))
-        }
-        _ => Requests::from_specs(specs).map_err(BenchError::Failed)?,
-    };
+    let requests = Requests::from_specs(specs).map_err(BenchError::Failed)?;
     Ok(Shot {
         url,
         requests,
@@ -1562,9 +1574,12 @@ pub fn run_plan(plan: &Plan, out: &Path) -> Result<Outcome, BenchError> {
                         &mut progress,
                         &info.machine,
                     ) {
-                        Ok((cells, warm_errors)) => {
+                        Ok((cells, warm_errors, problems)) => {
                             start.cells = cells;
                             start.warmup_errors = warm_errors;
+                            if !problems.is_empty() {
+                                start.error = Some(summarize_problems(&problems));
+                            }
                         }
                         Err(e) => {
                             start.error = Some(e.to_string());
@@ -1638,8 +1653,9 @@ pub fn run_plan(plan: &Plan, out: &Path) -> Result<Outcome, BenchError> {
     })
 }
 
-/// Warms up and measures every cell of one start of `t`; returns cells measured and warm-up
-/// errors.
+/// Warms up and measures every cell of one start of `t`; returns the cells measured, the
+/// warm-up's errors and the cells that could not be measured (each with why: the others are
+/// measured all the same).
 fn measure_target(
     plan: &Plan,
     t: &TargetPlan,
@@ -1648,7 +1664,7 @@ fn measure_target(
     runs: &mut BTreeMap<(usize, usize), RunInfo>,
     progress: &mut Progress,
     machine: &Machine,
-) -> Result<(usize, u64), BenchError> {
+) -> Result<(usize, u64, Vec<String>), BenchError> {
     // Warm-up: the start's warm-up time spread over its cells' request shapes, at the lowest
     // concurrency, nothing recorded.
     let shapes: Vec<(usize, Scenario, usize)> = t
@@ -1675,13 +1691,19 @@ fn measure_target(
             }
             let r = &t.suites[si];
             let c = r.concurrency.iter().copied().min().unwrap_or(1);
-            let shot = cell_requests(r, scenario, size, plan)?;
-            let lp = load_plan_for(plan, &shot, c, each, Duration::ZERO)?;
-            warm_errors += load::execute(&lp)?.errors.total();
+            // A shape that cannot be sent is reported with its cells, below.
+            let warmed = cell_requests(r, scenario, size, plan)
+                .and_then(|shot| load_plan_for(plan, &shot, c, each, Duration::ZERO))
+                .and_then(|lp| load::execute(&lp));
+            match warmed {
+                Ok(result) => warm_errors += result.errors.total(),
+                Err(_) => warm_errors += 1,
+            }
         }
     }
     progress.planned_done_s += t.warmup.as_secs_f64();
     let mut cells = 0;
+    let mut problems = Vec::new();
     for (si, r) in t.suites.iter().enumerate() {
         let dir = out.join(format!("targets/{}/{}", t.name, r.suite.name()));
         std::fs::create_dir_all(dir.join("cells"))
@@ -1690,10 +1712,20 @@ fn measure_target(
             .or_insert_with(|| new_run(plan, t, r, machine));
         for &scenario in &r.scenarios {
             for size in r.sizes_of(scenario) {
-                let shot = cell_requests(r, scenario, size, plan)?;
+                let shot = match cell_requests(r, scenario, size, plan) {
+                    Ok(shot) => shot,
+                    Err(e) => {
+                        // Its cells are skipped, the others measured.
+                        let why = format!("{scenario} {size} B: {e}");
+                        progress.note(&format!("{}: {why}", t.name));
+                        problems.push(why);
+                        progress.done += r.concurrency.len();
+                        continue;
+                    }
+                };
                 for &concurrency in &r.concurrency {
                     if interrupted() {
-                        return Ok((cells, warm_errors));
+                        return Ok((cells, warm_errors, problems));
                     }
                     progress.done += 1;
                     let label = format!(
@@ -1711,10 +1743,19 @@ fn measure_target(
                         // A log gets one line per cell, when it is measured.
                         progress.line(&format!("{label}: measuring (ETA {})", progress.eta()));
                     }
-                    let lp =
-                        load_plan_for(plan, &shot, concurrency, plan.duration, plan.cell_warmup)?;
-                    let result = load::execute(&lp)?;
+                    let measured =
+                        load_plan_for(plan, &shot, concurrency, plan.duration, plan.cell_warmup)
+                            .and_then(|lp| load::execute(&lp));
                     progress.planned_done_s += (plan.duration + plan.cell_warmup).as_secs_f64();
+                    let result = match measured {
+                        Ok(result) => result,
+                        Err(e) => {
+                            let why = format!("{scenario} {size} B c={concurrency}: {e}");
+                            progress.note(&format!("{label}: {e}"));
+                            problems.push(why);
+                            continue;
+                        }
+                    };
                     progress.line(&format!(
                         "{label}: {:.1} tps, p99 {:.3} ms, {} errors ({} verify), ETA {}",
                         result.tps,
@@ -1735,7 +1776,21 @@ fn measure_target(
             }
         }
     }
-    Ok((cells, warm_errors))
+    Ok((cells, warm_errors, problems))
+}
+
+/// The cells a start could not measure, in one line (the first few in full).
+fn summarize_problems(problems: &[String]) -> String {
+    const SHOWN: usize = 3;
+    let mut text = format!(
+        "{} cell(s) not measured: {}",
+        problems.len(),
+        problems[..problems.len().min(SHOWN)].join("; ")
+    );
+    if problems.len() > SHOWN {
+        text.push_str(&format!("; and {} more", problems.len() - SHOWN));
+    }
+    text
 }
 
 /// Where a cell sits in its run.
