@@ -1177,11 +1177,14 @@ struct Shot {
     version: Version,
 }
 
+/// The requests of one scenario and size. WS-Security messages are fresh, so they are made
+/// for one cell: `clients` is its concurrency, and at least that many are built before it.
 fn cell_requests(
     run: &SuiteRun,
     scenario: Scenario,
     size: usize,
     plan: &Plan,
+    clients: usize,
 ) -> Result<Shot, BenchError> {
     let at = run.url_of(scenario);
     let url = Url::parse(&at).map_err(BenchError::Usage)?;
@@ -1203,7 +1206,8 @@ fn cell_requests(
             crate::client::RequestSpec::soap(url.clone(), body, crate::payload::soap_action(size));
         spec.keep_alive = plan.keep_alive;
         let (body_len, version) = (spec.body.len(), spec.version);
-        let feed = crate::secure::Feed::new(client, spec, run.pool, run.replay)?;
+        let pool = if run.replay { 1 } else { run.pool.max(clients) };
+        let feed = crate::secure::Feed::new(client, spec, pool, run.replay)?;
         return Ok(Shot {
             url,
             requests: Requests::Secure(Arc::new(feed)),
@@ -1692,7 +1696,7 @@ fn measure_target(
             let r = &t.suites[si];
             let c = r.concurrency.iter().copied().min().unwrap_or(1);
             // A shape that cannot be sent is reported with its cells, below.
-            let warmed = cell_requests(r, scenario, size, plan)
+            let warmed = cell_requests(r, scenario, size, plan, c)
                 .and_then(|shot| load_plan_for(plan, &shot, c, each, Duration::ZERO))
                 .and_then(|lp| load::execute(&lp));
             match warmed {
@@ -1712,7 +1716,8 @@ fn measure_target(
             .or_insert_with(|| new_run(plan, t, r, machine));
         for &scenario in &r.scenarios {
             for size in r.sizes_of(scenario) {
-                let shot = match cell_requests(r, scenario, size, plan) {
+                let first = r.concurrency.first().copied().unwrap_or(1);
+                let shot = match cell_requests(r, scenario, size, plan, first) {
                     Ok(shot) => shot,
                     Err(e) => {
                         // Its cells are skipped, the others measured.
@@ -1743,9 +1748,17 @@ fn measure_target(
                         // A log gets one line per cell, when it is measured.
                         progress.line(&format!("{label}: measuring (ETA {})", progress.eta()));
                     }
-                    let measured =
-                        load_plan_for(plan, &shot, concurrency, plan.duration, plan.cell_warmup)
-                            .and_then(|lp| load::execute(&lp));
+                    // Fresh messages are used up by a cell: the next one gets its own.
+                    let fresh = if scenario.secure_profile().is_some() && concurrency != first {
+                        cell_requests(r, scenario, size, plan, concurrency)
+                    } else {
+                        Ok(shot.clone())
+                    };
+                    let measured = fresh
+                        .and_then(|shot| {
+                            load_plan_for(plan, &shot, concurrency, plan.duration, plan.cell_warmup)
+                        })
+                        .and_then(|lp| load::execute(&lp));
                     progress.planned_done_s += (plan.duration + plan.cell_warmup).as_secs_f64();
                     let result = match measured {
                         Ok(result) => result,
