@@ -259,6 +259,9 @@ fn a_round_flags_the_faulty_proxys_corruption_and_goes_on_past_a_target_that_nev
             assert!(s["error"].is_null(), "{s}");
             // Stopped by the kit at the end of its turn.
             assert!(s["exit"].as_str().is_some(), "{s}");
+            // Settled after its cells (quickly: nothing was left waiting).
+            let settle = s["settle_s"].as_f64().unwrap_or(-1.0);
+            assert!((0.0..10.0).contains(&settle), "{s}");
         }
     }
     for s in targets[2]["starts"].as_array().expect("starts") {
@@ -330,6 +333,18 @@ fn a_round_flags_the_faulty_proxys_corruption_and_goes_on_past_a_target_that_nev
         .find(|e| e["target"] == "never-ready")
         .expect("never-ready");
     assert_eq!(never["failed_starts"], 2);
+
+    // The report can be rendered again from the folder.
+    let again = dir.join("again.html");
+    let (status, text) = crate::support::bench(&[
+        "report",
+        out.to_str().unwrap_or(""),
+        "--out",
+        again.to_str().unwrap_or(""),
+    ]);
+    assert!(status.success(), "{text}");
+    let html = std::fs::read_to_string(&again).expect("report written again");
+    assert!(html.contains("possible corruption") && html.contains("unanswered at a cell"));
 
     let dom = rendered(&out.join("report.html"));
     for needle in [

@@ -320,6 +320,10 @@ pub struct LoadResult {
     pub successes: u64,
     /// Errors by class.
     pub errors: ErrorCounts,
+    /// Requests sent in the measured time still without an answer when it ended: neither
+    /// successes nor errors (a server slower than the measurement lasts shows here).
+    #[serde(default)]
+    pub unanswered: u64,
     /// Wall-clock throughput: successes / elapsed.
     pub tps: f64,
     /// Mean response body size of successes, bytes.
@@ -415,7 +419,7 @@ impl LoadResult {
             "{} ({} loop, c={}, {} thread(s), {}, HTTP/{}, {} B request)\n  \
              {} requests in {:.2} s: {} ok, {:.1} req/s{}\n  \
              latency ms: mean {:.3}  p50 {:.3}  p90 {:.3}  p95 {:.3}  p99 {:.3}  p99.9 {:.3}  max {:.3}\n  \
-             errors: connect {}, timeout {}, read {}, write {}, status {}, verify {}{}\n",
+             errors: connect {}, timeout {}, read {}, write {}, status {}, verify {}; unanswered at the end {}{}\n",
             self.url,
             self.mode,
             self.concurrency,
@@ -449,6 +453,7 @@ impl LoadResult {
             e.write,
             e.status,
             e.verify,
+            self.unanswered,
             match &self.first_error {
                 Some(m) => format!("\n  first error: {m}"),
                 None => String::new(),
@@ -525,6 +530,7 @@ struct Stats {
     hist: Histogram<u64>,
     successes: u64,
     errors: ErrorCounts,
+    unanswered: u64,
     response_bytes: u64,
     /// By request index of the rotation.
     sizes: Vec<ResponseSizes>,
@@ -540,6 +546,7 @@ impl Stats {
             hist,
             successes: 0,
             errors: ErrorCounts::default(),
+            unanswered: 0,
             response_bytes: 0,
             sizes: Vec::new(),
             client_elapsed: Vec::new(),
@@ -568,6 +575,7 @@ impl Stats {
         self.hist.add(&o.hist).map_err(|e| e.to_string())?;
         self.successes += o.successes;
         self.errors.add(&o.errors);
+        self.unanswered += o.unanswered;
         self.response_bytes += o.response_bytes;
         for theirs in &o.sizes {
             self.sizes_of(theirs.request).merge(theirs);
@@ -960,6 +968,7 @@ fn summarize(plan: &LoadPlan, s: &Stats, elapsed: Duration, interrupted: bool) -
         requests: s.successes + s.errors.total(),
         successes: s.successes,
         errors: s.errors,
+        unanswered: s.unanswered,
         tps: round(
             if secs > 0.0 {
                 s.successes as f64 / secs
@@ -1127,7 +1136,12 @@ async fn client(id: usize, plan: Arc<LoadPlan>, shared: Arc<Shared>, stats: Rc<R
         };
         let outcome = tokio::select! {
             r = tokio::time::timeout(plan.timeout, c.exchange(&request, &mut body)) => r,
-            _ = stop_rx.wait_for(|v| *v) => break,
+            _ = stop_rx.wait_for(|v| *v) => {
+                if measuring {
+                    stats.borrow_mut().unanswered += 1;
+                }
+                break;
+            }
         };
         let done = Instant::now();
         let mut keep = plan.keep_alive;

@@ -12,7 +12,8 @@ use crate::matrix::{read_dir, Cell, RunInfo};
 /// Options of `bench report`.
 #[derive(clap::Args, Debug, Clone)]
 pub struct ReportArgs {
-    /// Result directories written by `bench run` (one per ESB run).
+    /// Result directories written by `bench run` (one per ESB run), or one round folder
+    /// written by `bench round` (its round report is rendered again).
     #[arg(required = true)]
     pub dirs: Vec<PathBuf>,
     /// Output HTML file.
@@ -65,6 +66,15 @@ type Key = (usize, String, usize, usize);
 
 /// Runs `bench report`.
 pub fn command(args: &ReportArgs) -> Result<(), BenchError> {
+    if let [dir] = &args.dirs[..] {
+        if dir.join("round.json").exists() {
+            let html = crate::round_report::render_folder(dir)?;
+            std::fs::write(&args.out, html)
+                .map_err(|e| BenchError::io(format!("cannot write {}", args.out.display()), e))?;
+            eprintln!("round report written to {}", args.out.display());
+            return Ok(());
+        }
+    }
     let mut runs = Vec::new();
     for dir in &args.dirs {
         runs.push(read_dir(dir)?);

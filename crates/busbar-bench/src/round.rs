@@ -137,6 +137,11 @@ pub struct RoundFile {
     /// Discarded load at the start of every cell.
     #[serde(default = "default_cell_warmup")]
     pub cell_warmup: Dur,
+    /// After each cell, wait until the ESB answers one request of that cell alone again, at most
+    /// this long (`0s`: no wait): the requests a cell leaves unanswered are worked off before
+    /// the next cell starts, so they do not count against it.
+    #[serde(default = "default_settle")]
+    pub settle: Dur,
     /// Reuse connections (the WSO2 rounds ran with keep-alive off).
     #[serde(default = "yes")]
     pub keep_alive: bool,
@@ -170,6 +175,9 @@ fn default_warmup() -> Dur {
 }
 fn default_cell_warmup() -> Dur {
     Dur(Duration::ZERO)
+}
+fn default_settle() -> Dur {
+    secs(60)
 }
 fn default_timeout() -> Dur {
     secs(30)
@@ -313,6 +321,8 @@ pub struct Plan {
     pub warmup: Duration,
     /// Warm-up per cell.
     pub cell_warmup: Duration,
+    /// Longest wait after a cell for the ESB to work off what it left.
+    pub settle: Duration,
     /// Keep-alive.
     pub keep_alive: bool,
     /// Verify answers.
@@ -763,6 +773,7 @@ fn resolve(
         duration,
         warmup: args.warmup.unwrap_or(raw.warmup.0),
         cell_warmup: raw.cell_warmup.0,
+        settle: raw.settle.0,
         keep_alive: raw.keep_alive,
         verify: raw.verify,
         threads: raw.threads,
@@ -804,6 +815,12 @@ pub struct Start {
     pub cells: usize,
     /// Answers of the warm-up that were errors.
     pub warmup_errors: u64,
+    /// Seconds spent after cells waiting for the ESB to work off what they left, in total.
+    #[serde(default)]
+    pub settle_s: f64,
+    /// The longest of those waits, seconds.
+    #[serde(default)]
+    pub settle_max_s: f64,
     /// Why it did not start, or what went wrong while it ran.
     pub error: Option<String>,
     /// How it ended (`exit status 0`, `signal 15`, `killed after the stop timeout`).
@@ -1498,6 +1515,8 @@ pub fn run_plan(plan: &Plan, out: &Path) -> Result<Outcome, BenchError> {
             peak_rss_kib: 0,
             cells: 0,
             warmup_errors: 0,
+            settle_s: 0.0,
+            settle_max_s: 0.0,
             error: None,
             exit: None,
             log: log.clone(),
@@ -1548,6 +1567,8 @@ pub fn run_plan(plan: &Plan, out: &Path) -> Result<Outcome, BenchError> {
                 peak_rss_kib: 0,
                 cells: 0,
                 warmup_errors: 0,
+                settle_s: 0.0,
+                settle_max_s: 0.0,
                 error: None,
                 exit: None,
                 log: log.clone(),
@@ -1578,11 +1599,13 @@ pub fn run_plan(plan: &Plan, out: &Path) -> Result<Outcome, BenchError> {
                         &mut progress,
                         &info.machine,
                     ) {
-                        Ok((cells, warm_errors, problems)) => {
-                            start.cells = cells;
-                            start.warmup_errors = warm_errors;
-                            if !problems.is_empty() {
-                                start.error = Some(summarize_problems(&problems));
+                        Ok(tally) => {
+                            start.cells = tally.cells;
+                            start.warmup_errors = tally.warm_errors;
+                            start.settle_s = round3(tally.settle.as_secs_f64());
+                            start.settle_max_s = round3(tally.settle_max.as_secs_f64());
+                            if !tally.problems.is_empty() {
+                                start.error = Some(summarize_problems(&tally.problems));
                             }
                         }
                         Err(e) => {
@@ -1668,7 +1691,7 @@ fn measure_target(
     runs: &mut BTreeMap<(usize, usize), RunInfo>,
     progress: &mut Progress,
     machine: &Machine,
-) -> Result<(usize, u64, Vec<String>), BenchError> {
+) -> Result<Tally, BenchError> {
     // Warm-up: the start's warm-up time spread over its cells' request shapes, at the lowest
     // concurrency, nothing recorded.
     let shapes: Vec<(usize, Scenario, usize)> = t
@@ -1681,7 +1704,7 @@ fn measure_target(
                 .flat_map(move |&s| r.sizes_of(s).into_iter().map(move |z| (si, s, z)))
         })
         .collect();
-    let mut warm_errors = 0;
+    let mut tally = Tally::default();
     if !t.warmup.is_zero() && !shapes.is_empty() {
         let each = (t.warmup / shapes.len() as u32).max(Duration::from_millis(100));
         progress.line(&format!(
@@ -1700,14 +1723,12 @@ fn measure_target(
                 .and_then(|shot| load_plan_for(plan, &shot, c, each, Duration::ZERO))
                 .and_then(|lp| load::execute(&lp));
             match warmed {
-                Ok(result) => warm_errors += result.errors.total(),
-                Err(_) => warm_errors += 1,
+                Ok(result) => tally.warm_errors += result.errors.total(),
+                Err(_) => tally.warm_errors += 1,
             }
         }
     }
     progress.planned_done_s += t.warmup.as_secs_f64();
-    let mut cells = 0;
-    let mut problems = Vec::new();
     for (si, r) in t.suites.iter().enumerate() {
         let dir = out.join(format!("targets/{}/{}", t.name, r.suite.name()));
         std::fs::create_dir_all(dir.join("cells"))
@@ -1723,14 +1744,14 @@ fn measure_target(
                         // Its cells are skipped, the others measured.
                         let why = format!("{scenario} {size} B: {e}");
                         progress.note(&format!("{}: {why}", t.name));
-                        problems.push(why);
+                        tally.problems.push(why);
                         progress.done += r.concurrency.len();
                         continue;
                     }
                 };
                 for &concurrency in &r.concurrency {
                     if interrupted() {
-                        return Ok((cells, warm_errors, problems));
+                        return Ok(tally);
                     }
                     progress.done += 1;
                     let label = format!(
@@ -1765,16 +1786,30 @@ fn measure_target(
                         Err(e) => {
                             let why = format!("{scenario} {size} B c={concurrency}: {e}");
                             progress.note(&format!("{label}: {e}"));
-                            problems.push(why);
+                            tally.problems.push(why);
                             continue;
                         }
                     };
+                    let unanswered = result.unanswered;
+                    let settled = settle(plan, &shot, scenario);
+                    tally.settle += settled;
+                    tally.settle_max = tally.settle_max.max(settled);
                     progress.line(&format!(
-                        "{label}: {:.1} tps, p99 {:.3} ms, {} errors ({} verify), ETA {}",
+                        "{label}: {:.1} tps, p99 {:.3} ms, {} errors ({} verify){}{}, ETA {}",
                         result.tps,
                         result.latency_ms.p99,
                         result.errors.total(),
                         result.errors.verify,
+                        if unanswered > 0 {
+                            format!(", {unanswered} unanswered at the end")
+                        } else {
+                            String::new()
+                        },
+                        if settled >= Duration::from_secs(1) {
+                            format!(", settled in {:.1} s", settled.as_secs_f64())
+                        } else {
+                            String::new()
+                        },
                         progress.eta()
                     ));
                     let key = CellKey {
@@ -1784,12 +1819,53 @@ fn measure_target(
                         round,
                     };
                     write_cell(out, t, r, key, result, runs.get_mut(&(ti, si)))?;
-                    cells += 1;
+                    tally.cells += 1;
                 }
             }
         }
     }
-    Ok((cells, warm_errors, problems))
+    Ok(tally)
+}
+
+/// What one start of a target measured.
+#[derive(Debug, Default)]
+struct Tally {
+    cells: usize,
+    warm_errors: u64,
+    /// Cells that could not be measured, with why.
+    problems: Vec<String>,
+    settle: Duration,
+    settle_max: Duration,
+}
+
+/// After a cell: one request of it, alone, until answered (or the round's `settle` passes), so
+/// that what the cell left unanswered is worked off before the next cell. Returns the wait.
+fn settle(plan: &Plan, shot: &Shot, scenario: Scenario) -> Duration {
+    // Fresh WS-Security messages would be spent on it; those cells are measured one after the
+    // other without the wait.
+    if plan.settle.is_zero() || scenario.secure_profile().is_some() || interrupted() {
+        return Duration::ZERO;
+    }
+    let started = Instant::now();
+    let Ok(addr) = load::resolve(&shot.url) else {
+        return started.elapsed();
+    };
+    let probe = LoadPlan {
+        url: shot.url.clone(),
+        addr,
+        requests: shot.requests.clone(),
+        body_len: shot.body_len,
+        concurrency: 1,
+        threads: 1,
+        stop: StopRule::Requests(1),
+        warmup: Duration::ZERO,
+        rate: None,
+        keep_alive: false,
+        version: shot.version,
+        timeout: plan.settle,
+    };
+    let _ = load::execute(&probe);
+    started.elapsed()
 }
 
 /// The cells a start could not measure, in one line (the first few in full).

@@ -45,6 +45,8 @@ pub struct ErrorTotals {
     pub requests: u64,
     /// Errors by class.
     pub errors: ErrorCounts,
+    /// Requests without an answer when their cell ended (neither successes nor errors).
+    pub unanswered: u64,
     /// Errors during warm-ups (not measured).
     pub warmup_errors: u64,
     /// Starts that failed.
@@ -183,12 +185,14 @@ pub fn summarize(info: &RoundInfo, runs: &Runs) -> Summary {
     for t in &info.targets {
         let mut e = ErrorCounts::default();
         let mut requests = 0;
+        let mut unanswered = 0;
         for (_, run, cells) in runs {
             if run.target.name != t.name {
                 continue;
             }
             for c in cells {
                 requests += c.result.requests;
+                unanswered += c.result.unanswered;
                 e.add(&c.result.errors);
             }
         }
@@ -196,6 +200,7 @@ pub fn summarize(info: &RoundInfo, runs: &Runs) -> Summary {
             target: t.name.clone(),
             requests,
             errors: e,
+            unanswered,
             warmup_errors: t.starts.iter().map(|s| s.warmup_errors).sum(),
             failed_starts: t.starts.iter().filter(|s| s.startup_ms.is_none()).count(),
         });
@@ -254,26 +259,22 @@ fn size_checks(runs: &Runs) -> Vec<SizeCheck> {
                     ));
                 }
             }
-            // A request every other ESB answers with one size that this one never gives.
+            // A request that at least two other ESBs answer with one and the same size, and
+            // this one with another: pointed out, without a verdict (one other ESB alone could
+            // be the odd one).
             for (req, sizes) in per_request {
-                let others: BTreeSet<u64> = by_target
+                let theirs: Vec<u64> = by_target
                     .iter()
                     .filter(|(t, _)| *t != target)
                     .filter_map(|(_, pr)| pr.get(req))
                     .filter(|s| s.len() == 1)
                     .flat_map(|s| s.keys().copied())
                     .collect();
-                let agree = by_target
-                    .iter()
-                    .filter(|(t, _)| *t != target)
-                    .filter_map(|(_, pr)| pr.get(req))
-                    .count();
-                if agree >= 1 && others.len() == 1 && sizes.len() == 1 {
-                    let theirs = others.iter().next().copied().unwrap_or(0);
-                    let mine = sizes.keys().next().copied().unwrap_or(0);
-                    if theirs != mine {
+                let mine = sizes.keys().next().copied();
+                if let (Some(&first), Some(mine), 1) = (theirs.first(), mine, sizes.len()) {
+                    if theirs.len() >= 2 && theirs.iter().all(|&t| t == first) && first != mine {
                         flags.push(format!(
-                            "answers are {mine} B where the other ESBs' are {theirs} B"
+                            "answers are {mine} B where the other ESBs' are {first} B"
                         ));
                     }
                 }
@@ -402,13 +403,13 @@ pub fn render(info: &RoundInfo, runs: &Runs, summary: &Summary) -> String {
     }
     html.push_str("</table>\n");
 
-    html.push_str("<h2>Errors over all requests</h2>\n<table><tr><th class=\"l\">ESB</th><th>requests</th><th>errors</th><th>rate</th><th>connect</th><th>timeout</th><th>read</th><th>write</th><th>status</th><th>verify failures</th><th>warm-up errors</th><th>failed starts</th></tr>\n");
+    html.push_str("<h2>Errors over all requests</h2>\n<p class=\"note\">Unanswered: requests still waiting for their answer when a cell ended, neither successes nor errors: the ESB was slower than the cell lasted.</p>\n<table><tr><th class=\"l\">ESB</th><th>requests</th><th>errors</th><th>rate</th><th>connect</th><th>timeout</th><th>read</th><th>write</th><th>status</th><th>verify failures</th><th>unanswered at a cell's end</th><th>warm-up errors</th><th>failed starts</th></tr>\n");
     for e in &summary.errors {
         let total = e.errors.total();
         let bad = |n: u64| if n > 0 { " class=\"bad\"" } else { "" };
         let _ = writeln!(
             html,
-            "<tr><td class=\"l\">{}</td><td>{}</td><td{}>{}</td><td{}>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td{}>{}</td><td>{}</td><td{}>{}</td></tr>",
+            "<tr><td class=\"l\">{}</td><td>{}</td><td{}>{}</td><td{}>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td{}>{}</td><td{}>{}</td><td>{}</td><td{}>{}</td></tr>",
             esc(&e.target),
             fmt_int(e.requests),
             bad(total),
@@ -422,6 +423,8 @@ pub fn render(info: &RoundInfo, runs: &Runs, summary: &Summary) -> String {
             e.errors.status,
             bad(e.errors.verify),
             e.errors.verify,
+            if e.unanswered > 0 { " class=\"warn\"" } else { "" },
+            fmt_int(e.unanswered),
             e.warmup_errors,
             bad(e.failed_starts as u64),
             e.failed_starts
@@ -429,7 +432,7 @@ pub fn render(info: &RoundInfo, runs: &Runs, summary: &Summary) -> String {
     }
     html.push_str("</table>\n");
 
-    html.push_str("<h2>Answer sizes across rounds</h2>\n<p class=\"note\">Every answer's body size, per request, over every round and concurrency level. A correct ESB answers one request with one size; a second size is flagged as possible corruption, whether or not answers were verified. Sizes no other ESB gave are pointed out too (a transformation may legitimately differ in formatting).</p>\n");
+    html.push_str("<h2>Answer sizes across rounds</h2>\n<p class=\"note\">Every answer's body size, per request, over every round and concurrency level. A correct ESB answers one request with one size; a second size is flagged as possible corruption, whether or not answers were verified. A size that differs from the one at least two other ESBs agree on is pointed out too, without a verdict (an ESB that re-serialises messages differs in formatting).</p>\n");
     html.push_str("<table><tr><th class=\"l\">scenario</th><th>size</th><th class=\"l\">ESB</th><th>requests</th><th>answer sizes</th><th class=\"l\">finding</th></tr>\n");
     for s in &summary.sizes {
         let range = match s.range {
@@ -469,7 +472,7 @@ pub fn render(info: &RoundInfo, runs: &Runs, summary: &Summary) -> String {
     }
     html.push_str("</table>\n");
 
-    html.push_str("<h2>Start-up and memory</h2>\n<p class=\"note\">Start-up: from launch to the moment every base URL answered HTTP. Memory: the highest resident size of the ESB's processes together, sampled every 100 ms while it ran.</p>\n<table><tr><th class=\"l\">ESB</th><th>round</th><th>start-up ms</th><th>peak RSS MiB</th><th>cells</th><th class=\"l\">ended</th><th class=\"l\">problem</th><th class=\"l\">log</th></tr>\n");
+    html.push_str("<h2>Start-up and memory</h2>\n<p class=\"note\">Start-up: from launch to the moment every base URL answered HTTP. Memory: the highest resident size of the ESB's processes together, sampled every 100 ms while it ran. Settling: after each cell the kit waits until the ESB answers one request of that cell alone, so that what the cell left unanswered is worked off before the next one starts; the total and the longest wait.</p>\n<table><tr><th class=\"l\">ESB</th><th>round</th><th>start-up ms</th><th>peak RSS MiB</th><th>cells</th><th>settling s (max)</th><th class=\"l\">ended</th><th class=\"l\">problem</th><th class=\"l\">log</th></tr>\n");
     let mut starts: Vec<(&str, &crate::round::Start)> = Vec::new();
     if let Some((_, s)) = &info.backend {
         starts.push(("back end", s));
@@ -482,12 +485,14 @@ pub fn render(info: &RoundInfo, runs: &Runs, summary: &Summary) -> String {
     for (name, s) in starts {
         let _ = writeln!(
             html,
-            "<tr><td class=\"l\">{}</td><td>{}</td><td>{}</td><td>{:.1}</td><td>{}</td><td class=\"l\">{}</td><td class=\"l\">{}</td><td class=\"l\"><code>{}</code></td></tr>",
+            "<tr><td class=\"l\">{}</td><td>{}</td><td>{}</td><td>{:.1}</td><td>{}</td><td>{:.1} ({:.1})</td><td class=\"l\">{}</td><td class=\"l\">{}</td><td class=\"l\"><code>{}</code></td></tr>",
             esc(name),
             if s.round == 0 { "–".into() } else { s.round.to_string() },
             s.startup_ms.map_or("<span class=\"bad\">not ready</span>".into(), |ms| format!("{ms:.0}")),
             s.peak_rss_kib as f64 / 1024.0,
             s.cells,
+            s.settle_s,
+            s.settle_max_s,
             esc(s.exit.as_deref().unwrap_or("running")),
             s.error.as_deref().map_or(String::new(), |e| format!("<span class=\"bad\">{}</span>", esc(e))),
             esc(&s.log)
@@ -556,6 +561,23 @@ fn classic_csv(cells: &[&Cell]) -> String {
         text.push('\n');
     }
     text
+}
+
+/// Reads a round folder's `round.json`.
+pub fn read_info(dir: &Path) -> Result<RoundInfo, BenchError> {
+    let path = dir.join("round.json");
+    let text = std::fs::read_to_string(&path)
+        .map_err(|e| BenchError::io(format!("cannot read {}", path.display()), e))?;
+    serde_json::from_str(&text)
+        .map_err(|e| BenchError::Usage(format!("{} is not a round index: {e}", path.display())))
+}
+
+/// The round report of the round folder `dir`, as HTML.
+pub fn render_folder(dir: &Path) -> Result<String, BenchError> {
+    let info = read_info(dir)?;
+    let runs = read_runs(dir, &info)?;
+    let summary = summarize(&info, &runs);
+    Ok(render(&info, &runs, &summary))
 }
 
 /// Writes `report.html`, `summary.json` and `csv/` for the round folder `out`.
