@@ -1256,7 +1256,7 @@ mod tests {
 
     #[test]
     fn echo_back_ends_can_be_left_out_and_can_stand_alone() {
-        let text = "echo:\n  enabled: ${OFF:-true}\n  bind: 127.0.0.1:9000\nechoes:\n  a: { enabled: false, bind: 127.0.0.1:9001 }\n  b: { bind: 127.0.0.1:9002 }\n";
+        let text = "listeners: {}\necho:\n  enabled: ${OFF:-true}\n  bind: 127.0.0.1:9000\nechoes:\n  a: { enabled: false, bind: 127.0.0.1:9001 }\n  b: { bind: 127.0.0.1:9002 }\n";
         let on = load_text(text, Path::new("e.yaml"), |_| None).expect("echoes alone are a config");
         assert!(on.config.echo.is_some());
         assert_eq!(on.config.echoes.keys().collect::<Vec<_>>(), ["b"]);
@@ -1267,7 +1267,7 @@ mod tests {
         .expect("valid");
         assert!(off.config.echo.is_none());
         // Nothing to serve at all is still an error.
-        let none = "echo: { enabled: false }\n";
+        let none = "listeners: {}\necho: { enabled: false }\n";
         let errs = load_text(none, Path::new("n.yaml"), |_| None).expect_err("nothing to serve");
         assert!(
             errs.to_string()

@@ -38,8 +38,7 @@ pub struct Config {
     /// Shutdown behaviour.
     #[serde(default)]
     pub shutdown: ShutdownConfig,
-    /// Listeners by name (none only in a config of echo back ends alone).
-    #[serde(default)]
+    /// Listeners by name (`{}` only in a config of echo back ends alone).
     pub listeners: BTreeMap<String, ListenerConfig>,
     /// Back-end endpoints by name.
     #[serde(default)]
