@@ -320,8 +320,10 @@ pub struct LoadResult {
     pub successes: u64,
     /// Errors by class.
     pub errors: ErrorCounts,
-    /// Requests sent in the measured time still without an answer when it ended: neither
-    /// successes nor errors (a server slower than the measurement lasts shows here).
+    /// Clients that got no answer at all while the measurement lasted (their one request was
+    /// still waiting when it ended): neither successes nor errors, and the sign of a server
+    /// slower than the measurement lasts. In a closed loop every client has a request waiting at
+    /// the end; this counts only those that waited the whole time.
     #[serde(default)]
     pub unanswered: u64,
     /// Wall-clock throughput: successes / elapsed.
@@ -419,7 +421,7 @@ impl LoadResult {
             "{} ({} loop, c={}, {} thread(s), {}, HTTP/{}, {} B request)\n  \
              {} requests in {:.2} s: {} ok, {:.1} req/s{}\n  \
              latency ms: mean {:.3}  p50 {:.3}  p90 {:.3}  p95 {:.3}  p99 {:.3}  p99.9 {:.3}  max {:.3}\n  \
-             errors: connect {}, timeout {}, read {}, write {}, status {}, verify {}; unanswered at the end {}{}\n",
+             errors: connect {}, timeout {}, read {}, write {}, status {}, verify {}; clients never answered {}{}\n",
             self.url,
             self.mode,
             self.concurrency,
@@ -1033,6 +1035,8 @@ async fn client(id: usize, plan: Arc<LoadPlan>, shared: Arc<Shared>, stats: Rc<R
     let mut conn: Option<Conn> = None;
     let mut body: Vec<u8> = Vec::with_capacity(plan.body_len + 1024);
     let mut measured_here = 0u64;
+    // Answers (or errors) this client got while measuring.
+    let mut answered_here = 0u64;
     let mut first_measured: Option<Instant> = None;
     let mut last_done: Option<Instant> = None;
     // This client's place in a rotation: clients start apart and each goes round.
@@ -1137,7 +1141,7 @@ async fn client(id: usize, plan: Arc<LoadPlan>, shared: Arc<Shared>, stats: Rc<R
         let outcome = tokio::select! {
             r = tokio::time::timeout(plan.timeout, c.exchange(&request, &mut body)) => r,
             _ = stop_rx.wait_for(|v| *v) => {
-                if measuring {
+                if measuring && answered_here == 0 {
                     stats.borrow_mut().unanswered += 1;
                 }
                 break;
@@ -1146,6 +1150,7 @@ async fn client(id: usize, plan: Arc<LoadPlan>, shared: Arc<Shared>, stats: Rc<R
         let done = Instant::now();
         let mut keep = plan.keep_alive;
         if measuring {
+            answered_here += 1;
             last_done = Some(done);
         }
         let mut s = stats.borrow_mut();

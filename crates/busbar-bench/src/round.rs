@@ -1801,7 +1801,7 @@ fn measure_target(
                         result.errors.total(),
                         result.errors.verify,
                         if unanswered > 0 {
-                            format!(", {unanswered} unanswered at the end")
+                            format!(", {unanswered} client(s) never answered")
                         } else {
                             String::new()
                         },

@@ -45,7 +45,7 @@ pub struct ErrorTotals {
     pub requests: u64,
     /// Errors by class.
     pub errors: ErrorCounts,
-    /// Requests without an answer when their cell ended (neither successes nor errors).
+    /// Clients that got no answer during a whole cell (neither successes nor errors).
     pub unanswered: u64,
     /// Errors during warm-ups (not measured).
     pub warmup_errors: u64,
@@ -403,7 +403,7 @@ pub fn render(info: &RoundInfo, runs: &Runs, summary: &Summary) -> String {
     }
     html.push_str("</table>\n");
 
-    html.push_str("<h2>Errors over all requests</h2>\n<p class=\"note\">Unanswered: requests still waiting for their answer when a cell ended, neither successes nor errors: the ESB was slower than the cell lasted.</p>\n<table><tr><th class=\"l\">ESB</th><th>requests</th><th>errors</th><th>rate</th><th>connect</th><th>timeout</th><th>read</th><th>write</th><th>status</th><th>verify failures</th><th>unanswered at a cell's end</th><th>warm-up errors</th><th>failed starts</th></tr>\n");
+    html.push_str("<h2>Errors over all requests</h2>\n<p class=\"note\">Unanswered at a cell's end: clients whose request got no answer during the whole cell, neither successes nor errors: the ESB was slower than the cell lasted (summed over the cells).</p>\n<table><tr><th class=\"l\">ESB</th><th>requests</th><th>errors</th><th>rate</th><th>connect</th><th>timeout</th><th>read</th><th>write</th><th>status</th><th>verify failures</th><th>unanswered at a cell's end</th><th>warm-up errors</th><th>failed starts</th></tr>\n");
     for e in &summary.errors {
         let total = e.errors.total();
         let bad = |n: u64| if n > 0 { " class=\"bad\"" } else { "" };

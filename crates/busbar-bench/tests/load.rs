@@ -338,3 +338,52 @@ fn bad_input_is_refused_before_any_load() {
     let err = load::plan_from_args(&load_args(&["https://127.0.0.1/"])).expect_err("https");
     assert_eq!(err.exit_code(), std::process::ExitCode::from(2));
 }
+
+/// A server that reads requests and never answers: every client is counted as never answered,
+/// none as an error; a server that answers leaves none unanswered, though each client has a
+/// request waiting when the measurement ends. Each answer size is recorded per request.
+#[test]
+fn clients_that_never_get_an_answer_are_counted_apart() {
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = silent.local_addr().expect("addr");
+    let held = std::thread::spawn(move || {
+        let mut conns = Vec::new();
+        for c in silent.incoming().take(3) {
+            conns.push(c.expect("accept"));
+        }
+        std::thread::sleep(Duration::from_secs(3));
+    });
+    let r = execute(&[
+        &format!("http://{addr}/service/DirectProxy"),
+        "-c",
+        "3",
+        "-d",
+        "500ms",
+        "--size",
+        "1024",
+    ]);
+    assert_eq!(
+        (r.successes, r.errors.total(), r.unanswered),
+        (0, 0, 3),
+        "{}",
+        r.summary()
+    );
+    held.join().expect("server");
+
+    let s = start(Behaviour::Reference);
+    let r = execute(&[
+        &s.url("DirectProxy"),
+        "-c",
+        "3",
+        "-d",
+        "300ms",
+        "--size",
+        "1024",
+    ]);
+    assert!(r.successes > 0);
+    assert_eq!(r.unanswered, 0, "{}", r.summary());
+    assert_eq!(r.response_sizes.len(), 1);
+    assert_eq!(r.response_sizes[0].sizes.len(), 1);
+    assert_eq!(r.response_sizes[0].sizes[0].bytes, 1024);
+    assert_eq!(r.response_sizes[0].sizes[0].count, r.successes);
+}
