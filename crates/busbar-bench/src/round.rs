@@ -1847,23 +1847,12 @@ fn settle(plan: &Plan, shot: &Shot, scenario: Scenario) -> Duration {
         return Duration::ZERO;
     }
     let started = Instant::now();
-    let Ok(addr) = load::resolve(&shot.url) else {
+    let Ok(mut probe) = load_plan_for(plan, shot, 1, plan.settle, Duration::ZERO) else {
         return started.elapsed();
     };
-    let probe = LoadPlan {
-        url: shot.url.clone(),
-        addr,
-        requests: shot.requests.clone(),
-        body_len: shot.body_len,
-        concurrency: 1,
-        threads: 1,
-        stop: StopRule::Requests(1),
-        warmup: Duration::ZERO,
-        rate: None,
-        keep_alive: false,
-        version: shot.version,
-        timeout: plan.settle,
-    };
+    probe.stop = StopRule::Requests(1);
+    probe.keep_alive = false;
+    probe.timeout = plan.settle;
     let _ = load::execute(&probe);
     started.elapsed()
 }
