@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::support::{eventually, temp_dir};
+use crate::support::{eventually, temp_dir, test_keys};
 
 /// The environment variable that turns this test binary into the faulty proxy.
 const FAULTY_LISTEN: &str = "BUSBAR_TEST_FAULTY_PROXY";
@@ -104,9 +104,8 @@ struct Ports {
     never: SocketAddr,
 }
 
-/// A round over busbar (DirectProxy, CBRProxy and SecureProxy with fresh messages, the keys of
-/// `make keys` that the example uses), the faulty proxy (DirectProxy) and a target that never
-/// answers.
+/// A round over busbar (DirectProxy, CBRProxy and SecureProxy with fresh messages, with the
+/// test run's keys), the faulty proxy (DirectProxy) and a target that never answers.
 fn round_file(dir: &Path, p: &Ports, rounds: usize, duration: &str, verify: bool) -> PathBuf {
     let me = std::env::current_exe().expect("test binary");
     let text = format!(
@@ -123,7 +122,7 @@ suites:
     scenarios: [direct, cbr, secure]
     sizes: [1k, 20k]
     concurrency: [4]
-    keys: "{repo}/target/keys"
+    keys: "{keys}"
     pool: 20
 targets:
   - name: busbar
@@ -137,6 +136,7 @@ targets:
       BUSBAR_ECHO: "{echo}"
       BUSBAR_LISTEN: "{busbar}"
       BUSBAR_ADMIN: "{admin}"
+      BUSBAR_KEYS: "{keys}"
     suites:
       classic: {{ base: "http://{busbar}/service" }}
   - name: faulty
@@ -160,6 +160,7 @@ targets:
         faulty = p.faulty,
         never = p.never,
         repo = repo().display(),
+        keys = test_keys().display(),
         me = me.display(),
     );
     let file = dir.join("round.yaml");
