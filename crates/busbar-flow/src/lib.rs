@@ -18,6 +18,7 @@ pub mod harness;
 pub mod model;
 pub mod runtime;
 pub mod soap;
+pub mod store;
 mod timeval;
 pub mod wsdl;
 pub mod xml;
