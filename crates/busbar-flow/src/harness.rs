@@ -340,6 +340,12 @@ struct Call {
 
 /// Runs one test folder.
 pub async fn run_test(dir: &Path) -> TestResult {
+    run_test_with(dir, None).await
+}
+
+/// Runs one test folder; with `durable`, every process of it is durable there (whatever
+/// its `deploy.xml` says).
+pub async fn run_test_with(dir: &Path, durable: Option<&crate::runtime::Persistence>) -> TestResult {
     let started = Instant::now();
     let name = dir
         .file_name()
@@ -388,8 +394,13 @@ async fn run_folder(dir: &Path) -> Verdict {
     let deployed = crate::deploy_dir(dir);
     let mut calls: Vec<Call> = Vec::new();
     let deploy_error = match deployed {
-        Ok(d) => {
-            engine.add(d);
+        Ok(mut d) => {
+            if durable.is_some() {
+                for p in &mut d {
+                    p.descriptor.in_memory = false;
+                }
+            }
+            engine.add_with(d, durable);
             None
         }
         Err(errors) => Some(
@@ -521,12 +532,21 @@ fn check(label: &str, expect: Option<&str>, out: &Outcome) -> Result<(), String>
 /// Returns (passed, failed, skipped) and the results.
 pub async fn run_all(
     roots: &[PathBuf],
+    print: impl FnMut(&str),
+) -> ((usize, usize, usize), Vec<TestResult>) {
+    run_all_with(roots, None, print).await
+}
+
+/// [`run_all`], every process durable in `durable`'s store when given.
+pub async fn run_all_with(
+    roots: &[PathBuf],
+    durable: Option<&crate::runtime::Persistence>,
     mut print: impl FnMut(&str),
 ) -> ((usize, usize, usize), Vec<TestResult>) {
     let mut results = Vec::new();
     let (mut p, mut f, mut s) = (0, 0, 0);
     for dir in find_tests(roots) {
-        let r = run_test(&dir).await;
+        let r = run_test_with(&dir, durable).await;
         let line = match &r.verdict {
             Verdict::Passed => {
                 p += 1;

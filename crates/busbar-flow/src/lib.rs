@@ -14,6 +14,7 @@
 
 pub mod compile;
 pub mod deploy;
+mod durable;
 pub mod harness;
 pub mod model;
 pub mod runtime;

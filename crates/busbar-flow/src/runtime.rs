@@ -23,6 +23,7 @@ use futures_util::stream::{FuturesUnordered, StreamExt};
 use tokio::sync::oneshot;
 
 use crate::deploy::ServiceRef;
+use crate::durable::{self, At, Cur, FrameData, FrameView, Saved, SavedFrame};
 use crate::model::*;
 use crate::wsdl::Definitions;
 use crate::xml::{Doc, Name, NodeId};
@@ -40,7 +41,7 @@ pub const MAX_PARALLEL_BRANCHES: u64 = 10_000;
 pub const BUSBAR_FAULT_NS: &str = "urn:busbar:bpel";
 
 /// A fault: its QName, its data (a message or an element) and a text for people.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Fault {
     pub name: Name,
     pub data: Option<Arc<Doc>>,
@@ -207,12 +208,94 @@ struct Router {
     keys: HashMap<(usize, Vec<String>), u64>,
 }
 
+/// What happens to a finished durable instance's row.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Completion {
+    /// Deleted when it ends.
+    Never,
+    /// Kept when it ends with a fault (or is terminated).
+    OnFault,
+    /// Always kept, with its final variables.
+    Always,
+}
+
+/// How a folder's durable processes are kept.
+#[derive(Clone, Debug)]
+pub struct Persistence {
+    pub store: Arc<dyn crate::store::Store>,
+    /// This node's name, unique among the nodes sharing the store.
+    pub node: String,
+    pub completion: Completion,
+    /// A node whose heartbeat is older than this is taken for dead: other nodes take over
+    /// its waiting instances.
+    pub lease: Duration,
+    /// Finished instances are kept this long.
+    pub retention: Duration,
+}
+
+/// Upper bounds (ms) of the write-latency histogram's buckets.
+pub const WRITE_BUCKETS_MS: [f64; 10] = [0.5, 1.0, 2.5, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 1000.0];
+
+/// Counters of a store's writes (snapshots and completions).
+#[derive(Debug, Default)]
+pub struct WriteStats {
+    pub writes: AtomicU64,
+    pub failures: AtomicU64,
+    /// Total time, µs.
+    pub micros: AtomicU64,
+    /// Writes per bucket of [`WRITE_BUCKETS_MS`] (the last one: slower).
+    pub buckets: [AtomicU64; 11],
+}
+
+/// A durable process's settings and the digest of the file its snapshots fit.
+struct Durability {
+    persistence: Persistence,
+    digest: String,
+    /// The process frame's variable names (for the final state).
+    names: Vec<String>,
+    stats: Arc<WriteStats>,
+}
+
+impl Durability {
+    fn observe(&self, took: Duration, ok: bool) {
+        let s = &self.stats;
+        s.writes.fetch_add(1, Ordering::Relaxed);
+        if !ok {
+            s.failures.fetch_add(1, Ordering::Relaxed);
+        }
+        s.micros
+            .fetch_add(took.as_micros() as u64, Ordering::Relaxed);
+        let ms = took.as_secs_f64() * 1000.0;
+        let b = WRITE_BUCKETS_MS
+            .iter()
+            .position(|&u| ms <= u)
+            .unwrap_or(WRITE_BUCKETS_MS.len());
+        s.buckets[b].fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn keep(&self, state: crate::store::State) -> bool {
+        match self.persistence.completion {
+            Completion::Never => false,
+            Completion::OnFault => state != crate::store::State::Completed,
+            Completion::Always => true,
+        }
+    }
+}
+
+/// A running instance, as its process knows it.
+struct Running {
+    since: Instant,
+    task: tokio::task::AbortHandle,
+    dur: Option<Arc<InstanceDur>>,
+}
+
 struct Live {
     process: Arc<Process>,
     deployed: crate::deploy::DeployedProcess,
     dir: std::path::PathBuf,
     router: Mutex<Router>,
-    instances: Mutex<HashMap<u64, (Instant, tokio::task::AbortHandle)>>,
+    durable: Option<Arc<Durability>>,
+    instances: Mutex<HashMap<u64, Running>>,
     started: AtomicU64,
     completed: AtomicU64,
     faulted: AtomicU64,
@@ -229,6 +312,9 @@ struct Inner {
     alive: AtomicI64,
     busy: AtomicI64,
     next_id: AtomicU64,
+    /// The stores of durable processes (one per store and node).
+    stores: Mutex<Vec<Persistence>>,
+    stats: Arc<WriteStats>,
 }
 
 /// The process engine: deployed processes and their instances.
@@ -255,23 +341,59 @@ impl Engine {
                 alive: AtomicI64::new(0),
                 busy: AtomicI64::new(0),
                 next_id: AtomicU64::new(1),
+                stores: Mutex::new(Vec::new()),
+                stats: Arc::new(WriteStats::default()),
             }),
         }
     }
 
     /// Adds deployed processes.
     pub fn add(&self, deployed: Vec<Deployed>) {
+        self.add_with(deployed, None);
+    }
+
+    /// Adds deployed processes, durable ones kept by `persistence` (a process whose
+    /// `deploy.xml` says `<in-memory>true</in-memory>` stays transient).
+    pub fn add_with(&self, deployed: Vec<Deployed>, persistence: Option<&Persistence>) {
+        if let Some(p) = persistence {
+            let mut stores = self.inner.stores.lock().unwrap_or_else(|e| e.into_inner());
+            if !stores
+                .iter()
+                .any(|s| Arc::ptr_eq(&s.store, &p.store) && s.node == p.node)
+            {
+                stores.push(p.clone());
+            }
+            // Ids stay unique across restarts and nodes: the start time in ms above 22
+            // bits of this node's name's digest.
+            if self.inner.next_id.load(Ordering::Relaxed) == 1 {
+                let salt = u64::from_str_radix(&durable::digest(p.node.as_bytes())[..6], 16)
+                    .unwrap_or(0)
+                    & 0x3f_ffff;
+                let base = ((durable::now_ms() as u64) << 22) | salt;
+                self.inner.next_id.store(base.max(1), Ordering::Relaxed);
+            }
+        }
         let mut ps = self
             .inner
             .processes
             .write()
             .unwrap_or_else(|e| e.into_inner());
         for d in deployed {
+            let durable = match persistence {
+                Some(p) if !d.descriptor.in_memory => Some(Arc::new(Durability {
+                    persistence: p.clone(),
+                    digest: durable::digest(&std::fs::read(&d.process.file).unwrap_or_default()),
+                    names: d.process.root.frame.vars.iter().map(|v| v.name.clone()).collect(),
+                    stats: self.inner.stats.clone(),
+                })),
+                _ => None,
+            };
             ps.push(Arc::new(Live {
                 process: d.process,
                 deployed: d.descriptor,
                 dir: d.dir,
                 router: Mutex::new(Router::default()),
+                durable,
                 instances: Mutex::new(HashMap::new()),
                 started: AtomicU64::new(0),
                 completed: AtomicU64::new(0),
@@ -362,11 +484,11 @@ impl Engine {
         let mut out = Vec::new();
         for l in self.processes() {
             if let Ok(m) = l.instances.lock() {
-                for (id, (t, _)) in m.iter() {
+                for (id, r) in m.iter() {
                     out.push(InstanceInfo {
                         id: *id,
                         process: l.process.name.clone(),
-                        age: t.elapsed(),
+                        age: r.since.elapsed(),
                     });
                 }
             }
@@ -379,8 +501,30 @@ impl Engine {
     pub fn terminate(&self, id: u64) -> bool {
         for l in self.processes() {
             let h = l.instances.lock().ok().and_then(|mut m| m.remove(&id));
-            if let Some((_, h)) = h {
-                h.abort();
+            if let Some(Running { task, dur, .. }) = h {
+                task.abort();
+                if let (Some(d), Some(durability)) = (dur, &l.durable) {
+                    let finish = crate::store::Finish {
+                        id,
+                        process: l.process.name.clark(),
+                        node: durability.persistence.node.clone(),
+                        started_ms: d.started_ms,
+                        at_ms: durable::now_ms(),
+                        state: crate::store::State::Terminated,
+                        keep: durability.keep(crate::store::State::Terminated),
+                        final_state: durable::final_json(None, &[], None),
+                    };
+                    let durability = durability.clone();
+                    tokio::spawn(async move {
+                        let _w = d.writer.lock().await;
+                        let t0 = Instant::now();
+                        let r = durability.persistence.store.finish(finish).await;
+                        durability.observe(t0.elapsed(), r.is_ok());
+                        if let Err(e) = r {
+                            tracing::error!(instance = id, "cannot record the termination: {e}");
+                        }
+                    });
+                }
                 self.inner.alive.fetch_sub(1, Ordering::Relaxed);
                 l.alive.fetch_sub(1, Ordering::Relaxed);
                 let mut r = l.router.lock().unwrap_or_else(|e| e.into_inner());
@@ -392,6 +536,313 @@ impl Engine {
             }
         }
         false
+    }
+
+    /// Writes of durable instances' snapshots and ends.
+    pub fn write_stats(&self) -> Arc<WriteStats> {
+        self.inner.stats.clone()
+    }
+
+    /// The stores durable processes are kept in (one per store and node).
+    pub fn persistence(&self) -> Vec<Persistence> {
+        self.inner
+            .stores
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// The durable processes kept in `p`'s store, by name (Clark notation).
+    fn durable_processes(&self, p: &Persistence) -> Vec<Arc<Live>> {
+        self.processes()
+            .into_iter()
+            .filter(|l| {
+                l.durable
+                    .as_ref()
+                    .is_some_and(|d| Arc::ptr_eq(&d.persistence.store, &p.store))
+            })
+            .collect()
+    }
+
+    /// Takes up waiting durable instances: after a start (`own`: this node's own too, which
+    /// it ran before it stopped) or from nodes whose lease ran out. Each resumes from its
+    /// last saved wait point. Returns how many resumed.
+    pub async fn recover(&self, own: bool) -> Result<usize, String> {
+        let mut resumed = 0;
+        for p in self.persistence() {
+            let now = durable::now_ms();
+            p.store.heartbeat(&p.node, now).await?;
+            let lives = self.durable_processes(&p);
+            let names: Vec<String> = lives.iter().map(|l| l.process.name.clark()).collect();
+            if names.is_empty() {
+                continue;
+            }
+            loop {
+                let rows = p
+                    .store
+                    .claim(&p.node, own, p.lease, durable::now_ms(), &names, 500)
+                    .await?;
+                let n = rows.len();
+                for row in rows {
+                    if self.resume_row(&p, &lives, row).await {
+                        resumed += 1;
+                    }
+                }
+                if n < 500 {
+                    break;
+                }
+            }
+        }
+        Ok(resumed)
+    }
+
+    /// Resumes one claimed instance; one that cannot resume (its process changed, its
+    /// snapshot is unreadable) is recorded as faulted with the reason.
+    async fn resume_row(
+        &self,
+        p: &Persistence,
+        lives: &[Arc<Live>],
+        row: crate::store::Stored,
+    ) -> bool {
+        let Some(live) = lives.iter().find(|l| l.process.name.clark() == row.process) else {
+            tracing::warn!(instance = row.id, process = %row.process, "a saved instance's process is not deployed here");
+            return false;
+        };
+        let Some(durability) = live.durable.clone() else {
+            return false;
+        };
+        let snapshot = row
+            .snapshot
+            .as_deref()
+            .ok_or_else(|| "no wait point was saved".to_owned())
+            .and_then(durable::Snapshot::from_json)
+            .and_then(|s| {
+                if s.digest == durability.digest {
+                    Ok(s)
+                } else {
+                    Err(format!(
+                        "{} changed since the instance was saved",
+                        live.process.file.display()
+                    ))
+                }
+            });
+        let snapshot = match snapshot {
+            Ok(s) => s,
+            Err(why) => {
+                tracing::error!(instance = row.id, process = %row.process, "cannot resume the instance: {why}");
+                let f = Fault::busbar("resumeFailed", format!("cannot resume: {why}"));
+                let finish = crate::store::Finish {
+                    id: row.id,
+                    process: row.process.clone(),
+                    node: p.node.clone(),
+                    started_ms: row.started_ms,
+                    at_ms: durable::now_ms(),
+                    state: crate::store::State::Faulted,
+                    keep: true,
+                    final_state: durable::final_json(None, &[], Some(&f)),
+                };
+                if let Err(e) = p.store.finish(finish).await {
+                    tracing::error!(instance = row.id, "cannot record it: {e}");
+                }
+                live.faulted.fetch_add(1, Ordering::Relaxed);
+                return false;
+            }
+        };
+        if live
+            .instances
+            .lock()
+            .map(|m| m.contains_key(&row.id))
+            .unwrap_or(true)
+        {
+            return false;
+        }
+        let open = snapshot
+            .open
+            .iter()
+            .map(|o| {
+                // Its client went away with the node; a reply to it goes nowhere.
+                let (tx, _) = oneshot::channel();
+                OpenExchange {
+                    partner_link: o.partner_link,
+                    operation: o.operation.clone(),
+                    message_exchange: o.message_exchange.clone(),
+                    tx,
+                }
+            })
+            .collect();
+        {
+            let mut r = live.router.lock().unwrap_or_else(|e| e.into_inner());
+            for k in &snapshot.keys {
+                r.keys.insert(k.clone(), row.id);
+            }
+        }
+        let inst = Arc::new(Instance {
+            id: row.id,
+            engine: self.clone(),
+            live: live.clone(),
+            first: Mutex::new(None),
+            open: Mutex::new(open),
+            keys: Mutex::new(snapshot.keys.clone()),
+            dur: Some(Arc::new(InstanceDur {
+                durability,
+                root: Cur::new(),
+                quiet: Mutex::new(Quiet {
+                    saved: true,
+                    ..Quiet::default()
+                }),
+                writer: tokio::sync::Mutex::new(0),
+                started_ms: row.started_ms,
+            })),
+        });
+        let age = durable::now_ms().saturating_sub(row.started_ms).max(0) as u64;
+        let ttl = self
+            .inner
+            .limits
+            .instance_ttl
+            .saturating_sub(Duration::from_millis(age));
+        tracing::debug!(instance = row.id, process = %row.process, "instance resumed");
+        self.start(inst, Some(snapshot.at), ttl);
+        true
+    }
+
+    /// Keeps this node's heartbeat, takes over the waiting instances of nodes whose lease
+    /// ran out, and deletes finished instances past their retention, until the engine is
+    /// dropped. Nothing when no process is durable.
+    pub fn maintain(&self) -> Option<tokio::task::JoinHandle<()>> {
+        let stores = self.persistence();
+        let lease = stores.iter().map(|p| p.lease).min()?;
+        let weak = Arc::downgrade(&self.inner);
+        Some(tokio::spawn(async move {
+            let tick = (lease / 3).max(Duration::from_millis(100));
+            let mut last_cleanup = Instant::now();
+            loop {
+                tokio::time::sleep(tick).await;
+                let Some(inner) = weak.upgrade() else { return };
+                let engine = Engine { inner };
+                for p in engine.persistence() {
+                    if let Err(e) = p.store.heartbeat(&p.node, durable::now_ms()).await {
+                        tracing::warn!(node = %p.node, "cannot write the heartbeat: {e}");
+                    }
+                }
+                if let Err(e) = engine.recover(false).await {
+                    tracing::warn!("cannot take over instances: {e}");
+                }
+                if last_cleanup.elapsed() >= tick * 3 {
+                    last_cleanup = Instant::now();
+                    for p in engine.persistence() {
+                        let before = durable::now_ms()
+                            .saturating_sub(p.retention.as_millis().min(i64::MAX as u128) as i64);
+                        match p.store.cleanup(before).await {
+                            Ok(0) => {}
+                            Ok(n) => tracing::debug!("removed {n} finished instances"),
+                            Err(e) => tracing::warn!("cannot remove finished instances: {e}"),
+                        }
+                    }
+                }
+            }
+        }))
+    }
+
+    /// Stored instances of every store, newest first.
+    pub async fn stored(
+        &self,
+        process: Option<&str>,
+        state: Option<crate::store::State>,
+        limit: usize,
+    ) -> Result<Vec<crate::store::Stored>, String> {
+        let mut out = Vec::new();
+        for p in self.persistence() {
+            out.extend(p.store.list(process, state, limit).await?);
+        }
+        out.sort_by(|a, b| b.id.cmp(&a.id));
+        out.truncate(limit);
+        Ok(out)
+    }
+
+    /// One stored instance.
+    pub async fn stored_one(&self, id: u64) -> Result<Option<crate::store::Stored>, String> {
+        for p in self.persistence() {
+            if let Some(s) = p.store.get(id).await? {
+                return Ok(Some(s));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Instances per process and state, in every store.
+    pub async fn stored_counts(
+        &self,
+    ) -> Result<Vec<(String, crate::store::State, u64)>, String> {
+        let mut out = Vec::new();
+        for p in self.persistence() {
+            out.extend(p.store.counts().await?);
+        }
+        Ok(out)
+    }
+
+    /// Ends a waiting durable instance that no node here runs (its node is gone). False
+    /// when it is not waiting.
+    pub async fn terminate_stored(&self, id: u64) -> Result<bool, String> {
+        for p in self.persistence() {
+            if p.store
+                .transition(
+                    id,
+                    crate::store::State::Waiting,
+                    crate::store::State::Terminated,
+                    Some(&p.node),
+                    durable::now_ms(),
+                )
+                .await?
+            {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
+    /// Runs a faulted durable instance again from its last saved wait point. An error
+    /// says why it cannot (not faulted, never waited, process not deployed here).
+    pub async fn retry(&self, id: u64) -> Result<(), String> {
+        for p in self.persistence() {
+            let Some(row) = p.store.get(id).await? else {
+                continue;
+            };
+            if row.state != crate::store::State::Faulted {
+                return Err(format!("instance {id} is {}, not faulted", row.state.as_str()));
+            }
+            if row.snapshot.is_none() {
+                return Err(format!(
+                    "instance {id} faulted before its first wait point: nothing to resume from"
+                ));
+            }
+            let lives = self.durable_processes(&p);
+            if !lives.iter().any(|l| l.process.name.clark() == row.process) {
+                return Err(format!("process {} is not deployed here", row.process));
+            }
+            if !p
+                .store
+                .transition(
+                    id,
+                    crate::store::State::Faulted,
+                    crate::store::State::Waiting,
+                    Some(&p.node),
+                    durable::now_ms(),
+                )
+                .await?
+            {
+                return Err(format!("instance {id} changed meanwhile"));
+            }
+            let row = crate::store::Stored {
+                state: crate::store::State::Waiting,
+                ..row
+            };
+            return if self.resume_row(&p, &lives, row).await {
+                Ok(())
+            } else {
+                Err(format!("instance {id} could not resume (see the log)"))
+            };
+        }
+        Err(format!("no stored instance {id}"))
     }
 
     /// True when no instance is running an activity (all are waiting or done).
@@ -649,6 +1100,15 @@ impl Engine {
 
     fn spawn(&self, live: Arc<Live>, pl: usize, operation: String, first: Delivery) {
         let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
+        let dur = live.durable.as_ref().map(|d| {
+            Arc::new(InstanceDur {
+                durability: d.clone(),
+                root: Cur::new(),
+                quiet: Mutex::new(Quiet::default()),
+                writer: tokio::sync::Mutex::new(0),
+                started_ms: durable::now_ms(),
+            })
+        });
         let inst = Arc::new(Instance {
             id,
             engine: self.clone(),
@@ -656,18 +1116,26 @@ impl Engine {
             first: Mutex::new(Some((pl, operation, first))),
             open: Mutex::new(Vec::new()),
             keys: Mutex::new(Vec::new()),
+            dur,
         });
+        live.started.fetch_add(1, Ordering::Relaxed);
+        self.start(inst, None, self.inner.limits.instance_ttl);
+    }
+
+    /// Runs an instance (from its start, or from a saved position) on its own task.
+    fn start(&self, inst: Arc<Instance>, resume: Option<Saved>, ttl: Duration) {
+        let live = inst.live.clone();
+        let id = inst.id;
         self.inner.alive.fetch_add(1, Ordering::Relaxed);
         live.alive.fetch_add(1, Ordering::Relaxed);
         self.inner.busy.fetch_add(1, Ordering::SeqCst);
-        live.started.fetch_add(1, Ordering::Relaxed);
-        let ttl = self.inner.limits.instance_ttl;
         // The entry is made before the task can finish, under the same lock it removes with.
         let mut map = live.instances.lock().unwrap_or_else(|e| e.into_inner());
+        let dur = inst.dur.clone();
         let task = {
             let inst = inst.clone();
             tokio::spawn(async move {
-                let outcome = match tokio::time::timeout(ttl, inst.run_process()).await {
+                let outcome = match tokio::time::timeout(ttl, inst.run_process(resume)).await {
                     Ok(r) => r,
                     Err(_) => Err(Stop::Fault(Fault::busbar(
                         "instanceExpired",
@@ -677,7 +1145,14 @@ impl Engine {
                 inst.finish(outcome);
             })
         };
-        map.insert(id, (Instant::now(), task.abort_handle()));
+        map.insert(
+            id,
+            Running {
+                since: Instant::now(),
+                task: task.abort_handle(),
+                dur,
+            },
+        );
     }
 }
 
@@ -876,7 +1351,33 @@ struct Frame {
     fault: Option<Fault>,
 }
 
+impl std::fmt::Debug for Frame {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Frame").finish_non_exhaustive()
+    }
+}
+
+impl FrameView for Frame {
+    fn data(&self) -> FrameData {
+        let vars = self.vars.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let corrs = self.corrs.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        (vars, corrs, self.fault.clone())
+    }
+}
+
 impl Frame {
+    /// Puts back a saved frame's contents (same shape, or the process changed).
+    fn restore(&self, saved: &SavedFrame, a: &Activity) -> Result<(), Stop> {
+        let mut vars = self.vars.lock().unwrap_or_else(|e| e.into_inner());
+        let mut corrs = self.corrs.lock().unwrap_or_else(|e| e.into_inner());
+        if vars.len() != saved.vars.len() || corrs.len() != saved.corrs.len() {
+            return Err(misfit(a));
+        }
+        vars.clone_from(&saved.vars);
+        corrs.clone_from(&saved.corrs);
+        Ok(())
+    }
+
     fn new(def: &FrameDef, parent: Option<Arc<Frame>>, fault: Option<Fault>) -> Arc<Frame> {
         Arc::new(Frame {
             vars: Mutex::new(vec![None; def.vars.len()]),
@@ -965,6 +1466,112 @@ struct Instance {
     first: Mutex<Option<(usize, String, Delivery)>>,
     open: Mutex<Vec<OpenExchange>>,
     keys: Mutex<Vec<(usize, Vec<String>)>>,
+    /// Durable instances only: their position and what waits for the next write.
+    dur: Option<Arc<InstanceDur>>,
+}
+
+/// A durable instance's bookkeeping.
+struct InstanceDur {
+    durability: Arc<Durability>,
+    /// The process scope's position.
+    root: Arc<Cur>,
+    quiet: Mutex<Quiet>,
+    /// The last snapshot written (its sequence number); writes queue here in order.
+    writer: tokio::sync::Mutex<u64>,
+    started_ms: i64,
+}
+
+/// Branches of a durable instance that run and that are parked at a wait point; when they
+/// are equal, the instance is at rest and its snapshot is written.
+#[derive(Default)]
+struct Quiet {
+    strands: i64,
+    parked: i64,
+    /// Snapshots taken so far.
+    seq: u64,
+    /// A snapshot was written (so the row exists).
+    saved: bool,
+    /// Answers (replies, one-way acceptances) sent once the next snapshot is written, so a
+    /// client never hears of a step the database does not hold yet.
+    held: Vec<(oneshot::Sender<Outcome>, Outcome)>,
+}
+
+/// Counts a running branch of a durable instance while it lives.
+struct StrandGuard(Option<Arc<InstanceDur>>);
+
+impl Drop for StrandGuard {
+    fn drop(&mut self) {
+        if let Some(d) = &self.0 {
+            d.quiet.lock().unwrap_or_else(|e| e.into_inner()).strands -= 1;
+        }
+    }
+}
+
+/// A composite activity waiting for its branches: not a running branch itself meanwhile.
+struct Suspended(Option<Arc<InstanceDur>>);
+
+impl Drop for Suspended {
+    fn drop(&mut self) {
+        if let Some(d) = &self.0 {
+            d.quiet.lock().unwrap_or_else(|e| e.into_inner()).strands += 1;
+        }
+    }
+}
+
+/// Counts a branch parked at a wait point while it waits.
+struct ParkGuard(Option<Arc<InstanceDur>>);
+
+impl Drop for ParkGuard {
+    fn drop(&mut self) {
+        if let Some(d) = &self.0 {
+            d.quiet.lock().unwrap_or_else(|e| e.into_inner()).parked -= 1;
+        }
+    }
+}
+
+/// Where an activity keeps its position (durable instances), and where it resumes from.
+#[derive(Default)]
+struct Track {
+    cur: Option<Arc<Cur>>,
+    resume: Option<Saved>,
+}
+
+impl Track {
+    fn at(cur: Option<Arc<Cur>>, resume: Option<Saved>) -> Track {
+        Track { cur, resume }
+    }
+
+    fn set(&self, at: At) {
+        if let Some(c) = &self.cur {
+            c.set(at);
+        }
+    }
+
+    /// A position for a child activity, when positions are kept.
+    fn child(&self) -> Option<Arc<Cur>> {
+        self.cur.as_ref().map(|_| Cur::new())
+    }
+}
+
+/// A saved position that does not fit the process (it changed, or the snapshot is broken).
+fn misfit(a: &Activity) -> Stop {
+    Stop::Fault(Fault::busbar(
+        "resumeFailed",
+        format!(
+            "line {}: the saved position does not fit this activity",
+            a.line
+        ),
+    ))
+}
+
+/// The time `d` from now, in ms since the Unix epoch.
+fn due_ms(d: Duration) -> i64 {
+    durable::now_ms().saturating_add(d.as_millis().min(i64::MAX as u128) as i64)
+}
+
+/// The time left until `due` (ms since the Unix epoch); zero when it has passed.
+fn until_ms(due: i64) -> Duration {
+    Duration::from_millis(due.saturating_sub(durable::now_ms()).max(0) as u64)
 }
 
 impl Instance {
@@ -972,13 +1579,208 @@ impl Instance {
         &self.live.process
     }
 
-    async fn run_process(self: &Arc<Self>) -> Result<(), Stop> {
+    async fn run_process(self: &Arc<Self>, resume: Option<Saved>) -> Result<(), Stop> {
         let root = &self.live.process.root;
         let frame = Frame::new(&root.frame, None, None);
-        self.run_scope(root, frame).await
+        let top = Activity {
+            act: Act::Empty,
+            name: None,
+            line: 0,
+        };
+        let t = Track::at(self.dur.as_ref().map(|d| d.root.clone()), resume);
+        let _strand = self.strand_guard();
+        self.run_scope(&top, root, frame, t).await
     }
 
-    fn finish(&self, outcome: Result<(), Stop>) {
+    fn strand_guard(&self) -> StrandGuard {
+        if let Some(d) = &self.dur {
+            d.quiet.lock().unwrap_or_else(|e| e.into_inner()).strands += 1;
+        }
+        StrandGuard(self.dur.clone())
+    }
+
+    fn suspend(&self) -> Suspended {
+        if let Some(d) = &self.dur {
+            d.quiet.lock().unwrap_or_else(|e| e.into_inner()).strands -= 1;
+        }
+        Suspended(self.dur.clone())
+    }
+
+    /// Counts this branch as parked (durable instances) and writes the snapshot when every
+    /// branch is.
+    fn parked(self: &Arc<Self>) -> ParkGuard {
+        if let Some(d) = &self.dur {
+            d.quiet.lock().unwrap_or_else(|e| e.into_inner()).parked += 1;
+            self.check_quiet();
+        }
+        ParkGuard(self.dur.clone())
+    }
+
+    /// A branch of a flow or parallel forEach: counted while it runs, marked done when it
+    /// ends well (which may leave the instance at rest).
+    fn strand<'a, F>(
+        self: &'a Arc<Self>,
+        cur: Option<Arc<Cur>>,
+        f: F,
+    ) -> impl Future<Output = Result<(), Stop>> + 'a
+    where
+        F: Future<Output = Result<(), Stop>> + 'a,
+    {
+        let guard = self.strand_guard();
+        async move {
+            let r = f.await;
+            if r.is_ok() {
+                if let Some(c) = &cur {
+                    c.set(At::Done);
+                }
+                drop(guard);
+                self.check_quiet();
+            }
+            r
+        }
+    }
+
+    fn branch<'a>(
+        self: &'a Arc<Self>,
+        x: &'a Activity,
+        frame: &'a Arc<Frame>,
+        t: Track,
+    ) -> impl Future<Output = Result<(), Stop>> + 'a {
+        let cur = t.cur.clone();
+        self.strand(cur, self.run(x, frame, t))
+    }
+
+    /// Answers a client: now, or for a durable instance once its next snapshot is written.
+    fn answer(&self, tx: oneshot::Sender<Outcome>, outcome: Outcome) {
+        match &self.dur {
+            Some(d) => d
+                .quiet
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .held
+                .push((tx, outcome)),
+            None => {
+                let _ = tx.send(outcome);
+            }
+        }
+    }
+
+    /// Runs a pick's chosen handler: onMessage `i`, or onAlarm `i - onMessage`.
+    async fn pick_handler(
+        self: &Arc<Self>,
+        p: &PickDef,
+        i: usize,
+        frame: &Arc<Frame>,
+        t: &Track,
+        resume: Option<Saved>,
+    ) -> Result<(), Stop> {
+        let act = match p.on_message.get(i) {
+            Some((_, act)) => act,
+            None => &p.on_alarm[i - p.on_message.len()].1,
+        };
+        let child = t.child();
+        if let (Some(c), Some(ch)) = (&t.cur, &child) {
+            c.set(At::Pick {
+                alarms: Vec::new(),
+                chosen: Some((i, ch.clone())),
+            });
+        }
+        self.run(act, frame, Track::at(child, resume)).await
+    }
+
+    /// Writes the snapshot when every branch of this durable instance is at a wait point.
+    fn check_quiet(self: &Arc<Self>) {
+        let Some(d) = &self.dur else { return };
+        let (seq, held, at) = {
+            let mut q = d.quiet.lock().unwrap_or_else(|e| e.into_inner());
+            if q.strands <= 0 || q.parked < q.strands {
+                return;
+            }
+            let Some(at) = durable::capture(&d.root) else {
+                return;
+            };
+            q.seq += 1;
+            q.saved = true;
+            (q.seq, std::mem::take(&mut q.held), at)
+        };
+        let snapshot = durable::Snapshot {
+            process: self.live.process.name.clark(),
+            digest: d.durability.digest.clone(),
+            keys: self.keys.lock().unwrap_or_else(|e| e.into_inner()).clone(),
+            open: self
+                .open
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .iter()
+                .map(|o| durable::SavedExchange {
+                    partner_link: o.partner_link,
+                    operation: o.operation.clone(),
+                    message_exchange: o.message_exchange.clone(),
+                })
+                .collect(),
+            at,
+        };
+        let me = self.clone();
+        tokio::spawn(async move { me.write_snapshot(seq, snapshot, held).await });
+    }
+
+    async fn write_snapshot(
+        self: Arc<Self>,
+        seq: u64,
+        snapshot: durable::Snapshot,
+        held: Vec<(oneshot::Sender<Outcome>, Outcome)>,
+    ) {
+        let Some(d) = &self.dur else { return };
+        let mut written = d.writer.lock().await;
+        if seq > *written {
+            let p = &d.durability.persistence;
+            let save = crate::store::Save {
+                id: self.id,
+                process: snapshot.process.clone(),
+                node: p.node.clone(),
+                started_ms: d.started_ms,
+                at_ms: durable::now_ms(),
+                due_ms: snapshot.at.due(),
+                keys: snapshot
+                    .keys
+                    .iter()
+                    .map(|(s, v)| durable::key_string(*s, v))
+                    .collect(),
+                snapshot: snapshot.to_json(),
+            };
+            let t0 = Instant::now();
+            let r = p.store.save(save).await;
+            d.durability.observe(t0.elapsed(), r.is_ok());
+            match r {
+                Ok(()) => *written = seq,
+                Err(e) => {
+                    drop(written);
+                    self.lost(&e, held);
+                    return;
+                }
+            }
+        }
+        drop(written);
+        for (tx, o) in held {
+            let _ = tx.send(o);
+        }
+    }
+
+    /// A snapshot could not be written: the instance is no longer durable, so it ends, and
+    /// the answers it held get a fault instead.
+    fn lost(&self, why: &str, held: Vec<(oneshot::Sender<Outcome>, Outcome)>) {
+        tracing::error!(process = %self.live.process.name.clark(), instance = self.id, "cannot save the instance: {why}");
+        let f = Fault::busbar(
+            "persistenceFailed",
+            format!("the instance's state could not be saved: {why}"),
+        );
+        for (tx, _) in held {
+            let _ = tx.send(Outcome::Fault(f.clone()));
+        }
+        self.engine.terminate(self.id);
+    }
+
+    fn finish(self: &Arc<Self>, outcome: Result<(), Stop>) {
         let live = &self.live;
         let removed = live
             .instances
@@ -1021,6 +1823,9 @@ impl Instance {
                 Some(f)
             }
         };
+        if let Some(d) = &self.dur {
+            self.finish_durable(d, fault.as_ref());
+        }
         let open = std::mem::take(&mut *self.open.lock().unwrap_or_else(|e| e.into_inner()));
         for o in open {
             let f = fault.clone().unwrap_or_else(|| {
@@ -1036,30 +1841,137 @@ impl Instance {
         }
     }
 
+    /// Records a durable instance's end (kept or deleted by the completion policy), then
+    /// sends the answers it held.
+    fn finish_durable(self: &Arc<Self>, d: &Arc<InstanceDur>, fault: Option<&Fault>) {
+        let state = match fault {
+            Some(_) => crate::store::State::Faulted,
+            None => crate::store::State::Completed,
+        };
+        let keep = d.durability.keep(state);
+        let (held, saved) = {
+            let mut q = d.quiet.lock().unwrap_or_else(|e| e.into_inner());
+            q.seq += 1;
+            (std::mem::take(&mut q.held), q.saved)
+        };
+        if !keep && !saved {
+            // Never written and not to be kept: nothing to tell the database.
+            for (tx, o) in held {
+                let _ = tx.send(o);
+            }
+            return;
+        }
+        let root = d.root.with(|at| match at {
+            At::Scope { frame, .. } => {
+                let (vars, corrs, fault) = frame.data();
+                Some(SavedFrame { vars, corrs, fault })
+            }
+            _ => None,
+        });
+        let finish = crate::store::Finish {
+            id: self.id,
+            process: self.live.process.name.clark(),
+            node: d.durability.persistence.node.clone(),
+            started_ms: d.started_ms,
+            at_ms: durable::now_ms(),
+            state,
+            keep,
+            final_state: durable::final_json(root.as_ref(), &d.durability.names, fault),
+        };
+        let d = d.clone();
+        let id = self.id;
+        tokio::spawn(async move {
+            let written = d.writer.lock().await;
+            let t0 = Instant::now();
+            let r = d.durability.persistence.store.finish(finish).await;
+            d.durability.observe(t0.elapsed(), r.is_ok());
+            drop(written);
+            if let Err(e) = r {
+                tracing::error!(instance = id, "cannot record the instance's end: {e}");
+            }
+            for (tx, o) in held {
+                let _ = tx.send(o);
+            }
+        });
+    }
+
     fn run<'a>(
         self: &'a Arc<Self>,
         a: &'a Activity,
         frame: &'a Arc<Frame>,
+        mut t: Track,
     ) -> BoxFuture<'a, Result<(), Stop>> {
         Box::pin(async move {
+            if t.resume.is_some()
+                && !matches!(
+                    a.act,
+                    Act::Sequence(_)
+                        | Act::Flow(_)
+                        | Act::Receive(_)
+                        | Act::If(..)
+                        | Act::While(..)
+                        | Act::RepeatUntil(..)
+                        | Act::ForEach(_)
+                        | Act::Scope(_)
+                        | Act::Wait(_)
+                        | Act::Pick(_)
+                )
+            {
+                return Err(misfit(a));
+            }
             match &a.act {
                 Act::Empty => Ok(()),
                 Act::Sequence(v) => {
-                    for x in v {
-                        self.run(x, frame).await?;
+                    let (start, mut resume) = match t.resume.take() {
+                        None => (0, None),
+                        Some(Saved::Seq(i, r)) if i < v.len() => (i, Some(*r)),
+                        Some(_) => return Err(misfit(a)),
+                    };
+                    for (k, x) in v.iter().enumerate().skip(start) {
+                        let child = t.child();
+                        if let (Some(c), Some(ch)) = (&t.cur, &child) {
+                            c.set(At::Seq(k, ch.clone()));
+                        }
+                        self.run(x, frame, Track::at(child, resume.take())).await?;
                     }
                     Ok(())
                 }
                 Act::Flow(v) => {
-                    let mut set: FuturesUnordered<_> =
-                        v.iter().map(|x| self.run(x, frame)).collect();
+                    let mut resumes: Vec<Option<Saved>> = match t.resume.take() {
+                        None => vec![None; v.len()],
+                        Some(Saved::Flow(r)) if r.len() == v.len() => {
+                            r.into_iter().map(Some).collect()
+                        }
+                        Some(_) => return Err(misfit(a)),
+                    };
+                    let curs: Vec<Option<Arc<Cur>>> = v.iter().map(|_| t.child()).collect();
+                    if let Some(c) = &t.cur {
+                        c.set(At::Flow(curs.iter().flatten().cloned().collect()));
+                    }
+                    let _suspended = self.suspend();
+                    let mut set: FuturesUnordered<_> = FuturesUnordered::new();
+                    for (i, (x, cur)) in v.iter().zip(curs).enumerate() {
+                        let resume = resumes[i].take();
+                        if matches!(resume, Some(Saved::Done)) {
+                            if let Some(c) = &cur {
+                                c.set(At::Done);
+                            }
+                            continue;
+                        }
+                        set.push(self.branch(x, frame, Track::at(cur, resume)));
+                    }
                     while let Some(r) = set.next().await {
                         r?;
                     }
                     Ok(())
                 }
                 Act::Receive(r) => {
+                    if !matches!(t.resume, None | Some(Saved::Receive)) {
+                        return Err(misfit(a));
+                    }
+                    t.set(At::Receive);
                     let (_, d) = self.receive(std::slice::from_ref(&**r), &[], frame).await?;
+                    t.set(At::Run);
                     self.accept(r, d, frame)
                 }
                 Act::Reply {
@@ -1102,7 +2014,7 @@ impl Instance {
                             }
                         },
                     };
-                    let _ = o.tx.send(outcome);
+                    self.answer(o.tx, outcome);
                     Ok(())
                 }
                 Act::Invoke(inv) => self.invoke(inv, frame).await,
@@ -1125,34 +2037,74 @@ impl Instance {
                     Ok(())
                 }
                 Act::If(branches, otherwise) => {
-                    for (c, act) in branches {
-                        if self.eval(c, frame, None)?.to_bool() {
-                            return self.run(act, frame).await;
+                    let (chosen, resume) = match t.resume.take() {
+                        None => {
+                            let mut chosen = branches.len();
+                            for (i, (c, _)) in branches.iter().enumerate() {
+                                if self.eval(c, frame, None)?.to_bool() {
+                                    chosen = i;
+                                    break;
+                                }
+                            }
+                            (chosen, None)
                         }
+                        Some(Saved::If(i, r)) if i <= branches.len() => (i, Some(*r)),
+                        Some(_) => return Err(misfit(a)),
+                    };
+                    let act = match branches.get(chosen) {
+                        Some((_, act)) => act,
+                        None => match otherwise {
+                            Some(o) => o,
+                            None if resume.is_none() => return Ok(()),
+                            None => return Err(misfit(a)),
+                        },
+                    };
+                    let child = t.child();
+                    if let (Some(c), Some(ch)) = (&t.cur, &child) {
+                        c.set(At::If(chosen, ch.clone()));
                     }
-                    match otherwise {
-                        Some(o) => self.run(o, frame).await,
-                        None => Ok(()),
-                    }
+                    self.run(act, frame, Track::at(child, resume)).await
                 }
                 Act::While(c, body) => {
-                    while self.eval(c, frame, None)?.to_bool() {
-                        self.run(body, frame).await?;
+                    let mut resume = match t.resume.take() {
+                        None => None,
+                        Some(Saved::Loop(r)) => Some(*r),
+                        Some(_) => return Err(misfit(a)),
+                    };
+                    while resume.is_some() || self.eval(c, frame, None)?.to_bool() {
+                        let child = t.child();
+                        if let (Some(c), Some(ch)) = (&t.cur, &child) {
+                            c.set(At::Loop(ch.clone()));
+                        }
+                        self.run(body, frame, Track::at(child, resume.take()))
+                            .await?;
                         tokio::task::yield_now().await;
                     }
                     Ok(())
                 }
-                Act::RepeatUntil(body, c) => loop {
-                    self.run(body, frame).await?;
-                    if self.eval(c, frame, None)?.to_bool() {
-                        return Ok(());
+                Act::RepeatUntil(body, c) => {
+                    let mut resume = match t.resume.take() {
+                        None => None,
+                        Some(Saved::Loop(r)) => Some(*r),
+                        Some(_) => return Err(misfit(a)),
+                    };
+                    loop {
+                        let child = t.child();
+                        if let (Some(c), Some(ch)) = (&t.cur, &child) {
+                            c.set(At::Loop(ch.clone()));
+                        }
+                        self.run(body, frame, Track::at(child, resume.take()))
+                            .await?;
+                        if self.eval(c, frame, None)?.to_bool() {
+                            return Ok(());
+                        }
+                        tokio::task::yield_now().await;
                     }
-                    tokio::task::yield_now().await;
-                },
-                Act::ForEach(fe) => self.for_each(fe, frame).await,
+                }
+                Act::ForEach(fe) => self.for_each(a, fe, frame, t).await,
                 Act::Scope(s) => {
                     let f = Frame::new(&s.frame, Some(frame.clone()), None);
-                    self.run_scope(s, f).await
+                    self.run_scope(a, s, f, t).await
                 }
                 Act::Throw { fault, variable } => {
                     let data = match variable {
@@ -1170,28 +2122,65 @@ impl Instance {
                     None => Ok(()),
                 },
                 Act::Exit => Err(Stop::Exit),
-                Act::Wait(t) => {
-                    let d = self.timer(t, frame)?;
+                Act::Wait(timer) => {
+                    let d = match t.resume.take() {
+                        None => self.timer(timer, frame)?,
+                        Some(Saved::Wait(due)) => until_ms(due),
+                        Some(_) => return Err(misfit(a)),
+                    };
+                    if let Some(c) = &t.cur {
+                        c.set(At::Wait(due_ms(d)));
+                    }
                     self.park();
+                    let parked = self.parked();
                     tokio::time::sleep(d).await;
+                    drop(parked);
                     self.unpark();
+                    t.set(At::Run);
                     Ok(())
                 }
                 Act::Pick(p) => {
+                    let total = p.on_message.len() + p.on_alarm.len();
+                    let saved_alarms = match t.resume.take() {
+                        None => None,
+                        Some(Saved::Pick {
+                            chosen: Some((i, r)),
+                            ..
+                        }) if i < total => {
+                            return self.pick_handler(p, i, frame, &t, Some(*r)).await;
+                        }
+                        Some(Saved::Pick {
+                            alarms,
+                            chosen: None,
+                        }) if alarms.len() == p.on_alarm.len() => Some(alarms),
+                        Some(_) => return Err(misfit(a)),
+                    };
                     let defs: Vec<ReceiveDef> =
                         p.on_message.iter().map(|(r, _)| r.clone()).collect();
                     let mut alarms = Vec::new();
-                    for (t, _) in &p.on_alarm {
-                        alarms.push(self.timer(t, frame)?);
+                    match &saved_alarms {
+                        Some(due) => alarms.extend(due.iter().map(|d| until_ms(*d))),
+                        None => {
+                            for (timer, _) in &p.on_alarm {
+                                alarms.push(self.timer(timer, frame)?);
+                            }
+                        }
+                    }
+                    if let Some(c) = &t.cur {
+                        c.set(At::Pick {
+                            alarms: saved_alarms
+                                .unwrap_or_else(|| alarms.iter().map(|d| due_ms(*d)).collect()),
+                            chosen: None,
+                        });
                     }
                     let (i, d) = self.receive(&defs, &alarms, frame).await?;
-                    if i >= defs.len() {
-                        return self.run(&p.on_alarm[i - defs.len()].1, frame).await;
+                    if i < defs.len() {
+                        let d = d.ok_or_else(|| {
+                            Fault::busbar("internal", "pick woke without a message")
+                        })?;
+                        self.accept(&defs[i], Some(d), frame)?;
                     }
-                    let d =
-                        d.ok_or_else(|| Fault::busbar("internal", "pick woke without a message"))?;
-                    self.accept(&defs[i], Some(d), frame)?;
-                    self.run(&p.on_message[i].1, frame).await
+                    self.pick_handler(p, i, frame, &t, None).await
                 }
             }
         })
@@ -1232,7 +2221,49 @@ impl Instance {
         }
     }
 
-    async fn run_scope(self: &Arc<Self>, s: &ScopeDef, frame: Arc<Frame>) -> Result<(), Stop> {
+    async fn run_scope(
+        self: &Arc<Self>,
+        a: &Activity,
+        s: &ScopeDef,
+        frame: Arc<Frame>,
+        mut t: Track,
+    ) -> Result<(), Stop> {
+        let (body_resume, handler_resume) = match t.resume.take() {
+            None => (None, None),
+            Some(Saved::Scope(saved)) => {
+                let saved = *saved;
+                frame.restore(&saved.frame, a)?;
+                (Some(saved.body), saved.handler)
+            }
+            Some(_) => return Err(misfit(a)),
+        };
+        let body = t.child();
+        if let (Some(c), Some(b)) = (&t.cur, &body) {
+            c.set(At::Scope {
+                frame: frame.clone(),
+                body: b.clone(),
+                handler: None,
+            });
+        }
+        if let Some((catch, hframe, at)) = handler_resume {
+            // The body had faulted and this handler was running.
+            let fault = hframe.fault.clone().ok_or_else(|| misfit(a))?;
+            let (def, activity) = match catch {
+                Some(i) => {
+                    let c = s.handlers.catches.get(i).ok_or_else(|| misfit(a))?;
+                    (c.var.as_ref().map(|(d, _)| d), &*c.activity)
+                }
+                None => (None, s.handlers.catch_all.as_deref().ok_or_else(|| misfit(a))?),
+            };
+            let empty = FrameDef::default();
+            let f = Frame::new(def.unwrap_or(&empty), Some(frame.clone()), Some(fault));
+            f.restore(&hframe, a)?;
+            return self.run_handler(catch, f, activity, &t, Some(at)).await;
+        }
+        if body_resume.is_some() {
+            let r = self.run(&s.activity, &frame, Track::at(body, body_resume)).await;
+            return self.handle(s, frame, r, &t).await;
+        }
         for (i, v) in s.frame.vars.iter().enumerate() {
             if let Some(from) = &v.init {
                 let r = VarRef {
@@ -1255,7 +2286,18 @@ impl Instance {
                 self.copy(&c, &frame)?;
             }
         }
-        let r = self.run(&s.activity, &frame).await;
+        let r = self.run(&s.activity, &frame, Track::at(body, None)).await;
+        self.handle(s, frame, r, &t).await
+    }
+
+    /// What a scope's body ended with, given to its fault handlers.
+    async fn handle(
+        self: &Arc<Self>,
+        s: &ScopeDef,
+        frame: Arc<Frame>,
+        r: Result<(), Stop>,
+        t: &Track,
+    ) -> Result<(), Stop> {
         let fault = match r {
             Ok(()) | Err(Stop::Exit) => return r,
             Err(Stop::Fault(f)) => f,
@@ -1281,6 +2323,7 @@ impl Instance {
             .or_else(|| h.catches.iter().find(|c| by_name(c) && c.var.is_none()))
             .or_else(|| h.catches.iter().find(|c| c.fault.is_none() && by_data(c)));
         if let Some(c) = chosen {
+            let index = h.catches.iter().position(|x| std::ptr::eq(x, c));
             let f = match &c.var {
                 Some((def, _)) => {
                     let f = Frame::new(def, Some(frame.clone()), Some(fault.clone()));
@@ -1296,7 +2339,7 @@ impl Instance {
                     Some(fault.clone()),
                 ),
             };
-            return self.run(&c.activity, &f).await;
+            return self.run_handler(index, f, &c.activity, t, None).await;
         }
         if let Some(all) = &h.catch_all {
             let f = Frame::new(
@@ -1304,45 +2347,86 @@ impl Instance {
                 Some(frame.clone()),
                 Some(fault.clone()),
             );
-            return self.run(all, &f).await;
+            return self.run_handler(None, f, all, t, None).await;
         }
         Err(Stop::Fault(fault))
     }
 
-    async fn for_each(self: &Arc<Self>, fe: &ForEachDef, frame: &Arc<Frame>) -> Result<(), Stop> {
-        let start = self.counter_value(&fe.start, frame)?;
-        let end = self.counter_value(&fe.end, frame)?;
-        let wanted = match &fe.completion {
-            Some((e, _)) => {
-                let n = self.counter_value(e, frame)?;
-                if end >= start && n > end - start + 1 {
-                    return Err(Fault::standard(
-                        "invalidBranchCondition",
+    /// Runs a scope's fault handler (catch `index`, `None`: catchAll) in its frame.
+    async fn run_handler(
+        self: &Arc<Self>,
+        index: Option<usize>,
+        f: Arc<Frame>,
+        activity: &Activity,
+        t: &Track,
+        resume: Option<Saved>,
+    ) -> Result<(), Stop> {
+        let child = t.child();
+        if let (Some(c), Some(ch)) = (&t.cur, &child) {
+            c.with(|at| {
+                if let At::Scope { handler, .. } = at {
+                    *handler = Some((index, f.clone(), ch.clone()));
+                }
+            });
+        }
+        self.run(activity, &f, Track::at(child, resume)).await
+    }
+
+    async fn for_each(
+        self: &Arc<Self>,
+        a: &Activity,
+        fe: &ForEachDef,
+        frame: &Arc<Frame>,
+        mut t: Track,
+    ) -> Result<(), Stop> {
+        let (start, end, wanted, mut done, mut resumed) = match t.resume.take() {
+            Some(Saved::Each {
+                end,
+                done,
+                wanted,
+                branches,
+            }) => {
+                let first = branches.first().map_or(end + 1, |(i, _)| *i);
+                (first, end, wanted, done, Some(branches))
+            }
+            Some(_) => return Err(misfit(a)),
+            None => {
+                let start = self.counter_value(&fe.start, frame)?;
+                let end = self.counter_value(&fe.end, frame)?;
+                let wanted = match &fe.completion {
+                    Some((e, _)) => {
+                        let n = self.counter_value(e, frame)?;
+                        if end >= start && n > end - start + 1 {
+                            return Err(Fault::standard(
+                                "invalidBranchCondition",
+                                format!(
+                                    "completion condition {n} exceeds the {} branches",
+                                    end - start + 1
+                                ),
+                            )
+                            .into());
+                        }
+                        Some(n)
+                    }
+                    None => None,
+                };
+                if end < start || wanted == Some(0) {
+                    return Ok(());
+                }
+                if fe.parallel && end - start >= MAX_PARALLEL_BRANCHES {
+                    return Err(Fault::busbar(
+                        "tooManyBranches",
                         format!(
-                            "completion condition {n} exceeds the {} branches",
+                            "a parallel forEach of {} branches (at most {MAX_PARALLEL_BRANCHES})",
                             end - start + 1
                         ),
                     )
                     .into());
                 }
-                Some(n)
+                (start, end, wanted, 0, None)
             }
-            None => None,
         };
-        if end < start || wanted == Some(0) {
-            return Ok(());
-        }
-        if fe.parallel && end - start >= MAX_PARALLEL_BRANCHES {
-            return Err(Fault::busbar(
-                "tooManyBranches",
-                format!(
-                    "a parallel forEach of {} branches (at most {MAX_PARALLEL_BRANCHES})",
-                    end - start + 1
-                ),
-            )
-            .into());
-        }
-        let branch = |i: u64| {
+        let branch = |i: u64, cur: Option<Arc<Cur>>, resume: Option<Saved>| {
             let f = Frame::new(&fe.scope.frame, Some(frame.clone()), None);
             let (mut d, root) = Doc::with_root(Name::new("", "value"));
             d.append_text(root, &i.to_string());
@@ -1350,21 +2434,64 @@ impl Instance {
                 v[0] = Some(Arc::new(d));
             }
             let me = self.clone();
-            async move { me.run_scope(&fe.scope, f).await }
+            async move { me.run_scope(a, &fe.scope, f, Track::at(cur, resume)).await }
         };
-        let mut done = 0u64;
         if fe.parallel {
-            let mut set: FuturesUnordered<_> = (start..=end).map(branch).collect();
+            let plan: Vec<(u64, Option<Saved>)> = match resumed.take() {
+                Some(b) => b.into_iter().map(|(i, r)| (i, Some(r))).collect(),
+                None => (start..=end).map(|i| (i, None)).collect(),
+            };
+            let curs: Vec<(u64, Option<Arc<Cur>>)> = plan.iter().map(|(i, _)| (*i, t.child())).collect();
+            if let Some(c) = &t.cur {
+                c.set(At::Each {
+                    end,
+                    done,
+                    wanted,
+                    branches: curs
+                        .iter()
+                        .filter_map(|(i, c)| c.clone().map(|c| (*i, c)))
+                        .collect(),
+                });
+            }
+            let _suspended = self.suspend();
+            let mut set = FuturesUnordered::new();
+            for ((i, resume), (_, cur)) in plan.into_iter().zip(curs) {
+                if matches!(resume, Some(Saved::Done)) {
+                    if let Some(c) = &cur {
+                        c.set(At::Done);
+                    }
+                    continue;
+                }
+                let done_cur = cur.clone();
+                set.push(self.strand(done_cur, branch(i, cur, resume)));
+            }
             while let Some(r) = set.next().await {
                 r?;
                 done += 1;
+                if let Some(c) = &t.cur {
+                    c.with(|at| {
+                        if let At::Each { done: d, .. } = at {
+                            *d = done;
+                        }
+                    });
+                }
                 if wanted.is_some_and(|w| done >= w) {
                     return Ok(());
                 }
             }
         } else {
+            let mut resume = resumed.and_then(|mut b| b.pop()).map(|(_, r)| r);
             for i in start..=end {
-                branch(i).await?;
+                let child = t.child();
+                if let (Some(c), Some(ch)) = (&t.cur, &child) {
+                    c.set(At::Each {
+                        end,
+                        done,
+                        wanted,
+                        branches: vec![(i, ch.clone())],
+                    });
+                }
+                branch(i, child, resume.take()).await?;
                 done += 1;
                 if wanted.is_some_and(|w| done >= w) {
                     return Ok(());
@@ -1464,6 +2591,7 @@ impl Instance {
             rx
         };
         self.park();
+        let _parked = self.parked();
         if alarms.is_empty() {
             return match rx.await {
                 Ok((i, d)) => Ok((i, Some(d))),
@@ -1560,7 +2688,7 @@ impl Instance {
         }
         if !d.sync {
             if let Some(tx) = reply.take() {
-                let _ = tx.send(Outcome::Accepted);
+                self.answer(tx, Outcome::Accepted);
             }
         }
         if let Some(tx) = reply {
