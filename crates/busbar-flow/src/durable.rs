@@ -37,7 +37,11 @@ impl Cur {
 }
 
 /// A frame's contents, shared with the running scope.
-pub(crate) type FrameData = (Vec<Option<Arc<Doc>>>, Vec<Option<Vec<String>>>, Option<Fault>);
+pub(crate) type FrameData = (
+    Vec<Option<Arc<Doc>>>,
+    Vec<Option<Vec<String>>>,
+    Option<Fault>,
+);
 
 /// Something that can give its frame's contents (the runtime's frames).
 pub(crate) trait FrameView: Send + Sync + std::fmt::Debug {
@@ -332,8 +336,7 @@ impl Saved {
 }
 
 fn int(j: &Json) -> Result<i64, String> {
-    j.as_i64()
-        .ok_or_else(|| format!("{j} is not an integer"))
+    j.as_i64().ok_or_else(|| format!("{j} is not an integer"))
 }
 
 fn frame_json(f: &SavedFrame) -> Json {
@@ -399,9 +402,11 @@ fn fault_from(j: &Json) -> Result<Fault, String> {
         name: Name::new(s("ns")?, s("name")?),
         text: s("text")?,
         data: match &j["data"] {
-            Json::String(x) => Some(Arc::new(
-                Doc::parse(x).map_err(|e| format!("a saved fault's data is not XML: {e}"))?,
-            )),
+            Json::String(x) => {
+                Some(Arc::new(Doc::parse(x).map_err(|e| {
+                    format!("a saved fault's data is not XML: {e}")
+                })?))
+            }
             _ => None,
         },
     })

@@ -345,7 +345,10 @@ pub async fn run_test(dir: &Path) -> TestResult {
 
 /// Runs one test folder; with `durable`, every process of it is durable there (whatever
 /// its `deploy.xml` says).
-pub async fn run_test_with(dir: &Path, durable: Option<&crate::runtime::Persistence>) -> TestResult {
+pub async fn run_test_with(
+    dir: &Path,
+    durable: Option<&crate::runtime::Persistence>,
+) -> TestResult {
     let started = Instant::now();
     let name = dir
         .file_name()
@@ -353,7 +356,7 @@ pub async fn run_test_with(dir: &Path, durable: Option<&crate::runtime::Persiste
         .unwrap_or_default();
     let verdict = match OUT_OF_SCOPE.iter().find(|(n, _)| *n == name) {
         Some((_, why)) => Verdict::Skipped((*why).to_string()),
-        None => run_folder(dir).await,
+        None => run_folder(dir, durable).await,
     };
     TestResult {
         name,
@@ -363,7 +366,7 @@ pub async fn run_test_with(dir: &Path, durable: Option<&crate::runtime::Persiste
     }
 }
 
-async fn run_folder(dir: &Path) -> Verdict {
+async fn run_folder(dir: &Path, durable: Option<&crate::runtime::Persistence>) -> Verdict {
     let mut files: Vec<PathBuf> = match std::fs::read_dir(dir) {
         Ok(rd) => rd
             .filter_map(|e| e.ok().map(|e| e.path()))

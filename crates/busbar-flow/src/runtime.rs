@@ -234,7 +234,8 @@ pub struct Persistence {
 }
 
 /// Upper bounds (ms) of the write-latency histogram's buckets.
-pub const WRITE_BUCKETS_MS: [f64; 10] = [0.5, 1.0, 2.5, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 1000.0];
+pub const WRITE_BUCKETS_MS: [f64; 10] =
+    [0.5, 1.0, 2.5, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 1000.0];
 
 /// Counters of a store's writes (snapshots and completions).
 #[derive(Debug, Default)]
@@ -383,7 +384,14 @@ impl Engine {
                 Some(p) if !d.descriptor.in_memory => Some(Arc::new(Durability {
                     persistence: p.clone(),
                     digest: durable::digest(&std::fs::read(&d.process.file).unwrap_or_default()),
-                    names: d.process.root.frame.vars.iter().map(|v| v.name.clone()).collect(),
+                    names: d
+                        .process
+                        .root
+                        .frame
+                        .vars
+                        .iter()
+                        .map(|v| v.name.clone())
+                        .collect(),
                     stats: self.inner.stats.clone(),
                 })),
                 _ => None,
@@ -770,9 +778,7 @@ impl Engine {
     }
 
     /// Instances per process and state, in every store.
-    pub async fn stored_counts(
-        &self,
-    ) -> Result<Vec<(String, crate::store::State, u64)>, String> {
+    pub async fn stored_counts(&self) -> Result<Vec<(String, crate::store::State, u64)>, String> {
         let mut out = Vec::new();
         for p in self.persistence() {
             out.extend(p.store.counts().await?);
@@ -808,7 +814,10 @@ impl Engine {
                 continue;
             };
             if row.state != crate::store::State::Faulted {
-                return Err(format!("instance {id} is {}, not faulted", row.state.as_str()));
+                return Err(format!(
+                    "instance {id} is {}, not faulted",
+                    row.state.as_str()
+                ));
             }
             if row.snapshot.is_none() {
                 return Err(format!(
@@ -2253,7 +2262,10 @@ impl Instance {
                     let c = s.handlers.catches.get(i).ok_or_else(|| misfit(a))?;
                     (c.var.as_ref().map(|(d, _)| d), &*c.activity)
                 }
-                None => (None, s.handlers.catch_all.as_deref().ok_or_else(|| misfit(a))?),
+                None => (
+                    None,
+                    s.handlers.catch_all.as_deref().ok_or_else(|| misfit(a))?,
+                ),
             };
             let empty = FrameDef::default();
             let f = Frame::new(def.unwrap_or(&empty), Some(frame.clone()), Some(fault));
@@ -2261,7 +2273,9 @@ impl Instance {
             return self.run_handler(catch, f, activity, &t, Some(at)).await;
         }
         if body_resume.is_some() {
-            let r = self.run(&s.activity, &frame, Track::at(body, body_resume)).await;
+            let r = self
+                .run(&s.activity, &frame, Track::at(body, body_resume))
+                .await;
             return self.handle(s, frame, r, &t).await;
         }
         for (i, v) in s.frame.vars.iter().enumerate() {
@@ -2441,7 +2455,8 @@ impl Instance {
                 Some(b) => b.into_iter().map(|(i, r)| (i, Some(r))).collect(),
                 None => (start..=end).map(|i| (i, None)).collect(),
             };
-            let curs: Vec<(u64, Option<Arc<Cur>>)> = plan.iter().map(|(i, _)| (*i, t.child())).collect();
+            let curs: Vec<(u64, Option<Arc<Cur>>)> =
+                plan.iter().map(|(i, _)| (*i, t.child())).collect();
             if let Some(c) = &t.cur {
                 c.set(At::Each {
                     end,
