@@ -878,6 +878,29 @@ fn check_processes(loaded: &LoadedConfig, err: &mut impl FnMut(Option<u64>, Stri
                 "must be more than 0".into(),
             );
         }
+        if let Some(ps) = &p.persistence {
+            if !cfg.databases.contains_key(&ps.database.value) {
+                err(
+                    line_of(&ps.database),
+                    format!("{at}.persistence.database"),
+                    format!("no database '{}'", ps.database.value),
+                );
+            }
+            if ps.lease.0 < std::time::Duration::from_secs(1) {
+                err(
+                    None,
+                    format!("{at}.persistence.lease"),
+                    "must be at least 1s".into(),
+                );
+            }
+            if ps.node.as_deref().is_some_and(str::is_empty) {
+                err(
+                    None,
+                    format!("{at}.persistence.node"),
+                    "must not be empty".into(),
+                );
+            }
+        }
     }
 }
 
@@ -1293,6 +1316,28 @@ mod tests {
                 "t.yaml: processes.Gone.max_instances: must be at least 1".to_owned(),
                 "t.yaml: processes.Gone.instance_ttl: must be more than 0".to_owned(),
                 "t.yaml:13: processes.Hello.partners.other: no endpoint 'nowhere'".to_owned(),
+            ]
+        );
+    }
+
+    #[test]
+    fn process_persistence_is_checked_with_its_paths() {
+        let yaml = format!(
+            "{OK}processes:\n  Hello:\n    dir: src\n    persistence:\n      database: nowhere\n      node: \"\"\n      lease: 10ms\n      completion: sometimes\n"
+        );
+        let errs = check(&yaml);
+        assert_eq!(errs.len(), 1, "{errs:#?}");
+        assert!(errs[0].contains("sometimes"), "{errs:#?}");
+        let errs = check(&yaml.replace(
+            "      completion: sometimes\n",
+            "      completion: always\n",
+        ));
+        assert_eq!(
+            errs,
+            vec![
+                "t.yaml:14: processes.Hello.persistence.database: no database 'nowhere'".to_owned(),
+                "t.yaml: processes.Hello.persistence.lease: must be at least 1s".to_owned(),
+                "t.yaml: processes.Hello.persistence.node: must not be empty".to_owned(),
             ]
         );
     }

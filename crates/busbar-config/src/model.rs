@@ -1799,6 +1799,62 @@ pub struct ProcessConfig {
     /// Longest life of an instance; an older one ends with an `instanceExpired` fault.
     #[serde(default = "default_instance_ttl")]
     pub instance_ttl: Duration,
+    /// Durable instances (docs/processes.md, "Durable instances"): absent, every process of
+    /// the folder is transient (in memory only).
+    #[serde(default)]
+    pub persistence: Option<PersistenceConfig>,
+}
+
+/// Where and how a folder's processes keep durable instances (`processes.NAME.persistence`).
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct PersistenceConfig {
+    /// The database (a `databases` entry: SQLite, or PostgreSQL for several nodes).
+    pub database: Spanned<String>,
+    /// `durable` (default) or `transient`; a process whose `deploy.xml` says
+    /// `<in-memory>true</in-memory>` is transient either way.
+    #[serde(default)]
+    pub mode: PersistenceMode,
+    /// This node's name, unique among the nodes sharing the database. Default: the host name.
+    #[serde(default)]
+    pub node: Option<String>,
+    /// Which finished instances are kept (with their final variables): `never`,
+    /// `on_fault` (default) or `always`.
+    #[serde(default)]
+    pub completion: CompletionPolicy,
+    /// How long finished instances are kept.
+    #[serde(default = "default_retention")]
+    pub retention: Duration,
+    /// A node silent for this long is taken for dead: another takes over its instances.
+    #[serde(default = "default_lease")]
+    pub lease: Duration,
+}
+
+/// Whether a folder's processes are durable.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PersistenceMode {
+    #[default]
+    Durable,
+    Transient,
+}
+
+/// Which finished instances are kept.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CompletionPolicy {
+    Never,
+    #[default]
+    OnFault,
+    Always,
+}
+
+fn default_retention() -> Duration {
+    Duration(std::time::Duration::from_secs(7 * 24 * 3600))
+}
+
+fn default_lease() -> Duration {
+    Duration(std::time::Duration::from_secs(30))
 }
 
 fn default_max_instances() -> usize {
