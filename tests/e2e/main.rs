@@ -7,6 +7,7 @@ mod cli;
 mod db_crud;
 mod direct;
 mod docs_links;
+mod durable;
 mod endpoints;
 mod failures;
 mod fuzz_http;

@@ -188,6 +188,59 @@ fn process_metrics(processes: Option<&crate::processes::Processes>, out: &mut St
     }
 }
 
+/// Durable instances: how many the stores hold by state, and how long their writes take.
+async fn store_metrics(processes: Option<&crate::processes::Processes>, out: &mut String) {
+    use std::fmt::Write;
+    use std::sync::atomic::Ordering::Relaxed;
+    let Some(p) = processes else { return };
+    let _ = writeln!(
+        out,
+        "# HELP busbar_process_stored_instances Durable instances in the process stores, by state.\n# TYPE busbar_process_stored_instances gauge"
+    );
+    if !p.engine.persistence().is_empty() {
+        match p.engine.stored_counts().await {
+            Ok(counts) => {
+                for (process, state, n) in counts {
+                    let _ = writeln!(
+                        out,
+                        "busbar_process_stored_instances{{process=\"{}\",state=\"{}\"}} {n}",
+                        label(&process),
+                        state.as_str()
+                    );
+                }
+            }
+            Err(e) => {
+                let _ = writeln!(out, "# the process store did not answer: {}", label(&e));
+            }
+        }
+    }
+    let stats = p.engine.write_stats();
+    let _ = writeln!(
+        out,
+        "# HELP busbar_process_store_write_failures_total Snapshot and completion writes of durable instances that failed.\n# TYPE busbar_process_store_write_failures_total counter\nbusbar_process_store_write_failures_total {}",
+        stats.failures.load(Relaxed)
+    );
+    let _ = writeln!(
+        out,
+        "# HELP busbar_process_store_write_seconds Time to write a durable instance's snapshot or completion (one transaction).\n# TYPE busbar_process_store_write_seconds histogram"
+    );
+    let mut cumulative = 0;
+    for (i, upper) in busbar_flow::runtime::WRITE_BUCKETS_MS.iter().enumerate() {
+        cumulative += stats.buckets[i].load(Relaxed);
+        let _ = writeln!(
+            out,
+            "busbar_process_store_write_seconds_bucket{{le=\"{}\"}} {cumulative}",
+            upper / 1000.0
+        );
+    }
+    let count = stats.writes.load(Relaxed);
+    let _ = writeln!(
+        out,
+        "busbar_process_store_write_seconds_bucket{{le=\"+Inf\"}} {count}\nbusbar_process_store_write_seconds_sum {}\nbusbar_process_store_write_seconds_count {count}",
+        stats.micros.load(Relaxed) as f64 / 1e6
+    );
+}
+
 /// A Prometheus label value, escaped.
 fn label(v: &str) -> String {
     v.replace('\\', "\\\\")
@@ -196,9 +249,27 @@ fn label(v: &str) -> String {
 }
 
 /// `GET /processes`, `GET /processes/instances`, `DELETE /processes/instances/{id}`.
-fn processes_api(control: &Control, method: &Method, path: &str) -> Response<Body> {
+async fn processes_api(
+    control: &Control,
+    method: &Method,
+    path: &str,
+    query: &str,
+) -> Response<Body> {
     let rt = control.shared.runtime.load();
     let processes = rt.processes.as_deref();
+    let param = |k: &str| {
+        query.split('&').find_map(|kv| {
+            let (a, b) = kv.split_once('=').unwrap_or((kv, ""));
+            (a == k).then(|| percent_decode(b))
+        })
+    };
+    let failed = |e: String| {
+        text(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "text/plain",
+            format!("the process store failed: {e}\n"),
+        )
+    };
     let json = |v: Value| {
         text(
             StatusCode::OK,
@@ -247,28 +318,121 @@ fn processes_api(control: &Control, method: &Method, path: &str) -> Response<Bod
                 .unwrap_or_default();
             json(Value::Array(list))
         }
+        (&Method::GET, "/processes/stored") => {
+            let Some(p) = processes else {
+                return json(Value::Array(Vec::new()));
+            };
+            let state = match param("state") {
+                None => None,
+                Some(s) => match busbar_flow::store::State::parse(&s) {
+                    Some(st) => Some(st),
+                    None => {
+                        return text(
+                            StatusCode::BAD_REQUEST,
+                            "text/plain",
+                            format!("unknown state '{s}': waiting, completed, faulted or terminated\n"),
+                        )
+                    }
+                },
+            };
+            let limit = match param("limit").map(|l| l.parse::<usize>()) {
+                None => 100,
+                Some(Ok(n)) if (1..=10_000).contains(&n) => n,
+                Some(_) => {
+                    return text(
+                        StatusCode::BAD_REQUEST,
+                        "text/plain",
+                        "limit must be a number from 1 to 10000\n",
+                    )
+                }
+            };
+            match p
+                .engine
+                .stored(param("process").as_deref(), state, limit)
+                .await
+            {
+                Ok(rows) => json(Value::Array(
+                    rows.iter()
+                        .map(|r| {
+                            serde_json::json!({
+                                "id": r.id,
+                                "process": r.process,
+                                "state": r.state.as_str(),
+                                "node": r.owner,
+                                "started_ms": r.started_ms,
+                                "updated_ms": r.updated_ms,
+                                "next_timer_ms": r.due_ms,
+                            })
+                        })
+                        .collect(),
+                )),
+                Err(e) => failed(e),
+            }
+        }
+        (&Method::POST, _)
+            if path.starts_with("/processes/instances/") && path.ends_with("/retry") =>
+        {
+            let id = &path["/processes/instances/".len()..path.len() - "/retry".len()];
+            let Ok(n) = id.parse::<u64>() else {
+                return no_such_id(id);
+            };
+            let Some(p) = processes else {
+                return text(StatusCode::NOT_FOUND, "text/plain", format!("no stored instance {n}\n"));
+            };
+            match p.engine.retry(n).await {
+                Ok(()) => text(StatusCode::ACCEPTED, "text/plain", format!("instance {n} resumed from its last wait point\n")),
+                Err(e) if e.starts_with("no stored instance") => text(StatusCode::NOT_FOUND, "text/plain", format!("{e}\n")),
+                Err(e) => text(StatusCode::CONFLICT, "text/plain", format!("{e}\n")),
+            }
+        }
+        (&Method::GET, _) if path.starts_with("/processes/instances/") => {
+            let id = &path["/processes/instances/".len()..];
+            let Ok(n) = id.parse::<u64>() else {
+                return no_such_id(id);
+            };
+            let Some(p) = processes else {
+                return text(StatusCode::NOT_FOUND, "text/plain", format!("no instance {n}\n"));
+            };
+            match p.engine.stored_detail(n).await {
+                Ok(Some(v)) => json(v),
+                Ok(None) => match p.engine.instances().into_iter().find(|i| i.id == n) {
+                    Some(i) => json(serde_json::json!({
+                        "id": i.id,
+                        "process": i.process.clark(),
+                        "state": "running",
+                        "running_here": true,
+                        "age_ms": i.age.as_millis() as u64,
+                    })),
+                    None => text(StatusCode::NOT_FOUND, "text/plain", format!("no instance {n}\n")),
+                },
+                Err(e) => failed(e),
+            }
+        }
         (&Method::DELETE, _) if path.starts_with("/processes/instances/") => {
             let id = &path["/processes/instances/".len()..];
             let Ok(n) = id.parse::<u64>() else {
-                return text(
-                    StatusCode::NOT_FOUND,
-                    "text/plain",
-                    format!("no instance '{id}': an instance id is a number\n"),
-                );
+                return no_such_id(id);
             };
-            if processes.is_some_and(|p| p.engine.terminate(n)) {
-                let mut r = text(StatusCode::NO_CONTENT, "text/plain", "");
-                r.headers_mut().remove(CONTENT_TYPE);
-                r
-            } else {
-                text(
+            let done = match processes {
+                Some(p) if p.engine.terminate(n) => Ok(true),
+                Some(p) => p.engine.terminate_stored(n).await,
+                None => Ok(false),
+            };
+            match done {
+                Ok(true) => {
+                    let mut r = text(StatusCode::NO_CONTENT, "text/plain", "");
+                    r.headers_mut().remove(CONTENT_TYPE);
+                    r
+                }
+                Ok(false) => text(
                     StatusCode::NOT_FOUND,
                     "text/plain",
-                    format!("no running instance {n}\n"),
-                )
+                    format!("no running or waiting instance {n}\n"),
+                ),
+                Err(e) => failed(e),
             }
         }
-        (_, "/processes" | "/processes/instances") => text(
+        (_, "/processes" | "/processes/instances" | "/processes/stored") => text(
             StatusCode::METHOD_NOT_ALLOWED,
             "text/plain",
             "method not allowed\n",
@@ -280,6 +444,39 @@ fn processes_api(control: &Control, method: &Method, path: &str) -> Response<Bod
         ),
         _ => text(StatusCode::NOT_FOUND, "text/plain", "not found\n"),
     }
+}
+
+fn no_such_id(id: &str) -> Response<Body> {
+    text(
+        StatusCode::NOT_FOUND,
+        "text/plain",
+        format!("no instance '{id}': an instance id is a number\n"),
+    )
+}
+
+/// A query parameter's value with `%XX` and `+` decoded (invalid escapes kept as written).
+fn percent_decode(v: &str) -> String {
+    let b = v.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'+' => out.push(b' '),
+            b'%' if i + 2 < b.len() => {
+                let hex = |c: u8| (c as char).to_digit(16);
+                match (hex(b[i + 1]), hex(b[i + 2])) {
+                    (Some(h), Some(l)) => {
+                        out.push((h * 16 + l) as u8);
+                        i += 2;
+                    }
+                    _ => out.push(b'%'),
+                }
+            }
+            c => out.push(c),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 fn text(status: StatusCode, ct: &'static str, body: impl Into<bytes::Bytes>) -> Response<Body> {
@@ -320,6 +517,7 @@ async fn handle(control: &Control, req: Request<Incoming>) -> Response<Body> {
             let rt = shared.runtime.load();
             database_metrics(&rt.databases, &mut out);
             process_metrics(rt.processes.as_deref(), &mut out);
+            store_metrics(rt.processes.as_deref(), &mut out).await;
             text(
                 StatusCode::OK,
                 "text/plain; version=0.0.4; charset=utf-8",
@@ -349,7 +547,10 @@ async fn handle(control: &Control, req: Request<Incoming>) -> Response<Body> {
                 Err(e) => text(StatusCode::BAD_REQUEST, "text/plain", format!("{e}\n")),
             }
         }
-        (m, p) if p == "/processes" || p.starts_with("/processes/") => processes_api(control, m, p),
+        (m, p) if p == "/processes" || p.starts_with("/processes/") => {
+            let query = req.uri().query().unwrap_or("").to_owned();
+            processes_api(control, m, p, &query).await
+        }
         (_, "/healthz" | "/readyz" | "/metrics" | "/config" | "/reload") => text(
             StatusCode::METHOD_NOT_ALLOWED,
             "text/plain",

@@ -138,6 +138,22 @@ pub struct Control {
     /// When shutdown started; [`RunningEngine::wait`] waits on it.
     stopping: Mutex<Option<Instant>>,
     stopping_cv: Condvar,
+    /// The first worker's runtime: where durable instances are resumed and kept.
+    first_worker: std::sync::OnceLock<tokio::runtime::Handle>,
+}
+
+/// Takes up the durable instances of `engine`'s processes (`own`: those this node ran
+/// before a restart as well) and starts its heartbeat, take-over and clean-up.
+async fn keep_durable(engine: busbar_flow::Engine, own: bool) {
+    if engine.persistence().is_empty() {
+        return;
+    }
+    match engine.recover(own).await {
+        Ok(0) => {}
+        Ok(n) => tracing::info!("resumed {n} durable process instances"),
+        Err(e) => tracing::error!("cannot resume durable process instances: {e}"),
+    }
+    engine.maintain();
 }
 
 fn workers_of(cfg: &busbar_config::Config) -> usize {
@@ -325,6 +341,7 @@ impl Engine {
             stopped: AtomicBool::new(false),
             stopping: Mutex::new(None),
             stopping_cv: Condvar::new(),
+            first_worker: std::sync::OnceLock::new(),
         });
         let mut per_worker: Vec<Vec<Job>> = (0..workers.max(1)).map(|_| Vec::new()).collect();
         let names = shared.runtime.load().listener_names.clone();
@@ -390,6 +407,14 @@ impl Engine {
             first.push(Job::task(async move {
                 shutdown.await;
                 c.shutdown();
+            }));
+            let c = control.clone();
+            let processes = shared.runtime.load().processes.clone();
+            first.push(Job::task(async move {
+                let _ = c.first_worker.set(tokio::runtime::Handle::current());
+                if let Some(p) = processes {
+                    keep_durable(p.engine.clone(), true).await;
+                }
             }));
         }
         let admin = listeners.admin.as_ref().and_then(|s| s.local_addr().ok());
@@ -529,6 +554,12 @@ impl Control {
         let previous = self.shared.runtime.load();
         if let (Some(new), Some(old)) = (&runtime.processes, &previous.processes) {
             new.engine.succeed(&old.engine);
+        }
+        if let (Some(new), Some(worker)) = (&runtime.processes, self.first_worker.get()) {
+            // The instances this node runs stay with the old runtime; the new one takes
+            // over only from nodes that died.
+            let own = previous.processes.is_none();
+            worker.spawn(keep_durable(new.engine.clone(), own));
         }
         // In-flight exchanges keep the old runtime alive through their own `Arc` and finish
         // on it; new requests see the new one from here on.

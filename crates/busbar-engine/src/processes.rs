@@ -27,6 +27,15 @@ use http::{Request, Response, StatusCode};
 
 use crate::endpoint::Endpoint;
 
+/// This machine's host name (the default node name of durable processes).
+fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "busbar".to_owned())
+}
+
 /// Largest request a process service reads (as a proxy's default `max_body`).
 pub const MAX_BODY: u64 = 10 * 1024 * 1024;
 
@@ -89,6 +98,7 @@ pub type Route = (usize, String, Arc<ProcessService>);
 pub fn build(
     loaded: &LoadedConfig,
     endpoints: &BTreeMap<String, Arc<Endpoint>>,
+    databases: &BTreeMap<String, Arc<busbar_sql::Database>>,
     listener_names: &[String],
     metrics: &Registry,
     workers: usize,
@@ -202,8 +212,46 @@ pub fn build(
         deployed.push(list);
     }
     let engine = Engine::new(limits, Arc::new(EndpointPartners { links }));
-    for list in deployed {
-        engine.add(list);
+    // One store per database, shared by the folders that use it.
+    let mut stores: HashMap<String, Arc<dyn busbar_flow::store::Store>> = HashMap::new();
+    for (list, (name, p, _, _)) in deployed.into_iter().zip(&folders) {
+        let persistence = p
+            .persistence
+            .as_ref()
+            .filter(|ps| ps.mode == busbar_config::PersistenceMode::Durable)
+            .and_then(|ps| {
+                let db = databases.get(&ps.database.value)?;
+                let store = match stores.get(&ps.database.value) {
+                    Some(s) => s.clone(),
+                    None => match crate::process_store::SqlStore::new(db.clone()) {
+                        Ok(s) => {
+                            let s: Arc<dyn busbar_flow::store::Store> = Arc::new(s);
+                            stores.insert(ps.database.value.clone(), s.clone());
+                            s
+                        }
+                        Err(e) => {
+                            errors.push(loaded.error(
+                                line_of(&ps.database),
+                                format!("processes.{name}.persistence.database"),
+                                e,
+                            ));
+                            return None;
+                        }
+                    },
+                };
+                Some(busbar_flow::runtime::Persistence {
+                    store,
+                    node: ps.node.clone().unwrap_or_else(host_name),
+                    completion: match ps.completion {
+                        busbar_config::CompletionPolicy::Never => busbar_flow::runtime::Completion::Never,
+                        busbar_config::CompletionPolicy::OnFault => busbar_flow::runtime::Completion::OnFault,
+                        busbar_config::CompletionPolicy::Always => busbar_flow::runtime::Completion::Always,
+                    },
+                    lease: ps.lease.0,
+                    retention: ps.retention.0,
+                })
+            });
+        engine.add_with(list, persistence.as_ref());
     }
     let mut routes = Vec::new();
     let mut out_folders = Vec::new();

@@ -151,6 +151,7 @@ impl Runtime {
         let processes = crate::processes::build(
             loaded,
             &shared_endpoints,
+            &databases,
             &listener_names,
             metrics,
             workers,

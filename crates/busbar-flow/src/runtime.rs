@@ -777,6 +777,58 @@ impl Engine {
         Ok(None)
     }
 
+    /// One stored instance as an administrator sees it: state, node, timers, correlation
+    /// keys, position and the process variables (of its last wait point, or final).
+    pub async fn stored_detail(&self, id: u64) -> Result<Option<serde_json::Value>, String> {
+        let Some(row) = self.stored_one(id).await? else {
+            return Ok(None);
+        };
+        let names: Vec<String> = self
+            .processes()
+            .iter()
+            .find(|l| l.process.name.clark() == row.process)
+            .map(|l| l.process.root.frame.vars.iter().map(|v| v.name.clone()).collect())
+            .unwrap_or_default();
+        let parse = |t: &Option<String>| {
+            t.as_deref()
+                .and_then(|t| serde_json::from_str::<serde_json::Value>(t).ok())
+        };
+        let snapshot = parse(&row.snapshot);
+        let fin = parse(&row.final_state);
+        let variables = match (&fin, &snapshot) {
+            (Some(f), _) => f["variables"].clone(),
+            (None, Some(s)) => {
+                let vars = &s["at"]["scope"]["frame"]["vars"];
+                serde_json::Value::Object(
+                    names
+                        .iter()
+                        .enumerate()
+                        .map(|(i, n)| (n.clone(), vars[i].clone()))
+                        .collect(),
+                )
+            }
+            _ => serde_json::Value::Null,
+        };
+        let live = self
+            .processes()
+            .iter()
+            .any(|l| l.instances.lock().is_ok_and(|m| m.contains_key(&id)));
+        Ok(Some(serde_json::json!({
+            "id": row.id,
+            "process": row.process,
+            "state": row.state.as_str(),
+            "node": row.owner,
+            "running_here": live,
+            "started_ms": row.started_ms,
+            "updated_ms": row.updated_ms,
+            "next_timer_ms": row.due_ms,
+            "keys": snapshot.as_ref().map(|s| s["keys"].clone()),
+            "position": snapshot.as_ref().map(|s| s["at"].clone()),
+            "variables": variables,
+            "fault": fin.as_ref().map(|f| f["fault"].clone()),
+        })))
+    }
+
     /// Instances per process and state, in every store.
     pub async fn stored_counts(&self) -> Result<Vec<(String, crate::store::State, u64)>, String> {
         let mut out = Vec::new();

@@ -1,0 +1,510 @@
+//! Durable process instances across a `kill -9`: busbar runs as a child process with its
+//! processes kept in SQLite or a real PostgreSQL server, instances wait on a `receive` and on
+//! a `wait`, the engine is killed and started again, and every instance completes exactly
+//! once (counted at a recording back end). Also two nodes on one PostgreSQL, one killed.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use busbar_sql::testing::TempPostgres;
+
+use crate::support::*;
+
+const WSDL: &str = r#"<?xml version="1.0" encoding="UTF-8"?>
+<definitions name="durable" targetNamespace="urn:dur"
+    xmlns="http://schemas.xmlsoap.org/wsdl/" xmlns:tns="urn:dur"
+    xmlns:xsd="http://www.w3.org/2001/XMLSchema"
+    xmlns:soap="http://schemas.xmlsoap.org/wsdl/soap/"
+    xmlns:plnk="http://docs.oasis-open.org/wsbpel/2.0/plnktype"
+    xmlns:vprop="http://docs.oasis-open.org/wsbpel/2.0/varprop">
+  <types>
+    <xsd:schema targetNamespace="urn:dur">
+      <xsd:element name="text" type="xsd:string"/>
+    </xsd:schema>
+  </types>
+  <message name="TextMsg"><part name="payload" element="tns:text"/></message>
+  <portType name="Waiter">
+    <operation name="start"><input message="tns:TextMsg"/><output message="tns:TextMsg"/></operation>
+    <operation name="finish"><input message="tns:TextMsg"/><output message="tns:TextMsg"/></operation>
+  </portType>
+  <portType name="Sleeper">
+    <operation name="sleep"><input message="tns:TextMsg"/><output message="tns:TextMsg"/></operation>
+  </portType>
+  <portType name="Recorder">
+    <operation name="record"><input message="tns:TextMsg"/><output message="tns:TextMsg"/></operation>
+  </portType>
+  <binding name="WaiterBinding" type="tns:Waiter">
+    <soap:binding style="document" transport="http://schemas.xmlsoap.org/soap/http"/>
+    <operation name="start">
+      <soap:operation soapAction="urn:dur:start"/>
+      <input><soap:body use="literal"/></input><output><soap:body use="literal"/></output>
+    </operation>
+    <operation name="finish">
+      <soap:operation soapAction="urn:dur:finish"/>
+      <input><soap:body use="literal"/></input><output><soap:body use="literal"/></output>
+    </operation>
+  </binding>
+  <binding name="SleeperBinding" type="tns:Sleeper">
+    <soap:binding style="document" transport="http://schemas.xmlsoap.org/soap/http"/>
+    <operation name="sleep">
+      <soap:operation soapAction="urn:dur:sleep"/>
+      <input><soap:body use="literal"/></input><output><soap:body use="literal"/></output>
+    </operation>
+  </binding>
+  <binding name="RecorderBinding" type="tns:Recorder">
+    <soap:binding style="document" transport="http://schemas.xmlsoap.org/soap/http"/>
+    <operation name="record">
+      <soap:operation soapAction="urn:dur:record"/>
+      <input><soap:body use="literal"/></input><output><soap:body use="literal"/></output>
+    </operation>
+  </binding>
+  <service name="WaiterService">
+    <port name="WaiterPort" binding="tns:WaiterBinding">
+      <soap:address location="http://localhost:8080/durable/Waiter"/>
+    </port>
+  </service>
+  <service name="SleeperService">
+    <port name="SleeperPort" binding="tns:SleeperBinding">
+      <soap:address location="http://localhost:8080/durable/Sleeper"/>
+    </port>
+  </service>
+  <service name="RecorderService">
+    <port name="RecorderPort" binding="tns:RecorderBinding">
+      <soap:address location="http://127.0.0.1:9/unused"/>
+    </port>
+  </service>
+  <plnk:partnerLinkType name="WaiterLT"><plnk:role name="waiter" portType="tns:Waiter"/></plnk:partnerLinkType>
+  <plnk:partnerLinkType name="SleeperLT"><plnk:role name="sleeper" portType="tns:Sleeper"/></plnk:partnerLinkType>
+  <plnk:partnerLinkType name="RecorderLT"><plnk:role name="recorder" portType="tns:Recorder"/></plnk:partnerLinkType>
+  <vprop:property name="id" type="xsd:string"/>
+  <vprop:propertyAlias propertyName="tns:id" messageType="tns:TextMsg" part="payload"/>
+</definitions>
+"#;
+
+/// start(id) is answered at once; the instance then waits for finish(id), records
+/// "finished ID" at the recorder and answers with the recorder's answer.
+const WAITER: &str = r#"<process name="Waiter" targetNamespace="urn:dur:proc"
+    xmlns="http://docs.oasis-open.org/wsbpel/2.0/process/executable" xmlns:t="urn:dur">
+  <import location="durable.wsdl" namespace="urn:dur" importType="http://schemas.xmlsoap.org/wsdl/"/>
+  <partnerLinks>
+    <partnerLink name="client" partnerLinkType="t:WaiterLT" myRole="waiter"/>
+    <partnerLink name="recorder" partnerLinkType="t:RecorderLT" partnerRole="recorder"/>
+  </partnerLinks>
+  <variables>
+    <variable name="in" messageType="t:TextMsg"/>
+    <variable name="fin" messageType="t:TextMsg"/>
+    <variable name="req" messageType="t:TextMsg"/>
+    <variable name="resp" messageType="t:TextMsg"/>
+  </variables>
+  <correlationSets>
+    <correlationSet name="conv" properties="t:id"/>
+  </correlationSets>
+  <sequence>
+    <receive partnerLink="client" operation="start" variable="in" createInstance="yes">
+      <correlations><correlation set="conv" initiate="yes"/></correlations>
+    </receive>
+    <reply partnerLink="client" operation="start" variable="in"/>
+    <receive partnerLink="client" operation="finish" variable="fin">
+      <correlations><correlation set="conv"/></correlations>
+    </receive>
+    <assign>
+      <copy>
+        <from>concat('finished ', $fin.payload)</from>
+        <to variable="req" part="payload"/>
+      </copy>
+    </assign>
+    <invoke partnerLink="recorder" operation="record" inputVariable="req" outputVariable="resp"/>
+    <reply partnerLink="client" operation="finish" variable="resp"/>
+  </sequence>
+</process>
+"#;
+
+/// sleep(id) is answered at once; the instance waits two seconds, then records "slept ID".
+const SLEEPER: &str = r#"<process name="Sleeper" targetNamespace="urn:dur:proc"
+    xmlns="http://docs.oasis-open.org/wsbpel/2.0/process/executable" xmlns:t="urn:dur">
+  <import location="durable.wsdl" namespace="urn:dur" importType="http://schemas.xmlsoap.org/wsdl/"/>
+  <partnerLinks>
+    <partnerLink name="client" partnerLinkType="t:SleeperLT" myRole="sleeper"/>
+    <partnerLink name="recorder" partnerLinkType="t:RecorderLT" partnerRole="recorder"/>
+  </partnerLinks>
+  <variables>
+    <variable name="in" messageType="t:TextMsg"/>
+    <variable name="req" messageType="t:TextMsg"/>
+    <variable name="resp" messageType="t:TextMsg"/>
+  </variables>
+  <sequence>
+    <receive partnerLink="client" operation="sleep" variable="in" createInstance="yes"/>
+    <reply partnerLink="client" operation="sleep" variable="in"/>
+    <wait><for>'PT2S'</for></wait>
+    <assign>
+      <copy>
+        <from>concat('slept ', $in.payload)</from>
+        <to variable="req" part="payload"/>
+      </copy>
+    </assign>
+    <invoke partnerLink="recorder" operation="record" inputVariable="req" outputVariable="resp"/>
+  </sequence>
+</process>
+"#;
+
+const DEPLOY: &str = r#"<deploy xmlns="http://www.apache.org/ode/schemas/dd/2007/03"
+    xmlns:p="urn:dur:proc" xmlns:t="urn:dur">
+  <process name="p:Waiter">
+    <provide partnerLink="client"><service name="t:WaiterService" port="WaiterPort"/></provide>
+    <invoke partnerLink="recorder"><service name="t:RecorderService" port="RecorderPort"/></invoke>
+  </process>
+  <process name="p:Sleeper">
+    <provide partnerLink="client"><service name="t:SleeperService" port="SleeperPort"/></provide>
+    <invoke partnerLink="recorder"><service name="t:RecorderService" port="RecorderPort"/></invoke>
+  </process>
+</deploy>
+"#;
+
+/// The process folder, the sleeper waiting `wait` (an xs:duration).
+fn folder(wait: &str) -> PathBuf {
+    let dir = temp_dir("durable");
+    let sleeper = SLEEPER.replace("'PT2S'", &format!("'{wait}'"));
+    for (name, text) in [
+        ("durable.wsdl", WSDL),
+        ("Waiter.bpel", WAITER),
+        ("Sleeper.bpel", sleeper.as_str()),
+        ("deploy.xml", DEPLOY),
+    ] {
+        std::fs::write(dir.join(name), text).expect("write process file");
+    }
+    dir
+}
+
+/// Where the instances are kept.
+enum Db<'a> {
+    Sqlite(&'a Path),
+    Postgres(&'a TempPostgres),
+}
+
+/// A `busbar run` child process on a config written for it, killed with SIGKILL on drop.
+struct Node {
+    child: Child,
+    http: SocketAddr,
+    admin: SocketAddr,
+    log: PathBuf,
+}
+
+impl Node {
+    fn start(dir: &Path, name: &str, db: &Db, recorder: SocketAddr) -> Node {
+        let http = free_addr();
+        let admin = free_addr();
+        let database = match db {
+            Db::Sqlite(file) => format!("{{ path: \"{}\" }}", file.display()),
+            Db::Postgres(pg) => format!("{{ url: \"{}\" }}", pg.url()),
+        };
+        let yaml = format!(
+            "workers: 1\nadmin: {{ bind: \"{admin}\" }}\nlisteners:\n  http: {{ bind: \"{http}\" }}\n\
+             databases:\n  flows: {database}\n\
+             endpoints:\n  recorder: {{ url: \"http://{recorder}/record\", timeout: 10s }}\n\
+             processes:\n  Durable:\n    dir: {}\n    partners: {{ recorder: recorder }}\n    \
+             persistence: {{ database: flows, node: {name}, lease: 2s, completion: always }}\n",
+            dir.display()
+        );
+        let config = dir.join(format!("{name}.yaml"));
+        std::fs::write(&config, yaml).expect("write config");
+        let log = dir.join(format!("{name}.log"));
+        let child = Command::new(env!("CARGO_BIN_EXE_busbar"))
+            .arg("run")
+            .arg(&config)
+            .env("BUSBAR_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(
+                std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(&log)
+                    .expect("log"),
+            )
+            .spawn()
+            .expect("busbar run");
+        let node = Node {
+            child,
+            http,
+            admin,
+            log,
+        };
+        let ready = eventually(Duration::from_secs(30), || {
+            std::net::TcpStream::connect(node.http).is_ok()
+                && std::net::TcpStream::connect(node.admin).is_ok()
+        });
+        assert!(ready, "busbar did not start: {}", node.log_text());
+        node
+    }
+
+    fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    fn call(&self, path: &str, action: &str, text: &str) -> Resp {
+        let mut c = Client::connect(self.http);
+        c.post(
+            path,
+            &[
+                ("Content-Type", "text/xml; charset=UTF-8"),
+                ("SOAPAction", action),
+            ],
+            envelope(text).as_bytes(),
+        )
+        .unwrap_or_else(|e| panic!("{path} {text}: {e}; log: {}", self.log_text()))
+    }
+
+    fn get(&self, path: &str) -> Resp {
+        Client::connect(self.admin).get(path).expect("admin GET")
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+fn free_addr() -> SocketAddr {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("bind")
+        .local_addr()
+        .expect("addr")
+}
+
+fn envelope(text: &str) -> String {
+    format!(
+        "<soapenv:Envelope xmlns:soapenv=\"http://schemas.xmlsoap.org/soap/envelope/\"><soapenv:Body><t:text xmlns:t=\"urn:dur\">{text}</t:text></soapenv:Body></soapenv:Envelope>"
+    )
+}
+
+/// The texts the recorder got, with how often each came.
+fn recorded(seen: &Arc<Mutex<Vec<Vec<u8>>>>) -> BTreeMap<String, usize> {
+    let mut out = BTreeMap::new();
+    for body in seen.lock().expect("lock").iter() {
+        let body = String::from_utf8_lossy(body);
+        let Some(start) = body.find("<t:text") else {
+            continue;
+        };
+        let from = start + body[start..].find('>').unwrap_or(0) + 1;
+        let to = from + body[from..].find('<').unwrap_or(0);
+        *out.entry(body[from..to].to_owned()).or_default() += 1;
+    }
+    out
+}
+
+/// Sends `n` calls from 8 threads; returns the statuses and bodies.
+fn many(node: &Node, n: usize, f: impl Fn(usize) -> (String, String, String) + Sync) -> Vec<Resp> {
+    let out = Mutex::new(Vec::new());
+    std::thread::scope(|s| {
+        for t in 0..8 {
+            let (out, f) = (&out, &f);
+            s.spawn(move || {
+                for i in (t..n).step_by(8) {
+                    let (path, action, text) = f(i);
+                    let r = node.call(&path, &action, &text);
+                    out.lock().expect("lock").push(r);
+                }
+            });
+        }
+    });
+    out.into_inner().expect("lock")
+}
+
+fn kill_and_resume(db: &Db, dir: &Path) {
+    let (recorder, seen) = recording_back_end();
+    let n = 100;
+    let mut node = Node::start(dir, "n1", db, recorder);
+    // Each start is answered once the instance's snapshot at its wait point is written.
+    for r in many(&node, n, |i| {
+        ("/durable/Waiter".into(), "urn:dur:start".into(), format!("w{i}"))
+    }) {
+        assert_eq!(r.status, 200, "{}", r.text());
+    }
+    for r in many(&node, n, |i| {
+        ("/durable/Sleeper".into(), "urn:dur:sleep".into(), format!("s{i}"))
+    }) {
+        assert_eq!(r.status, 200, "{}", r.text());
+    }
+    let waiting = node.get("/processes/stored?state=waiting&limit=1000");
+    assert_eq!(waiting.status, 200, "{}", waiting.text());
+    let list: serde_json::Value = serde_json::from_slice(&waiting.body).expect("json");
+    assert_eq!(list.as_array().map(Vec::len), Some(2 * n), "{list}");
+    node.kill();
+    assert!(recorded(&seen).is_empty(), "nothing ran past a wait point yet");
+
+    let node = Node::start(dir, "n1", db, recorder);
+    // The waiters got their correlated message after the restart.
+    for r in many(&node, n, |i| {
+        ("/durable/Waiter".into(), "urn:dur:finish".into(), format!("w{i}"))
+    }) {
+        assert_eq!(r.status, 200, "{}: {}", r.text(), node.log_text());
+        assert!(r.text().contains("finished w"), "{}", r.text());
+    }
+    // The sleepers' timers fired after the restart.
+    let all = eventually(Duration::from_secs(30), || recorded(&seen).len() == 2 * n);
+    let got = recorded(&seen);
+    assert!(all, "{} of {} recorded: {got:?}\n{}", got.len(), 2 * n, node.log_text());
+    std::thread::sleep(Duration::from_millis(500));
+    let got = recorded(&seen);
+    for i in 0..n {
+        assert_eq!(got.get(&format!("finished w{i}")), Some(&1), "{got:?}");
+        assert_eq!(got.get(&format!("slept s{i}")), Some(&1), "{got:?}");
+    }
+    // Kept with their final variables (completion: always).
+    let done = eventually(Duration::from_secs(10), || {
+        let r = node.get("/processes/stored?state=completed&limit=1000");
+        serde_json::from_slice::<serde_json::Value>(&r.body)
+            .ok()
+            .and_then(|v| v.as_array().map(Vec::len))
+            == Some(2 * n)
+    });
+    assert!(done, "{}", node.get("/processes/stored?limit=1000").text());
+    let list: serde_json::Value =
+        serde_json::from_slice(&node.get("/processes/stored?state=completed&limit=1").body)
+            .expect("json");
+    let id = list[0]["id"].as_u64().expect("an id");
+    let one = node.get(&format!("/processes/instances/{id}"));
+    assert_eq!(one.status, 200);
+    let v: serde_json::Value = serde_json::from_slice(&one.body).expect("json");
+    assert_eq!(v["state"], "completed", "{v}");
+    let req = v["variables"]["req"].as_str().unwrap_or_default();
+    assert!(
+        req.contains("finished w") || req.contains("slept s"),
+        "{v}"
+    );
+    let metrics = node.get("/metrics").text();
+    assert!(
+        metrics.contains("busbar_process_stored_instances{process=\"{urn:dur:proc}Waiter\",state=\"completed\"} 100"),
+        "{metrics}"
+    );
+    assert!(metrics.contains("busbar_process_store_write_seconds_count"), "{metrics}");
+}
+
+#[test]
+fn durable_instances_on_sqlite_survive_kill_9_and_complete_once() {
+    let dir = folder("PT2S");
+    let file = dir.join("flows.db");
+    kill_and_resume(&Db::Sqlite(&file), &dir);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn durable_instances_on_postgres_survive_kill_9_and_complete_once() {
+    let pg = TempPostgres::start().unwrap_or_else(|e| panic!("{e}"));
+    let dir = folder("PT2S");
+    kill_and_resume(&Db::Postgres(&pg), &dir);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn two_nodes_on_postgres_finish_a_dead_nodes_timers_exactly_once() {
+    let pg = TempPostgres::start().unwrap_or_else(|e| panic!("{e}"));
+    let dir = folder("PT6S");
+    let (recorder, seen) = recording_back_end();
+    let mut a = Node::start(&dir, "a", &Db::Postgres(&pg), recorder);
+    let b = Node::start(&dir, "b", &Db::Postgres(&pg), recorder);
+    let n = 500;
+    std::thread::scope(|s| {
+        let (a, b) = (&a, &b);
+        s.spawn(move || {
+            for r in many(a, n, |i| {
+                ("/durable/Sleeper".into(), "urn:dur:sleep".into(), format!("a{i}"))
+            }) {
+                assert_eq!(r.status, 200, "{}", r.text());
+            }
+        });
+        s.spawn(move || {
+            for r in many(b, n, |i| {
+                ("/durable/Sleeper".into(), "urn:dur:sleep".into(), format!("b{i}"))
+            }) {
+                assert_eq!(r.status, 200, "{}", r.text());
+            }
+        });
+    });
+    // Every instance waits its six seconds now; node a dies with its 500.
+    a.kill();
+    let all = eventually(Duration::from_secs(60), || recorded(&seen).len() == 2 * n);
+    let got = recorded(&seen);
+    assert!(all, "{} of {} recorded\n{}", got.len(), 2 * n, b.log_text());
+    std::thread::sleep(Duration::from_secs(1));
+    let got = recorded(&seen);
+    for i in 0..n {
+        for who in ["a", "b"] {
+            assert_eq!(got.get(&format!("slept {who}{i}")), Some(&1), "{who}{i}: {got:?}");
+        }
+    }
+    let r = b.get("/processes/stored?state=waiting&limit=10");
+    assert_eq!(r.text().trim(), "[]", "{}", r.text());
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// Apache ODE's WS-BPEL unit suite, read in place from `../shared/conformance/ode-bpel-2.0/`,
+/// with every process durable in a SQLite file: the tests that pass in memory pass there too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_ode_suite_passes_the_same_tests_with_every_process_durable() {
+    let suite = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/conformance/ode-bpel-2.0");
+    if !suite.is_dir() {
+        eprintln!("skipped: ../shared/conformance/ode-bpel-2.0 is missing");
+        return;
+    }
+    let dir = temp_dir("durable-ode");
+    let db = busbar_sql::Database::open(
+        "flows",
+        busbar_sql::Options {
+            kind: busbar_sql::Kind::Sqlite {
+                path: dir.join("flows.db"),
+                busy_timeout: Duration::from_secs(5),
+            },
+            pool: 2,
+            acquire_timeout: Duration::from_secs(5),
+            statement_timeout: Duration::from_secs(30),
+            connect_timeout: Duration::from_secs(5),
+            statement_cache: true,
+            init: None,
+            tls: None,
+        },
+    )
+    .expect("open SQLite");
+    let store = busbar_engine::process_store::SqlStore::new(db).expect("store");
+    let store: Arc<dyn busbar_flow::store::Store> = Arc::new(store);
+    store.init().await.expect("tables");
+    let durable = busbar_flow::runtime::Persistence {
+        store: store.clone(),
+        node: "ode".into(),
+        completion: busbar_flow::runtime::Completion::Always,
+        lease: Duration::from_secs(30),
+        retention: Duration::from_secs(3600),
+    };
+    let passed = |results: &[busbar_flow::harness::TestResult]| {
+        results
+            .iter()
+            .filter(|r| matches!(r.verdict, busbar_flow::harness::Verdict::Passed))
+            .map(|r| r.name.clone())
+            .collect::<std::collections::BTreeSet<_>>()
+    };
+    let (_, transient) = busbar_flow::harness::run_all(&[suite.clone()], |_| {}).await;
+    let (_, durable_results) =
+        busbar_flow::harness::run_all_with(&[suite], Some(&durable), |l| println!("{l}")).await;
+    let (t, d) = (passed(&transient), passed(&durable_results));
+    let lost: Vec<_> = t.difference(&d).collect();
+    assert!(lost.is_empty(), "pass in memory, fail durable: {lost:?}");
+    assert!(t.len() > 10, "only {} tests passed", t.len());
+    // The instances that ended are in the database, with their final state.
+    let counts = store.counts().await.expect("counts");
+    let finished: u64 = counts
+        .iter()
+        .filter(|(_, s, _)| *s != busbar_flow::store::State::Waiting)
+        .map(|(_, _, n)| n)
+        .sum();
+    assert!(finished > 0, "{counts:?}");
+    let _ = std::fs::remove_dir_all(dir);
+}
