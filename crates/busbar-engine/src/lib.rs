@@ -6,7 +6,8 @@
 //! CPU-heavy step work; [`endpoint`] holds the back-end endpoints (pooled keep-alive clients
 //! behind retry, failover, load balancing and circuit breakers); [`databases`] opens the
 //! config's databases for the `sql` step; [`processes`] deploys the config's WS-BPEL processes
-//! and serves each as a SOAP endpoint;
+//! and serves each as a SOAP endpoint; [`process_store`] keeps their instances durable in a
+//! SQLite or PostgreSQL database;
 //! [`serve`] runs one event loop per worker thread, each with its own `SO_REUSEPORT` socket,
 //! over a [`serve::Handler`]; [`proxy`] is the request path of a proxy listener (match →
 //! sequences → reply or error answer); [`engine`] builds, binds and serves, with reload and
@@ -23,6 +24,7 @@ pub mod headers;
 pub mod net;
 pub mod offload;
 pub mod otlp;
+pub mod process_store;
 pub mod processes;
 pub mod proxy;
 pub mod router;

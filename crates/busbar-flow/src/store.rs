@@ -124,6 +124,9 @@ pub struct KeyOwner {
     pub alive: bool,
 }
 
+/// Instances per process and state, as [`Store::counts`] returns them.
+pub type Counts = Vec<(String, State, u64)>;
+
 /// A database holding durable instances. Every method is one transaction.
 pub trait Store: Send + Sync + std::fmt::Debug {
     /// `sqlite` or `postgres`.
@@ -194,5 +197,5 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     fn cleanup(&self, before_ms: i64) -> BoxFuture<'_, Result<u64, String>>;
 
     /// Instances per process and state.
-    fn counts(&self) -> BoxFuture<'_, Result<Vec<(String, State, u64)>, String>>;
+    fn counts(&self) -> BoxFuture<'_, Result<Counts, String>>;
 }

@@ -1,0 +1,1428 @@
+//! Durable WS-BPEL instances in a database: [`SqlStore`] implements
+//! [`busbar_flow::store::Store`] over a [`busbar_sql::Database`], with one table layout for
+//! SQLite and PostgreSQL.
+//!
+//! Layout: `busbar_bpel_instances` holds one row per instance (state, owner, earliest due
+//! timer, last snapshot, final variables), `busbar_bpel_keys` a waiting instance's
+//! correlation keys and `busbar_bpel_nodes` one heartbeat per node; times are ms since the
+//! Unix epoch. Instance ids are `u64` kept in a BIGINT: ids past `i64::MAX` are stored as
+//! negative numbers and read back unchanged. Every statement is parsed once, in
+//! [`SqlStore::new`]; values are bound by parameter name.
+//!
+//! Why the SQL looks as it does:
+//! - A write refused because another node took the instance over must change nothing, and
+//!   there is no way to raise an error from plain SQL that both dialects accept. So every
+//!   statement after the instance row's own write is conditional on the row being this
+//!   node's, and the transaction ends by reading the owner back: another node's name there
+//!   is the refusal. On PostgreSQL that first write (an upsert, or a delete) locks the row,
+//!   so the owner cannot change between the statements.
+//! - On PostgreSQL a claim locks its rows with `FOR UPDATE SKIP LOCKED`, and the owner's
+//!   heartbeat is checked by a subquery in the WHERE clause, not by a join. When another
+//!   node claimed a row after this statement's snapshot was taken, PostgreSQL checks the
+//!   WHERE clause again on the row's new version: a subquery is evaluated again for the new
+//!   owner, whereas a joined heartbeat row stays the one found for the old owner (none, for
+//!   an unowned row), and the row would be claimed twice.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use busbar_flow::runtime::BoxFuture;
+use busbar_flow::store::{Counts, Finish, KeyOwner, Save, State, Store, Stored};
+use busbar_sql::{Database, DbError, NumericAs, Output, Query, Shape, Statement, Value};
+use serde::de::DeserializeOwned;
+use serde::Deserialize;
+
+const CREATE: [&str; 7] = [
+    "CREATE TABLE IF NOT EXISTS busbar_bpel_nodes (
+       node TEXT PRIMARY KEY,
+       heartbeat BIGINT NOT NULL
+     )",
+    "CREATE TABLE IF NOT EXISTS busbar_bpel_instances (
+       id BIGINT PRIMARY KEY,
+       process TEXT NOT NULL,
+       state TEXT NOT NULL,
+       owner TEXT,
+       started BIGINT NOT NULL,
+       updated BIGINT NOT NULL,
+       due BIGINT,
+       snapshot TEXT,
+       final TEXT
+     )",
+    "CREATE INDEX IF NOT EXISTS busbar_bpel_instances_state_due
+       ON busbar_bpel_instances (state, due)",
+    "CREATE INDEX IF NOT EXISTS busbar_bpel_instances_owner ON busbar_bpel_instances (owner)",
+    "CREATE INDEX IF NOT EXISTS busbar_bpel_instances_process_state
+       ON busbar_bpel_instances (process, state)",
+    "CREATE TABLE IF NOT EXISTS busbar_bpel_keys (
+       process TEXT NOT NULL,
+       key TEXT NOT NULL,
+       instance BIGINT NOT NULL,
+       PRIMARY KEY (process, key)
+     )",
+    "CREATE INDEX IF NOT EXISTS busbar_bpel_keys_instance ON busbar_bpel_keys (instance)",
+];
+
+/// Nodes starting together on an empty PostgreSQL database would race to create the same
+/// tables (`CREATE … IF NOT EXISTS` is not atomic there); a transaction-scoped advisory lock
+/// makes them take turns. The number is arbitrary, the same in every busbar.
+const PG_INIT_LOCK: &str = "SELECT pg_advisory_xact_lock(7310293695437070962)";
+
+const UPSERT_WAITING: &str = "
+INSERT INTO busbar_bpel_instances (id, process, state, owner, started, updated, due, snapshot, final)
+VALUES (:id, :process, 'waiting', :node, :started, :now, :due, :snapshot, NULL)
+ON CONFLICT (id) DO UPDATE SET
+  state = 'waiting', owner = excluded.owner, updated = excluded.updated, due = excluded.due,
+  snapshot = excluded.snapshot, final = NULL
+WHERE busbar_bpel_instances.owner = excluded.owner OR busbar_bpel_instances.owner IS NULL";
+
+/// The snapshot of an instance that waited is kept; one that never did is inserted without.
+const UPSERT_FINISHED: &str = "
+INSERT INTO busbar_bpel_instances (id, process, state, owner, started, updated, due, snapshot, final)
+VALUES (:id, :process, :state, :node, :started, :now, NULL, NULL, :final)
+ON CONFLICT (id) DO UPDATE SET
+  state = excluded.state, owner = excluded.owner, updated = excluded.updated, due = NULL,
+  final = excluded.final
+WHERE busbar_bpel_instances.owner = excluded.owner OR busbar_bpel_instances.owner IS NULL";
+
+const DELETE_KEYS_IF_OWNED: &str = "
+DELETE FROM busbar_bpel_keys WHERE instance = :id
+  AND EXISTS (SELECT 1 FROM busbar_bpel_instances WHERE id = :id AND owner = :node)";
+
+/// The casts type the parameters on PostgreSQL, where a bare parameter in a select list
+/// would be text.
+const INSERT_KEY_IF_OWNED: &str = "
+INSERT INTO busbar_bpel_keys (process, key, instance)
+SELECT CAST(:process AS TEXT), CAST(:key AS TEXT), CAST(:id AS BIGINT)
+WHERE EXISTS (SELECT 1 FROM busbar_bpel_instances WHERE id = :id AND owner = :node)
+ON CONFLICT (process, key) DO UPDATE SET instance = excluded.instance";
+
+const DELETE_IF_OWNED: &str = "
+DELETE FROM busbar_bpel_instances WHERE id = :id AND (owner = :node OR owner IS NULL)";
+
+const DELETE_KEYS_IF_GONE: &str = "
+DELETE FROM busbar_bpel_keys WHERE instance = :id
+  AND NOT EXISTS (SELECT 1 FROM busbar_bpel_instances WHERE id = :id)";
+
+const OWNER: &str = "SELECT owner FROM busbar_bpel_instances WHERE id = :id";
+
+const HEARTBEAT: &str = "
+INSERT INTO busbar_bpel_nodes (node, heartbeat) VALUES (:node, :now)
+ON CONFLICT (node) DO UPDATE SET heartbeat = excluded.heartbeat";
+
+/// Which waiting instances a node may claim; `{processes}` is the dialect's way of reading
+/// the JSON array of process names bound to `:processes`.
+const CLAIMABLE: &str = "
+i.state = 'waiting'
+AND i.process IN ({processes})
+AND (i.owner IS NULL
+     OR (:own = 1 AND i.owner = :node)
+     OR NOT EXISTS (SELECT 1 FROM busbar_bpel_nodes n
+                    WHERE n.node = i.owner AND n.heartbeat >= :stale))";
+
+const COLUMNS: &str = "id, process, state, owner, started, updated, due, snapshot, final";
+
+const KEY_OWNER: &str = "
+SELECT i.id, i.owner, n.heartbeat
+FROM busbar_bpel_keys k
+JOIN busbar_bpel_instances i ON i.id = k.instance
+LEFT JOIN busbar_bpel_nodes n ON n.node = i.owner
+WHERE k.process = :process AND k.key = :key AND i.state = 'waiting'";
+
+const GET: &str = "
+SELECT id, process, state, owner, started, updated, due, snapshot, final
+FROM busbar_bpel_instances WHERE id = :id";
+
+/// Locks the row (PostgreSQL) when it is in state `from`, so the statements after it see the
+/// same state.
+const LOCK_IN_STATE: &str =
+    "UPDATE busbar_bpel_instances SET state = state WHERE id = :id AND state = :from";
+
+const DELETE_KEYS_IN_STATE: &str = "
+DELETE FROM busbar_bpel_keys WHERE instance = :id
+  AND EXISTS (SELECT 1 FROM busbar_bpel_instances WHERE id = :id AND state = :from)";
+
+const TO_WAITING: &str = "
+UPDATE busbar_bpel_instances SET state = 'waiting', owner = :node, updated = :now
+WHERE id = :id AND state = :from";
+
+const TO_FINISHED: &str = "
+UPDATE busbar_bpel_instances SET state = :to, owner = :node, updated = :now, due = NULL
+WHERE id = :id AND state = :from";
+
+const COUNTS: &str = "
+SELECT process, state, COUNT(*) AS n FROM busbar_bpel_instances
+GROUP BY process, state ORDER BY process, state";
+
+/// A [`Store`] in a SQLite or PostgreSQL database.
+pub struct SqlStore {
+    db: Arc<Database>,
+    sql: Sql,
+}
+
+impl std::fmt::Debug for SqlStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqlStore")
+            .field("db", &self.db)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Every statement, parsed for the database's dialect.
+struct Sql {
+    init: Vec<Arc<Statement>>,
+    upsert_waiting: Arc<Statement>,
+    upsert_finished: Arc<Statement>,
+    delete_keys_if_owned: Arc<Statement>,
+    insert_key_if_owned: Arc<Statement>,
+    delete_if_owned: Arc<Statement>,
+    delete_keys_if_gone: Arc<Statement>,
+    owner: Arc<Statement>,
+    heartbeat: Arc<Statement>,
+    claim: Arc<Statement>,
+    key_owner: Arc<Statement>,
+    /// By (process filter, state filter).
+    list: [Arc<Statement>; 4],
+    get: Arc<Statement>,
+    lock_in_state: Arc<Statement>,
+    delete_keys_in_state: Arc<Statement>,
+    to_waiting: Arc<Statement>,
+    to_finished: Arc<Statement>,
+    cleanup_keys: Arc<Statement>,
+    cleanup: Arc<Statement>,
+    counts: Arc<Statement>,
+}
+
+fn parse(sql: &str) -> Result<Arc<Statement>, String> {
+    Statement::parse(sql)
+        .map(Arc::new)
+        .map_err(|e| format!("{e}: {sql}"))
+}
+
+impl Sql {
+    fn new(postgres: bool) -> Result<Self, String> {
+        let mut init = Vec::with_capacity(CREATE.len() + 1);
+        if postgres {
+            init.push(parse(PG_INIT_LOCK)?);
+        }
+        for c in CREATE {
+            init.push(parse(c)?);
+        }
+        let claim = if postgres {
+            let claimable = CLAIMABLE.replace(
+                "{processes}",
+                "SELECT json_array_elements_text(CAST(:processes AS json))",
+            );
+            format!(
+                "WITH picked AS (
+                   SELECT i.id FROM busbar_bpel_instances i
+                   WHERE {claimable}
+                   ORDER BY i.id LIMIT :limit
+                   FOR UPDATE OF i SKIP LOCKED
+                 )
+                 UPDATE busbar_bpel_instances AS t SET owner = :node, updated = :now
+                 FROM picked WHERE t.id = picked.id
+                 RETURNING t.id, t.process, t.state, t.owner, t.started, t.updated, t.due,
+                           t.snapshot, t.final"
+            )
+        } else {
+            // One writer at a time: the statement alone is the transaction that claims.
+            let claimable =
+                CLAIMABLE.replace("{processes}", "SELECT value FROM json_each(:processes)");
+            format!(
+                "UPDATE busbar_bpel_instances SET owner = :node, updated = :now
+                 WHERE id IN (SELECT i.id FROM busbar_bpel_instances i
+                              WHERE {claimable}
+                              ORDER BY i.id LIMIT :limit)
+                 RETURNING {COLUMNS}"
+            )
+        };
+        // Newest by last change, not by id: ids need not grow with time across nodes.
+        let list = |filter: &str| {
+            parse(&format!(
+                "SELECT id, process, state, owner, started, updated, due
+                 FROM busbar_bpel_instances {filter}
+                 ORDER BY updated DESC, id DESC LIMIT :limit"
+            ))
+        };
+        let finished = State::ALL
+            .iter()
+            .filter(|s| **s != State::Waiting)
+            .map(|s| format!("'{}'", s.as_str()))
+            .collect::<Vec<_>>()
+            .join(", ");
+        Ok(Self {
+            init,
+            upsert_waiting: parse(UPSERT_WAITING)?,
+            upsert_finished: parse(UPSERT_FINISHED)?,
+            delete_keys_if_owned: parse(DELETE_KEYS_IF_OWNED)?,
+            insert_key_if_owned: parse(INSERT_KEY_IF_OWNED)?,
+            delete_if_owned: parse(DELETE_IF_OWNED)?,
+            delete_keys_if_gone: parse(DELETE_KEYS_IF_GONE)?,
+            owner: parse(OWNER)?,
+            heartbeat: parse(HEARTBEAT)?,
+            claim: parse(&claim)?,
+            key_owner: parse(KEY_OWNER)?,
+            list: [
+                list("")?,
+                list("WHERE state = :state")?,
+                list("WHERE process = :process")?,
+                list("WHERE process = :process AND state = :state")?,
+            ],
+            get: parse(GET)?,
+            lock_in_state: parse(LOCK_IN_STATE)?,
+            delete_keys_in_state: parse(DELETE_KEYS_IN_STATE)?,
+            to_waiting: parse(TO_WAITING)?,
+            to_finished: parse(TO_FINISHED)?,
+            cleanup_keys: parse(&format!(
+                "DELETE FROM busbar_bpel_keys
+                 WHERE instance IN (SELECT id FROM busbar_bpel_instances
+                                    WHERE state IN ({finished}) AND updated < :before)
+                    OR NOT EXISTS (SELECT 1 FROM busbar_bpel_instances i
+                                   WHERE i.id = busbar_bpel_keys.instance)"
+            ))?,
+            cleanup: parse(&format!(
+                "DELETE FROM busbar_bpel_instances
+                 WHERE state IN ({finished}) AND updated < :before"
+            ))?,
+            counts: parse(COUNTS)?,
+        })
+    }
+}
+
+/// Statements to run in one transaction, with their values bound by name.
+struct Batch {
+    statements: Vec<Arc<Statement>>,
+    values: Vec<Vec<Value>>,
+}
+
+impl Batch {
+    fn new() -> Self {
+        Self {
+            statements: Vec::new(),
+            values: Vec::new(),
+        }
+    }
+
+    fn of(statement: &Arc<Statement>, params: &[(&str, Value)]) -> Result<Self, String> {
+        let mut b = Self::new();
+        b.push(statement, params)?;
+        Ok(b)
+    }
+
+    /// Adds `statement` with the values of its parameters taken from `params`.
+    fn push(&mut self, statement: &Arc<Statement>, params: &[(&str, Value)]) -> Result<(), String> {
+        let values = statement
+            .names
+            .iter()
+            .map(|name| {
+                params
+                    .iter()
+                    .find(|(n, _)| n == name)
+                    .map(|(_, v)| v.clone())
+                    .ok_or_else(|| format!("no value for parameter '{name}'"))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        self.statements.push(statement.clone());
+        self.values.push(values);
+        Ok(())
+    }
+}
+
+/// An instance row as the database returns it.
+#[derive(Debug, Deserialize)]
+struct InstanceRow {
+    id: i64,
+    process: String,
+    state: String,
+    owner: Option<String>,
+    started: i64,
+    updated: i64,
+    due: Option<i64>,
+    snapshot: Option<String>,
+    #[serde(rename = "final")]
+    final_state: Option<String>,
+}
+
+impl InstanceRow {
+    fn into_stored(self) -> Result<Stored, String> {
+        Ok(Stored {
+            id: self.id as u64,
+            state: state(&self.state, self.id)?,
+            process: self.process,
+            owner: self.owner,
+            started_ms: self.started,
+            updated_ms: self.updated,
+            due_ms: self.due,
+            snapshot: self.snapshot,
+            final_state: self.final_state,
+        })
+    }
+}
+
+fn state(s: &str, id: i64) -> Result<State, String> {
+    State::parse(s).ok_or_else(|| format!("instance {} has an unknown state '{s}'", id as u64))
+}
+
+#[derive(Debug, Deserialize)]
+struct OwnerRow {
+    owner: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+struct KeyRow {
+    id: i64,
+    owner: Option<String>,
+    heartbeat: Option<i64>,
+}
+
+#[derive(Debug, Deserialize)]
+struct CountRow {
+    process: String,
+    state: String,
+    n: i64,
+}
+
+fn id(id: u64) -> Value {
+    Value::Int(id as i64)
+}
+
+fn text(s: &str) -> Value {
+    Value::Text(s.to_owned())
+}
+
+fn opt_text(s: Option<&str>) -> Value {
+    s.map_or(Value::Null, text)
+}
+
+fn opt_int(i: Option<i64>) -> Value {
+    i.map_or(Value::Null, Value::Int)
+}
+
+fn count(n: usize) -> Value {
+    Value::Int(i64::try_from(n).unwrap_or(i64::MAX))
+}
+
+/// The earliest heartbeat of a node still within the lease.
+fn stale(now_ms: i64, lease: Duration) -> i64 {
+    now_ms.saturating_sub(i64::try_from(lease.as_millis()).unwrap_or(i64::MAX))
+}
+
+fn db_error(e: DbError) -> String {
+    format!("{}: {}", e.message, e.detail)
+}
+
+/// Every row of a `Rows` answer.
+async fn rows<T: DeserializeOwned>(out: Output) -> Result<Vec<T>, String> {
+    let bytes = match out {
+        Output::Json(b) => b.to_vec(),
+        Output::Stream(mut rx) => {
+            let mut all = Vec::new();
+            while let Some(chunk) = rx.recv().await {
+                all.extend_from_slice(&chunk.map_err(db_error)?);
+            }
+            all
+        }
+        Output::NoRow => return Ok(Vec::new()),
+        Output::Done { .. } => return Err("the database answered without rows".into()),
+    };
+    serde_json::from_slice(&bytes).map_err(|e| format!("unexpected rows from the database: {e}"))
+}
+
+/// The row of a `Row` answer, if any.
+fn row<T: DeserializeOwned>(out: Output) -> Result<Option<T>, String> {
+    match out {
+        Output::Json(b) => serde_json::from_slice(&b)
+            .map(Some)
+            .map_err(|e| format!("unexpected row from the database: {e}")),
+        Output::NoRow => Ok(None),
+        Output::Done { .. } | Output::Stream(_) => {
+            Err("the database answered without a row".into())
+        }
+    }
+}
+
+/// The count of rows an `Empty` answer changed.
+fn affected(out: Output) -> Result<u64, String> {
+    match out {
+        Output::Done { affected } => Ok(affected),
+        _ => Err("the database answered without a count".into()),
+    }
+}
+
+impl SqlStore {
+    /// A store in `db` (its tables are created by [`Store::init`]).
+    pub fn new(db: Arc<Database>) -> Result<SqlStore, String> {
+        let sql = Sql::new(db.kind() == "postgres")?;
+        Ok(SqlStore { db, sql })
+    }
+
+    async fn run(&self, batch: Batch, shape: Shape) -> Result<Output, String> {
+        self.db
+            .run(Query {
+                statements: &batch.statements,
+                values: batch.values,
+                shape,
+                numeric: NumericAs::Number,
+            })
+            .await
+            .map_err(db_error)
+    }
+
+    /// Runs `batch`, which ends by reading the instance's owner back, and refuses when
+    /// another node owns it.
+    async fn run_owned(&self, batch: Batch, id: u64, node: &str, what: &str) -> Result<(), String> {
+        let out = self
+            .run(batch, Shape::Row)
+            .await
+            .map_err(|e| format!("{what} instance {id}: {e}"))?;
+        match row::<OwnerRow>(out)? {
+            Some(OwnerRow { owner: Some(other) }) if other != node => Err(format!(
+                "instance {id} is owned by node '{other}' now (it was taken over): \
+                 not {what} by '{node}'"
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    async fn save_now(&self, save: Save) -> Result<(), String> {
+        let mut params = vec![
+            ("id", id(save.id)),
+            ("process", text(&save.process)),
+            ("node", text(&save.node)),
+            ("started", Value::Int(save.started_ms)),
+            ("now", Value::Int(save.at_ms)),
+            ("due", opt_int(save.due_ms)),
+            ("snapshot", Value::Text(save.snapshot)),
+            ("key", Value::Null),
+        ];
+        let mut batch = Batch::of(&self.sql.upsert_waiting, &params)?;
+        batch.push(&self.sql.delete_keys_if_owned, &params)?;
+        for key in &save.keys {
+            if let Some(slot) = params.last_mut() {
+                slot.1 = text(key);
+            }
+            batch.push(&self.sql.insert_key_if_owned, &params)?;
+        }
+        batch.push(&self.sql.owner, &params)?;
+        self.run_owned(batch, save.id, &save.node, "saved").await
+    }
+
+    async fn finish_now(&self, finish: Finish) -> Result<(), String> {
+        if finish.state == State::Waiting {
+            return Err(format!(
+                "instance {} cannot finish in state 'waiting'",
+                finish.id
+            ));
+        }
+        let params = [
+            ("id", id(finish.id)),
+            ("process", text(&finish.process)),
+            ("state", text(finish.state.as_str())),
+            ("node", text(&finish.node)),
+            ("started", Value::Int(finish.started_ms)),
+            ("now", Value::Int(finish.at_ms)),
+            ("final", Value::Text(finish.final_state)),
+        ];
+        let mut batch = if finish.keep {
+            let mut b = Batch::of(&self.sql.upsert_finished, &params)?;
+            b.push(&self.sql.delete_keys_if_owned, &params)?;
+            b
+        } else {
+            let mut b = Batch::of(&self.sql.delete_if_owned, &params)?;
+            b.push(&self.sql.delete_keys_if_gone, &params)?;
+            b
+        };
+        batch.push(&self.sql.owner, &params)?;
+        self.run_owned(batch, finish.id, &finish.node, "finished")
+            .await
+    }
+
+    async fn claim_now(
+        &self,
+        node: &str,
+        own: bool,
+        stale_ms: i64,
+        now_ms: i64,
+        processes: Vec<String>,
+        limit: usize,
+    ) -> Result<Vec<Stored>, String> {
+        if processes.is_empty() || limit == 0 {
+            return Ok(Vec::new());
+        }
+        let params = [
+            ("node", text(node)),
+            ("own", Value::Int(i64::from(own))),
+            ("stale", Value::Int(stale_ms)),
+            ("now", Value::Int(now_ms)),
+            ("processes", Value::Json(processes.into())),
+            ("limit", count(limit)),
+        ];
+        let out = self
+            .run(Batch::of(&self.sql.claim, &params)?, Shape::Rows)
+            .await
+            .map_err(|e| format!("claiming instances for '{node}': {e}"))?;
+        let mut claimed = rows::<InstanceRow>(out)
+            .await?
+            .into_iter()
+            .map(InstanceRow::into_stored)
+            .collect::<Result<Vec<_>, _>>()?;
+        claimed.sort_by_key(|s| s.id);
+        Ok(claimed)
+    }
+
+    async fn transition_now(
+        &self,
+        instance: u64,
+        from: State,
+        to: State,
+        node: Option<String>,
+        now_ms: i64,
+    ) -> Result<bool, String> {
+        let params = [
+            ("id", id(instance)),
+            ("from", text(from.as_str())),
+            ("to", text(to.as_str())),
+            ("node", opt_text(node.as_deref())),
+            ("now", Value::Int(now_ms)),
+        ];
+        let batch = if to == State::Waiting {
+            Batch::of(&self.sql.to_waiting, &params)?
+        } else {
+            let mut b = Batch::of(&self.sql.lock_in_state, &params)?;
+            b.push(&self.sql.delete_keys_in_state, &params)?;
+            b.push(&self.sql.to_finished, &params)?;
+            b
+        };
+        let out = self.run(batch, Shape::Empty).await.map_err(|e| {
+            format!(
+                "moving instance {instance} from '{}' to '{}': {e}",
+                from.as_str(),
+                to.as_str()
+            )
+        })?;
+        Ok(affected(out)? > 0)
+    }
+}
+
+impl Store for SqlStore {
+    fn kind(&self) -> &'static str {
+        self.db.kind()
+    }
+
+    fn init(&self) -> BoxFuture<'_, Result<(), String>> {
+        Box::pin(async move {
+            let mut batch = Batch::new();
+            for s in &self.sql.init {
+                batch.push(s, &[])?;
+            }
+            self.run(batch, Shape::Empty)
+                .await
+                .map(|_| ())
+                .map_err(|e| format!("creating the process tables: {e}"))
+        })
+    }
+
+    fn save(&self, save: Save) -> BoxFuture<'_, Result<(), String>> {
+        Box::pin(self.save_now(save))
+    }
+
+    fn finish(&self, finish: Finish) -> BoxFuture<'_, Result<(), String>> {
+        Box::pin(self.finish_now(finish))
+    }
+
+    fn heartbeat(&self, node: &str, now_ms: i64) -> BoxFuture<'_, Result<(), String>> {
+        let params = [("node", text(node)), ("now", Value::Int(now_ms))];
+        let node = node.to_owned();
+        Box::pin(async move {
+            self.run(Batch::of(&self.sql.heartbeat, &params)?, Shape::Empty)
+                .await
+                .map(|_| ())
+                .map_err(|e| format!("recording the heartbeat of '{node}': {e}"))
+        })
+    }
+
+    fn claim(
+        &self,
+        node: &str,
+        own: bool,
+        lease: Duration,
+        now_ms: i64,
+        processes: &[String],
+        limit: usize,
+    ) -> BoxFuture<'_, Result<Vec<Stored>, String>> {
+        let node = node.to_owned();
+        let processes = processes.to_vec();
+        Box::pin(async move {
+            self.claim_now(&node, own, stale(now_ms, lease), now_ms, processes, limit)
+                .await
+        })
+    }
+
+    fn key_owner(
+        &self,
+        process: &str,
+        key: &str,
+        lease: Duration,
+        now_ms: i64,
+    ) -> BoxFuture<'_, Result<Option<KeyOwner>, String>> {
+        let params = [("process", text(process)), ("key", text(key))];
+        let stale_ms = stale(now_ms, lease);
+        Box::pin(async move {
+            let out = self
+                .run(Batch::of(&self.sql.key_owner, &params)?, Shape::Row)
+                .await
+                .map_err(|e| format!("looking up a correlation key: {e}"))?;
+            Ok(row::<KeyRow>(out)?.map(|r| KeyOwner {
+                id: r.id as u64,
+                alive: r.heartbeat.is_some_and(|h| h >= stale_ms),
+                owner: r.owner,
+            }))
+        })
+    }
+
+    fn list(
+        &self,
+        process: Option<&str>,
+        state: Option<State>,
+        limit: usize,
+    ) -> BoxFuture<'_, Result<Vec<Stored>, String>> {
+        let statement =
+            &self.sql.list[usize::from(process.is_some()) * 2 + usize::from(state.is_some())];
+        let params = [
+            ("process", opt_text(process)),
+            ("state", opt_text(state.map(State::as_str))),
+            ("limit", count(limit)),
+        ];
+        Box::pin(async move {
+            let out = self
+                .run(Batch::of(statement, &params)?, Shape::Rows)
+                .await
+                .map_err(|e| format!("listing instances: {e}"))?;
+            rows::<InstanceRow>(out)
+                .await?
+                .into_iter()
+                .map(InstanceRow::into_stored)
+                .collect()
+        })
+    }
+
+    fn get(&self, instance: u64) -> BoxFuture<'_, Result<Option<Stored>, String>> {
+        Box::pin(async move {
+            let out = self
+                .run(
+                    Batch::of(&self.sql.get, &[("id", id(instance))])?,
+                    Shape::Row,
+                )
+                .await
+                .map_err(|e| format!("reading instance {instance}: {e}"))?;
+            row::<InstanceRow>(out)?
+                .map(InstanceRow::into_stored)
+                .transpose()
+        })
+    }
+
+    fn transition(
+        &self,
+        id: u64,
+        from: State,
+        to: State,
+        node: Option<&str>,
+        now_ms: i64,
+    ) -> BoxFuture<'_, Result<bool, String>> {
+        let node = node.map(str::to_owned);
+        Box::pin(self.transition_now(id, from, to, node, now_ms))
+    }
+
+    fn cleanup(&self, before_ms: i64) -> BoxFuture<'_, Result<u64, String>> {
+        Box::pin(async move {
+            let params = [("before", Value::Int(before_ms))];
+            let mut batch = Batch::of(&self.sql.cleanup_keys, &params)?;
+            batch.push(&self.sql.cleanup, &params)?;
+            let out = self
+                .run(batch, Shape::Empty)
+                .await
+                .map_err(|e| format!("deleting finished instances: {e}"))?;
+            affected(out)
+        })
+    }
+
+    fn counts(&self) -> BoxFuture<'_, Result<Counts, String>> {
+        Box::pin(async move {
+            let out = self
+                .run(Batch::of(&self.sql.counts, &[])?, Shape::Rows)
+                .await
+                .map_err(|e| format!("counting instances: {e}"))?;
+            rows::<CountRow>(out)
+                .await?
+                .into_iter()
+                .map(|r| {
+                    let s = State::parse(&r.state).ok_or_else(|| {
+                        format!(
+                            "instances of '{}' have an unknown state '{}'",
+                            r.process, r.state
+                        )
+                    })?;
+                    Ok((r.process, s, r.n as u64))
+                })
+                .collect()
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+    use std::path::{Path, PathBuf};
+
+    use busbar_sql::testing::TempPostgres;
+    use busbar_sql::{Kind, Options, PgConfig};
+
+    use super::*;
+
+    /// Now, in the tests' clock (ms since the epoch).
+    const NOW: i64 = 1_800_000_000_000;
+    const LEASE: Duration = Duration::from_secs(30);
+    const P: &str = "{urn:test}Order";
+    const Q: &str = "{urn:test}Invoice";
+    const R: &str = "{urn:test}Refund";
+
+    fn must<T, E: std::fmt::Display>(r: Result<T, E>) -> T {
+        r.unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn options(kind: Kind) -> Options {
+        Options {
+            kind,
+            pool: 4,
+            acquire_timeout: Duration::from_secs(5),
+            statement_timeout: Duration::from_secs(10),
+            connect_timeout: Duration::from_secs(2),
+            statement_cache: true,
+            init: None,
+            tls: None,
+        }
+    }
+
+    fn tempdir(name: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!(
+            "busbar-process-store-{name}-{}",
+            std::process::id()
+        ));
+        let _ = std::fs::remove_dir_all(&d);
+        must(std::fs::create_dir_all(&d));
+        d
+    }
+
+    async fn sqlite_store(dir: &Path) -> SqlStore {
+        let kind = Kind::Sqlite {
+            path: dir.join("instances.sqlite"),
+            busy_timeout: Duration::from_secs(5),
+        };
+        let store = must(SqlStore::new(must(Database::open("flows", options(kind)))));
+        must(store.init().await);
+        store
+    }
+
+    async fn postgres_store(pg: &TempPostgres, statement_cache: bool) -> SqlStore {
+        let config: PgConfig = must(pg.url().parse());
+        let mut o = options(Kind::Postgres(Box::new(config)));
+        o.statement_cache = statement_cache;
+        let db = must(Database::open("flows", o));
+        for _ in 0..200 {
+            if db.ready().is_ok() {
+                let store = must(SqlStore::new(db));
+                must(store.init().await);
+                return store;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("the database never became ready: {:?}", db.ready());
+    }
+
+    /// Runs SQL the store has no method for (checks, set-up, clean-up).
+    async fn sql(s: &SqlStore, text: &str, shape: Shape) -> Output {
+        must(
+            s.db.run(Query {
+                statements: &[must(parse(text))],
+                values: vec![vec![]],
+                shape,
+                numeric: NumericAs::Number,
+            })
+            .await,
+        )
+    }
+
+    async fn wipe(s: &SqlStore) {
+        for table in [
+            "busbar_bpel_keys",
+            "busbar_bpel_instances",
+            "busbar_bpel_nodes",
+        ] {
+            sql(s, &format!("DELETE FROM {table}"), Shape::Empty).await;
+        }
+    }
+
+    async fn keys_of(s: &SqlStore, instance: u64) -> Vec<String> {
+        #[derive(Deserialize)]
+        struct Key {
+            key: String,
+        }
+        let text = format!(
+            "SELECT key FROM busbar_bpel_keys WHERE instance = {} ORDER BY key",
+            instance as i64
+        );
+        let keys: Vec<Key> = must(rows(sql(s, &text, Shape::Rows).await).await);
+        keys.into_iter().map(|k| k.key).collect()
+    }
+
+    fn waiting(id: u64, process: &str, node: &str, at_ms: i64, keys: &[&str]) -> Save {
+        Save {
+            id,
+            process: process.to_owned(),
+            node: node.to_owned(),
+            started_ms: at_ms - 1_000,
+            at_ms,
+            due_ms: None,
+            keys: keys.iter().map(|k| (*k).to_owned()).collect(),
+            snapshot: format!(r#"{{"format":1,"at":{at_ms}}}"#),
+        }
+    }
+
+    fn finished(id: u64, node: &str, state: State, keep: bool) -> Finish {
+        Finish {
+            id,
+            process: P.to_owned(),
+            node: node.to_owned(),
+            started_ms: NOW - 5_000,
+            at_ms: NOW,
+            state,
+            keep,
+            final_state: format!(r#"{{"final":{id}}}"#),
+        }
+    }
+
+    async fn claim_ids(
+        s: &SqlStore,
+        node: &str,
+        own: bool,
+        processes: &[&str],
+        limit: usize,
+    ) -> Vec<u64> {
+        let processes: Vec<String> = processes.iter().map(|p| (*p).to_owned()).collect();
+        let claimed = must(s.claim(node, own, LEASE, NOW, &processes, limit).await);
+        for c in &claimed {
+            assert_eq!(c.owner.as_deref(), Some(node), "{c:?}");
+            assert_eq!(c.updated_ms, NOW, "{c:?}");
+            assert!(c.snapshot.is_some(), "{c:?}");
+        }
+        claimed.into_iter().map(|c| c.id).collect()
+    }
+
+    async fn save_then_get_round_trips_ids_past_i64_max(s: &SqlStore) {
+        let big = u64::MAX - 1;
+        for id in [7, big] {
+            let mut save = waiting(id, P, "a", NOW, &["k1", "k2"]);
+            save.due_ms = Some(NOW + 60_000);
+            must(s.save(save.clone()).await);
+            let got = must(s.get(id).await);
+            assert_eq!(
+                got,
+                Some(Stored {
+                    id,
+                    process: P.to_owned(),
+                    state: State::Waiting,
+                    owner: Some("a".to_owned()),
+                    started_ms: NOW - 1_000,
+                    updated_ms: NOW,
+                    due_ms: Some(NOW + 60_000),
+                    snapshot: Some(save.snapshot),
+                    final_state: None,
+                })
+            );
+        }
+        // Stored as the negative BIGINT with the same bits.
+        #[derive(Deserialize)]
+        struct Id {
+            id: i64,
+        }
+        let negative: Vec<Id> = must(
+            rows(
+                sql(
+                    s,
+                    "SELECT id FROM busbar_bpel_instances WHERE id < 0",
+                    Shape::Rows,
+                )
+                .await,
+            )
+            .await,
+        );
+        assert_eq!(negative.len(), 1);
+        assert_eq!(negative[0].id, -2);
+        let owner = must(s.key_owner(P, "k2", LEASE, NOW).await).map(|k| k.id);
+        assert_eq!(owner, Some(big), "the last save holds the key");
+        assert_eq!(must(s.get(8).await), None);
+    }
+
+    async fn saving_again_replaces_keys_and_snapshot(s: &SqlStore) {
+        must(s.save(waiting(1, P, "a", NOW, &["a", "b"])).await);
+        let mut again = waiting(1, P, "a", NOW + 10, &["b", "c"]);
+        again.due_ms = None;
+        must(s.save(again.clone()).await);
+        assert_eq!(keys_of(s, 1).await, ["b", "c"]);
+        let got = must(s.get(1).await).unwrap_or_else(|| panic!("instance 1 gone"));
+        assert_eq!(got.snapshot, Some(again.snapshot));
+        assert_eq!(got.updated_ms, NOW + 10);
+        assert_eq!(must(s.key_owner(P, "a", LEASE, NOW).await), None);
+        // A key another instance of the same process held moves to the one saving it.
+        must(s.save(waiting(2, P, "a", NOW, &["c"])).await);
+        assert_eq!(keys_of(s, 1).await, ["b"]);
+        assert_eq!(
+            must(s.key_owner(P, "c", LEASE, NOW).await).map(|k| k.id),
+            Some(2)
+        );
+        // The same key in another process is another key.
+        must(s.save(waiting(3, Q, "a", NOW, &["c"])).await);
+        assert_eq!(
+            must(s.key_owner(P, "c", LEASE, NOW).await).map(|k| k.id),
+            Some(2)
+        );
+    }
+
+    async fn a_taken_over_instance_refuses_the_old_owners_writes(s: &SqlStore) {
+        must(s.heartbeat("a", NOW - 60_000).await);
+        must(s.save(waiting(1, P, "a", NOW - 60_000, &["k"])).await);
+        let before = must(s.get(1).await);
+        must(s.heartbeat("b", NOW).await);
+        assert_eq!(claim_ids(s, "b", false, &[P], 10).await, [1]);
+
+        let e = s
+            .save(waiting(1, P, "a", NOW, &["k2"]))
+            .await
+            .err()
+            .unwrap_or_else(|| panic!("a saved an instance b owns"));
+        assert!(e.contains("instance 1") && e.contains("'b'"), "{e}");
+        for keep in [true, false] {
+            let e = s
+                .finish(finished(1, "a", State::Completed, keep))
+                .await
+                .err()
+                .unwrap_or_else(|| panic!("a finished an instance b owns (keep: {keep})"));
+            assert!(e.contains("instance 1") && e.contains("'b'"), "{e}");
+        }
+        // Nothing changed but the claim.
+        let now = must(s.get(1).await).unwrap_or_else(|| panic!("instance 1 gone"));
+        let before = before.unwrap_or_else(|| panic!("instance 1 never saved"));
+        assert_eq!(now.owner.as_deref(), Some("b"));
+        assert_eq!(now.state, State::Waiting);
+        assert_eq!(now.snapshot, before.snapshot);
+        assert_eq!(keys_of(s, 1).await, ["k"]);
+
+        must(s.save(waiting(1, P, "b", NOW + 1, &["k2"])).await);
+        assert_eq!(keys_of(s, 1).await, ["k2"]);
+    }
+
+    async fn finish_keeps_or_deletes_and_drops_the_keys(s: &SqlStore) {
+        must(s.save(waiting(1, P, "a", NOW - 10, &["k1"])).await);
+        let snapshot = must(s.get(1).await).and_then(|i| i.snapshot);
+        must(s.finish(finished(1, "a", State::Completed, true)).await);
+        let kept = must(s.get(1).await).unwrap_or_else(|| panic!("instance 1 not kept"));
+        assert_eq!(kept.state, State::Completed);
+        assert_eq!(kept.final_state.as_deref(), Some(r#"{"final":1}"#));
+        assert_eq!(kept.snapshot, snapshot);
+        assert_eq!((kept.due_ms, kept.updated_ms), (None, NOW));
+        assert!(keys_of(s, 1).await.is_empty());
+
+        must(s.save(waiting(2, P, "a", NOW - 10, &["k2"])).await);
+        must(s.finish(finished(2, "a", State::Faulted, false)).await);
+        assert_eq!(must(s.get(2).await), None);
+        assert!(keys_of(s, 2).await.is_empty());
+
+        // An instance that never waited is inserted finished (or not at all).
+        must(s.finish(finished(3, "a", State::Faulted, true)).await);
+        let never = must(s.get(3).await).unwrap_or_else(|| panic!("instance 3 not kept"));
+        assert_eq!((never.state, never.snapshot), (State::Faulted, None));
+        assert_eq!(never.started_ms, NOW - 5_000);
+        must(s.finish(finished(4, "a", State::Completed, false)).await);
+        assert_eq!(must(s.get(4).await), None);
+
+        let e = s.finish(finished(5, "a", State::Waiting, true)).await;
+        assert!(e.is_err(), "{e:?}");
+    }
+
+    async fn claims_take_unowned_and_dead_instances_and_own_ones_when_asked(s: &SqlStore) {
+        must(
+            s.heartbeat("dead", NOW - LEASE.as_millis() as i64 - 1)
+                .await,
+        );
+        must(s.heartbeat("live", NOW - LEASE.as_millis() as i64).await);
+        must(s.heartbeat("me", NOW).await);
+        for (id, node) in [(1, "me"), (2, "dead"), (3, "live"), (4, "me"), (5, "never")] {
+            must(s.save(waiting(id, P, node, NOW - 100_000, &[])).await);
+        }
+        // Instance 1 loses its owner.
+        assert!(must(
+            s.transition(1, State::Waiting, State::Waiting, None, NOW - 100_000)
+                .await
+        ));
+        assert_eq!(must(s.get(1).await).and_then(|i| i.owner), None);
+
+        assert_eq!(claim_ids(s, "me", false, &[P], 10).await, [1, 2, 5]);
+        assert!(claim_ids(s, "me", false, &[P], 10).await.is_empty());
+        assert_eq!(claim_ids(s, "me", true, &[P], 10).await, [1, 2, 4, 5]);
+        // Instances of live nodes are never taken, finished ones neither; once "me" stops
+        // beating, its instances are.
+        must(s.finish(finished(4, "me", State::Completed, true)).await);
+        assert!(claim_ids(s, "other", true, &[P], 10).await.is_empty());
+        must(s.heartbeat("me", NOW - 2 * LEASE.as_millis() as i64).await);
+        assert_eq!(claim_ids(s, "other", true, &[P], 10).await, [1, 2, 5]);
+        assert_eq!(
+            must(s.get(3).await).and_then(|i| i.owner).as_deref(),
+            Some("live")
+        );
+    }
+
+    async fn claims_respect_the_limit_and_the_processes(s: &SqlStore) {
+        must(s.heartbeat("me", NOW).await);
+        for id in 1..=10 {
+            let process = match id {
+                1..=5 => P,
+                6..=8 => Q,
+                _ => R,
+            };
+            must(
+                s.save(waiting(id, process, "gone", NOW - 100_000, &[]))
+                    .await,
+            );
+        }
+        assert_eq!(claim_ids(s, "me", false, &[P], 2).await, [1, 2]);
+        assert_eq!(claim_ids(s, "me", false, &[P], 10).await, [3, 4, 5]);
+        assert!(claim_ids(s, "me", false, &[P, "{urn:x}"], 10)
+            .await
+            .is_empty());
+        assert!(claim_ids(s, "me", false, &[Q, R], 0).await.is_empty());
+        assert!(claim_ids(s, "me", false, &[], 10).await.is_empty());
+        assert_eq!(
+            claim_ids(s, "me", false, &[Q, R], 10).await,
+            [6, 7, 8, 9, 10]
+        );
+    }
+
+    /// Past a buffer's worth of rows the database streams its answer; it is read whole.
+    async fn claims_return_large_snapshots_whole(s: &SqlStore) {
+        let big = format!(r#"{{"format":1,"vars":"{}"}}"#, "x".repeat(4_000));
+        for id in 1..=20 {
+            let mut save = waiting(id, P, "gone", NOW - 100_000, &[]);
+            save.snapshot = big.clone();
+            must(s.save(save).await);
+        }
+        let processes = [P.to_owned()];
+        let claimed = must(s.claim("me", false, LEASE, NOW, &processes, 50).await);
+        assert_eq!(claimed.len(), 20);
+        assert!(claimed
+            .iter()
+            .all(|c| c.snapshot.as_deref() == Some(big.as_str())));
+    }
+
+    async fn key_owner_tells_whether_the_owner_is_alive(s: &SqlStore) {
+        must(s.heartbeat("a", NOW - 1_000).await);
+        must(s.save(waiting(1, P, "a", NOW, &["k"])).await);
+        let alive = KeyOwner {
+            id: 1,
+            owner: Some("a".to_owned()),
+            alive: true,
+        };
+        assert_eq!(
+            must(s.key_owner(P, "k", LEASE, NOW).await),
+            Some(alive.clone())
+        );
+        let later = NOW + LEASE.as_millis() as i64;
+        assert_eq!(
+            must(s.key_owner(P, "k", LEASE, later).await),
+            Some(KeyOwner {
+                alive: false,
+                ..alive
+            })
+        );
+        assert_eq!(must(s.key_owner(Q, "k", LEASE, NOW).await), None);
+        assert_eq!(must(s.key_owner(P, "other", LEASE, NOW).await), None);
+        // No heartbeat at all, or no owner: not alive.
+        must(s.save(waiting(2, P, "b", NOW, &["k2"])).await);
+        assert_eq!(
+            must(s.key_owner(P, "k2", LEASE, NOW).await).map(|k| k.alive),
+            Some(false)
+        );
+        assert!(must(
+            s.transition(2, State::Waiting, State::Waiting, None, NOW)
+                .await
+        ));
+        assert_eq!(
+            must(s.key_owner(P, "k2", LEASE, NOW).await),
+            Some(KeyOwner {
+                id: 2,
+                owner: None,
+                alive: false
+            })
+        );
+    }
+
+    async fn transitions_happen_only_from_the_given_state(s: &SqlStore) {
+        let mut save = waiting(1, P, "a", NOW, &["k"]);
+        save.due_ms = Some(NOW + 5);
+        must(s.save(save).await);
+        assert!(!must(
+            s.transition(1, State::Completed, State::Terminated, None, NOW + 1)
+                .await
+        ));
+        assert!(!must(
+            s.transition(9, State::Waiting, State::Terminated, None, NOW + 1)
+                .await
+        ));
+        assert_eq!(keys_of(s, 1).await, ["k"]);
+        assert_eq!(must(s.get(1).await).map(|i| i.state), Some(State::Waiting));
+
+        assert!(must(
+            s.transition(1, State::Waiting, State::Terminated, Some("admin"), NOW + 1)
+                .await
+        ));
+        let got = must(s.get(1).await).unwrap_or_else(|| panic!("instance 1 gone"));
+        assert_eq!(got.state, State::Terminated);
+        assert_eq!(got.owner.as_deref(), Some("admin"));
+        assert_eq!((got.due_ms, got.updated_ms), (None, NOW + 1));
+        assert!(got.snapshot.is_some());
+        assert!(keys_of(s, 1).await.is_empty());
+        assert!(!must(
+            s.transition(1, State::Waiting, State::Terminated, None, NOW + 2)
+                .await
+        ));
+
+        assert!(must(
+            s.transition(1, State::Terminated, State::Waiting, Some("b"), NOW + 3)
+                .await
+        ));
+        let got = must(s.get(1).await).unwrap_or_else(|| panic!("instance 1 gone"));
+        assert_eq!(
+            (got.state, got.owner.as_deref(), got.updated_ms),
+            (State::Waiting, Some("b"), NOW + 3)
+        );
+    }
+
+    async fn cleanup_removes_only_old_finished_instances(s: &SqlStore) {
+        let old = NOW - 10_000;
+        for (id, state) in [
+            (1, State::Completed),
+            (2, State::Faulted),
+            (3, State::Terminated),
+        ] {
+            let mut f = finished(id, "a", state, true);
+            f.at_ms = old;
+            must(s.finish(f).await);
+        }
+        must(s.finish(finished(4, "a", State::Completed, true)).await);
+        must(s.save(waiting(5, P, "a", old, &["k5"])).await);
+        sql(
+            s,
+            "INSERT INTO busbar_bpel_keys (process, key, instance) VALUES ('p', 'orphan', 99)",
+            Shape::Empty,
+        )
+        .await;
+
+        assert_eq!(must(s.cleanup(NOW).await), 3);
+        let left: BTreeSet<u64> = must(s.list(None, None, 100).await)
+            .into_iter()
+            .map(|i| i.id)
+            .collect();
+        assert_eq!(left, BTreeSet::from([4, 5]));
+        assert!(keys_of(s, 99).await.is_empty());
+        assert_eq!(keys_of(s, 5).await, ["k5"]);
+        assert_eq!(must(s.cleanup(NOW).await), 0);
+    }
+
+    async fn counts_are_per_process_and_state(s: &SqlStore) {
+        for id in 1..=3 {
+            must(s.save(waiting(id, P, "a", NOW, &[])).await);
+        }
+        must(s.finish(finished(3, "a", State::Completed, true)).await);
+        let mut f = finished(4, "a", State::Faulted, true);
+        f.process = Q.to_owned();
+        must(s.finish(f).await);
+        let mut counts = must(s.counts().await);
+        counts.sort();
+        let mut want = vec![
+            (P.to_owned(), State::Waiting, 2),
+            (P.to_owned(), State::Completed, 1),
+            (Q.to_owned(), State::Faulted, 1),
+        ];
+        want.sort();
+        assert_eq!(counts, want);
+    }
+
+    async fn lists_filter_and_show_the_newest_first(s: &SqlStore) {
+        for (id, process, at) in [(1, P, NOW), (2, Q, NOW + 2), (3, P, NOW + 1)] {
+            must(s.save(waiting(id, process, "a", at, &[])).await);
+        }
+        let mut f = finished(4, "a", State::Completed, true);
+        f.at_ms = NOW - 1;
+        must(s.finish(f).await);
+        let ids = |list: Vec<Stored>| list.into_iter().map(|i| i.id).collect::<Vec<_>>();
+        let all = must(s.list(None, None, 10).await);
+        assert!(all
+            .iter()
+            .all(|i| i.snapshot.is_none() && i.final_state.is_none()));
+        assert_eq!(ids(all), [2, 3, 1, 4]);
+        assert_eq!(ids(must(s.list(None, None, 2).await)), [2, 3]);
+        assert_eq!(ids(must(s.list(Some(P), None, 10).await)), [3, 1, 4]);
+        assert_eq!(
+            ids(must(s.list(None, Some(State::Completed), 10).await)),
+            [4]
+        );
+        assert_eq!(
+            ids(must(s.list(Some(P), Some(State::Waiting), 10).await)),
+            [3, 1]
+        );
+        assert!(must(s.list(Some(R), None, 10).await).is_empty());
+    }
+
+    async fn init_runs_again_without_harm(s: &SqlStore) {
+        must(s.save(waiting(1, P, "a", NOW, &["k"])).await);
+        must(s.init().await);
+        assert!(must(s.get(1).await).is_some());
+    }
+
+    /// Every case, each on empty tables.
+    async fn suite(s: &SqlStore) {
+        macro_rules! cases {
+            ($($case:ident),* $(,)?) => {$(
+                wipe(s).await;
+                eprintln!("{} {}", s.kind(), stringify!($case));
+                $case(s).await;
+            )*};
+        }
+        cases!(
+            save_then_get_round_trips_ids_past_i64_max,
+            saving_again_replaces_keys_and_snapshot,
+            a_taken_over_instance_refuses_the_old_owners_writes,
+            finish_keeps_or_deletes_and_drops_the_keys,
+            claims_take_unowned_and_dead_instances_and_own_ones_when_asked,
+            claims_respect_the_limit_and_the_processes,
+            claims_return_large_snapshots_whole,
+            key_owner_tells_whether_the_owner_is_alive,
+            transitions_happen_only_from_the_given_state,
+            cleanup_removes_only_old_finished_instances,
+            counts_are_per_process_and_state,
+            lists_filter_and_show_the_newest_first,
+            init_runs_again_without_harm,
+        );
+    }
+
+    /// Two nodes claim the same 1,000 instances at once, 50 at a time, until none is left:
+    /// between them they take every one, and never the same one.
+    async fn concurrent_claims_never_share_an_instance(s: Arc<SqlStore>) {
+        wipe(&s).await;
+        const INSTANCES: u64 = 1_000;
+        for id in 1..=INSTANCES {
+            must(s.save(waiting(id, P, "gone", NOW - 100_000, &[])).await);
+        }
+        must(s.heartbeat("a", NOW).await);
+        must(s.heartbeat("b", NOW).await);
+        let start = Arc::new(tokio::sync::Barrier::new(2));
+        let node = |name: &'static str| {
+            let s = s.clone();
+            let start = start.clone();
+            tokio::spawn(async move {
+                start.wait().await;
+                let mut taken = Vec::new();
+                loop {
+                    let batch = claim_ids(&s, name, false, &[P], 50).await;
+                    if batch.is_empty() {
+                        return taken;
+                    }
+                    assert!(batch.len() <= 50);
+                    taken.extend(batch);
+                }
+            })
+        };
+        let (a, b) = (node("a"), node("b"));
+        let (a, b) = (must(a.await), must(b.await));
+        eprintln!("{}: a took {}, b took {}", s.kind(), a.len(), b.len());
+        let (a, b): (BTreeSet<u64>, BTreeSet<u64>) =
+            (a.into_iter().collect(), b.into_iter().collect());
+        assert!(
+            a.is_disjoint(&b),
+            "both took {:?}",
+            a.intersection(&b).collect::<Vec<_>>()
+        );
+        let all: BTreeSet<u64> = a.union(&b).copied().collect();
+        assert_eq!(all, (1..=INSTANCES).collect::<BTreeSet<_>>());
+        for id in [1, INSTANCES / 2, INSTANCES] {
+            let owner = must(s.get(id).await).and_then(|i| i.owner);
+            let want = if a.contains(&id) { "a" } else { "b" };
+            assert_eq!(owner.as_deref(), Some(want), "instance {id}");
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn sqlite_store_keeps_instances() {
+        let dir = tempdir("suite");
+        let s = sqlite_store(&dir).await;
+        assert_eq!(s.kind(), "sqlite");
+        suite(&s).await;
+        drop(s);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn postgres_store_keeps_instances() {
+        let pg = TempPostgres::start().unwrap_or_else(|e| panic!("{e}"));
+        let s = postgres_store(&pg, true).await;
+        assert_eq!(s.kind(), "postgres");
+        suite(&s).await;
+        // Without server-side prepared statements (PgBouncer), the server infers the types.
+        let s = postgres_store(&pg, false).await;
+        suite(&s).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn sqlite_claims_from_two_nodes_never_share_an_instance() {
+        let dir = tempdir("claims");
+        concurrent_claims_never_share_an_instance(Arc::new(sqlite_store(&dir).await)).await;
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn postgres_claims_from_two_nodes_never_share_an_instance() {
+        let pg = TempPostgres::start().unwrap_or_else(|e| panic!("{e}"));
+        let s = Arc::new(postgres_store(&pg, true).await);
+        concurrent_claims_never_share_an_instance(s).await;
+    }
+
+    /// Nodes starting together on an empty database create the tables once between them.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn postgres_nodes_starting_together_create_the_tables_once() {
+        let pg = TempPostgres::start().unwrap_or_else(|e| panic!("{e}"));
+        let config: PgConfig = must(pg.url().parse());
+        let db = must(Database::open(
+            "flows",
+            options(Kind::Postgres(Box::new(config))),
+        ));
+        for _ in 0..200 {
+            if db.ready().is_ok() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let stores: Vec<Arc<SqlStore>> = (0..4)
+            .map(|_| Arc::new(must(SqlStore::new(db.clone()))))
+            .collect();
+        let inits: Vec<_> = stores
+            .iter()
+            .map(|s| {
+                let s = s.clone();
+                tokio::spawn(async move { s.init().await })
+            })
+            .collect();
+        for i in inits {
+            must(must(i.await));
+        }
+        must(stores[0].save(waiting(1, P, "a", NOW, &["k"])).await);
+    }
+}
