@@ -288,15 +288,13 @@ fn envelope(text: &str) -> String {
 
 /// The texts the recorder got, with how often each came.
 fn recorded(seen: &Arc<Mutex<Vec<Vec<u8>>>>) -> BTreeMap<String, usize> {
+    let text = regex::Regex::new(r"<(?:[A-Za-z_][\w.-]*:)?text\b[^>]*>([^<]*)<").expect("regex");
     let mut out = BTreeMap::new();
     for body in seen.lock().expect("lock").iter() {
         let body = String::from_utf8_lossy(body);
-        let Some(start) = body.find("<t:text") else {
-            continue;
-        };
-        let from = start + body[start..].find('>').unwrap_or(0) + 1;
-        let to = from + body[from..].find('<').unwrap_or(0);
-        *out.entry(body[from..to].to_owned()).or_default() += 1;
+        if let Some(c) = text.captures(&body) {
+            *out.entry(c[1].to_owned()).or_default() += 1;
+        }
     }
     out
 }
@@ -325,12 +323,20 @@ fn kill_and_resume(db: &Db, dir: &Path) {
     let mut node = Node::start(dir, "n1", db, recorder);
     // Each start is answered once the instance's snapshot at its wait point is written.
     for r in many(&node, n, |i| {
-        ("/durable/Waiter".into(), "urn:dur:start".into(), format!("w{i}"))
+        (
+            "/durable/Waiter".into(),
+            "urn:dur:start".into(),
+            format!("w{i}"),
+        )
     }) {
         assert_eq!(r.status, 200, "{}", r.text());
     }
     for r in many(&node, n, |i| {
-        ("/durable/Sleeper".into(), "urn:dur:sleep".into(), format!("s{i}"))
+        (
+            "/durable/Sleeper".into(),
+            "urn:dur:sleep".into(),
+            format!("s{i}"),
+        )
     }) {
         assert_eq!(r.status, 200, "{}", r.text());
     }
@@ -339,12 +345,19 @@ fn kill_and_resume(db: &Db, dir: &Path) {
     let list: serde_json::Value = serde_json::from_slice(&waiting.body).expect("json");
     assert_eq!(list.as_array().map(Vec::len), Some(2 * n), "{list}");
     node.kill();
-    assert!(recorded(&seen).is_empty(), "nothing ran past a wait point yet");
+    assert!(
+        recorded(&seen).is_empty(),
+        "nothing ran past a wait point yet"
+    );
 
     let node = Node::start(dir, "n1", db, recorder);
     // The waiters got their correlated message after the restart.
     for r in many(&node, n, |i| {
-        ("/durable/Waiter".into(), "urn:dur:finish".into(), format!("w{i}"))
+        (
+            "/durable/Waiter".into(),
+            "urn:dur:finish".into(),
+            format!("w{i}"),
+        )
     }) {
         assert_eq!(r.status, 200, "{}: {}", r.text(), node.log_text());
         assert!(r.text().contains("finished w"), "{}", r.text());
@@ -352,7 +365,13 @@ fn kill_and_resume(db: &Db, dir: &Path) {
     // The sleepers' timers fired after the restart.
     let all = eventually(Duration::from_secs(30), || recorded(&seen).len() == 2 * n);
     let got = recorded(&seen);
-    assert!(all, "{} of {} recorded: {got:?}\n{}", got.len(), 2 * n, node.log_text());
+    assert!(
+        all,
+        "{} of {} recorded: {got:?}\n{}",
+        got.len(),
+        2 * n,
+        node.log_text()
+    );
     std::thread::sleep(Duration::from_millis(500));
     let got = recorded(&seen);
     for i in 0..n {
@@ -377,16 +396,16 @@ fn kill_and_resume(db: &Db, dir: &Path) {
     let v: serde_json::Value = serde_json::from_slice(&one.body).expect("json");
     assert_eq!(v["state"], "completed", "{v}");
     let req = v["variables"]["req"].as_str().unwrap_or_default();
-    assert!(
-        req.contains("finished w") || req.contains("slept s"),
-        "{v}"
-    );
+    assert!(req.contains("finished w") || req.contains("slept s"), "{v}");
     let metrics = node.get("/metrics").text();
     assert!(
         metrics.contains("busbar_process_stored_instances{process=\"{urn:dur:proc}Waiter\",state=\"completed\"} 100"),
         "{metrics}"
     );
-    assert!(metrics.contains("busbar_process_store_write_seconds_count"), "{metrics}");
+    assert!(
+        metrics.contains("busbar_process_store_write_seconds_count"),
+        "{metrics}"
+    );
 }
 
 #[test]
@@ -417,14 +436,22 @@ fn two_nodes_on_postgres_finish_a_dead_nodes_timers_exactly_once() {
         let (a, b) = (&a, &b);
         s.spawn(move || {
             for r in many(a, n, |i| {
-                ("/durable/Sleeper".into(), "urn:dur:sleep".into(), format!("a{i}"))
+                (
+                    "/durable/Sleeper".into(),
+                    "urn:dur:sleep".into(),
+                    format!("a{i}"),
+                )
             }) {
                 assert_eq!(r.status, 200, "{}", r.text());
             }
         });
         s.spawn(move || {
             for r in many(b, n, |i| {
-                ("/durable/Sleeper".into(), "urn:dur:sleep".into(), format!("b{i}"))
+                (
+                    "/durable/Sleeper".into(),
+                    "urn:dur:sleep".into(),
+                    format!("b{i}"),
+                )
             }) {
                 assert_eq!(r.status, 200, "{}", r.text());
             }
@@ -439,7 +466,11 @@ fn two_nodes_on_postgres_finish_a_dead_nodes_timers_exactly_once() {
     let got = recorded(&seen);
     for i in 0..n {
         for who in ["a", "b"] {
-            assert_eq!(got.get(&format!("slept {who}{i}")), Some(&1), "{who}{i}: {got:?}");
+            assert_eq!(
+                got.get(&format!("slept {who}{i}")),
+                Some(&1),
+                "{who}{i}: {got:?}"
+            );
         }
     }
     let r = b.get("/processes/stored?state=waiting&limit=10");
@@ -451,7 +482,8 @@ fn two_nodes_on_postgres_finish_a_dead_nodes_timers_exactly_once() {
 /// with every process durable in a SQLite file: the tests that pass in memory pass there too.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_ode_suite_passes_the_same_tests_with_every_process_durable() {
-    let suite = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/conformance/ode-bpel-2.0");
+    let suite =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/conformance/ode-bpel-2.0");
     if !suite.is_dir() {
         eprintln!("skipped: ../shared/conformance/ode-bpel-2.0 is missing");
         return;
@@ -491,7 +523,7 @@ async fn the_ode_suite_passes_the_same_tests_with_every_process_durable() {
             .map(|r| r.name.clone())
             .collect::<std::collections::BTreeSet<_>>()
     };
-    let (_, transient) = busbar_flow::harness::run_all(&[suite.clone()], |_| {}).await;
+    let (_, transient) = busbar_flow::harness::run_all(std::slice::from_ref(&suite), |_| {}).await;
     let (_, durable_results) =
         busbar_flow::harness::run_all_with(&[suite], Some(&durable), |l| println!("{l}")).await;
     let (t, d) = (passed(&transient), passed(&durable_results));

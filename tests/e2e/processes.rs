@@ -318,7 +318,9 @@ fn a_deployed_process_answers_soap_calls_faults_and_shows_in_the_admin_api() {
         .request("DELETE", &path, &[], b"")
         .expect("delete again");
     assert_eq!(again.status, 404);
-    assert!(again.text().contains(&format!("no running instance {id}")));
+    assert!(again
+        .text()
+        .contains(&format!("no running or waiting instance {id}")));
     let inst = admin.get("/processes/instances").expect("instances").text();
     assert_eq!(inst.trim(), "[]");
     let _ = std::fs::remove_dir_all(dir);

@@ -192,12 +192,11 @@ fn process_metrics(processes: Option<&crate::processes::Processes>, out: &mut St
 async fn store_metrics(processes: Option<&crate::processes::Processes>, out: &mut String) {
     use std::fmt::Write;
     use std::sync::atomic::Ordering::Relaxed;
-    let Some(p) = processes else { return };
     let _ = writeln!(
         out,
         "# HELP busbar_process_stored_instances Durable instances in the process stores, by state.\n# TYPE busbar_process_stored_instances gauge"
     );
-    if !p.engine.persistence().is_empty() {
+    if let Some(p) = processes.filter(|p| !p.engine.persistence().is_empty()) {
         match p.engine.stored_counts().await {
             Ok(counts) => {
                 for (process, state, n) in counts {
@@ -214,7 +213,9 @@ async fn store_metrics(processes: Option<&crate::processes::Processes>, out: &mu
             }
         }
     }
-    let stats = p.engine.write_stats();
+    let stats = processes
+        .map(|p| p.engine.write_stats())
+        .unwrap_or_default();
     let _ = writeln!(
         out,
         "# HELP busbar_process_store_write_failures_total Snapshot and completion writes of durable instances that failed.\n# TYPE busbar_process_store_write_failures_total counter\nbusbar_process_store_write_failures_total {}",
@@ -330,7 +331,9 @@ async fn processes_api(
                         return text(
                             StatusCode::BAD_REQUEST,
                             "text/plain",
-                            format!("unknown state '{s}': waiting, completed, faulted or terminated\n"),
+                            format!(
+                                "unknown state '{s}': waiting, completed, faulted or terminated\n"
+                            ),
                         )
                     }
                 },
@@ -377,11 +380,21 @@ async fn processes_api(
                 return no_such_id(id);
             };
             let Some(p) = processes else {
-                return text(StatusCode::NOT_FOUND, "text/plain", format!("no stored instance {n}\n"));
+                return text(
+                    StatusCode::NOT_FOUND,
+                    "text/plain",
+                    format!("no stored instance {n}\n"),
+                );
             };
             match p.engine.retry(n).await {
-                Ok(()) => text(StatusCode::ACCEPTED, "text/plain", format!("instance {n} resumed from its last wait point\n")),
-                Err(e) if e.starts_with("no stored instance") => text(StatusCode::NOT_FOUND, "text/plain", format!("{e}\n")),
+                Ok(()) => text(
+                    StatusCode::ACCEPTED,
+                    "text/plain",
+                    format!("instance {n} resumed from its last wait point\n"),
+                ),
+                Err(e) if e.starts_with("no stored instance") => {
+                    text(StatusCode::NOT_FOUND, "text/plain", format!("{e}\n"))
+                }
                 Err(e) => text(StatusCode::CONFLICT, "text/plain", format!("{e}\n")),
             }
         }
@@ -391,7 +404,11 @@ async fn processes_api(
                 return no_such_id(id);
             };
             let Some(p) = processes else {
-                return text(StatusCode::NOT_FOUND, "text/plain", format!("no instance {n}\n"));
+                return text(
+                    StatusCode::NOT_FOUND,
+                    "text/plain",
+                    format!("no instance {n}\n"),
+                );
             };
             match p.engine.stored_detail(n).await {
                 Ok(Some(v)) => json(v),
@@ -403,7 +420,11 @@ async fn processes_api(
                         "running_here": true,
                         "age_ms": i.age.as_millis() as u64,
                     })),
-                    None => text(StatusCode::NOT_FOUND, "text/plain", format!("no instance {n}\n")),
+                    None => text(
+                        StatusCode::NOT_FOUND,
+                        "text/plain",
+                        format!("no instance {n}\n"),
+                    ),
                 },
                 Err(e) => failed(e),
             }

@@ -148,10 +148,23 @@ async fn keep_durable(engine: busbar_flow::Engine, own: bool) {
     if engine.persistence().is_empty() {
         return;
     }
-    match engine.recover(own).await {
-        Ok(0) => {}
-        Ok(n) => tracing::info!("resumed {n} durable process instances"),
-        Err(e) => tracing::error!("cannot resume durable process instances: {e}"),
+    // The database may not be reachable yet (PostgreSQL connects in the background).
+    let mut tries = 0u32;
+    loop {
+        match engine.recover(own).await {
+            Ok(0) => break,
+            Ok(n) => {
+                tracing::info!("resumed {n} durable process instances");
+                break;
+            }
+            Err(e) => {
+                if tries.is_multiple_of(20) {
+                    tracing::warn!("cannot resume durable process instances yet: {e}");
+                }
+                tries += 1;
+                tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+            }
+        }
     }
     engine.maintain();
 }

@@ -16,6 +16,8 @@
 //!   node's, and the transaction ends by reading the owner back: another node's name there
 //!   is the refusal. On PostgreSQL that first write (an upsert, or a delete) locks the row,
 //!   so the owner cannot change between the statements.
+//! - A snapshot never brings back an instance that ended (an administrator terminated it
+//!   while its node still ran it): the upsert leaves a finished row as it is.
 //! - On PostgreSQL a claim locks its rows with `FOR UPDATE SKIP LOCKED`, and the owner's
 //!   heartbeat is checked by a subquery in the WHERE clause, not by a join. When another
 //!   node claimed a row after this statement's snapshot was taken, PostgreSQL checks the
@@ -73,7 +75,8 @@ VALUES (:id, :process, 'waiting', :node, :started, :now, :due, :snapshot, NULL)
 ON CONFLICT (id) DO UPDATE SET
   state = 'waiting', owner = excluded.owner, updated = excluded.updated, due = excluded.due,
   snapshot = excluded.snapshot, final = NULL
-WHERE busbar_bpel_instances.owner = excluded.owner OR busbar_bpel_instances.owner IS NULL";
+WHERE (busbar_bpel_instances.owner = excluded.owner OR busbar_bpel_instances.owner IS NULL)
+  AND busbar_bpel_instances.state = 'waiting'";
 
 /// The snapshot of an instance that waited is kept; one that never did is inserted without.
 const UPSERT_FINISHED: &str = "
@@ -157,6 +160,8 @@ GROUP BY process, state ORDER BY process, state";
 pub struct SqlStore {
     db: Arc<Database>,
     sql: Sql,
+    /// The tables exist (created by the first use, or by [`Store::init`]).
+    ready: tokio::sync::OnceCell<()>,
 }
 
 impl std::fmt::Debug for SqlStore {
@@ -450,13 +455,40 @@ fn affected(out: Output) -> Result<u64, String> {
 }
 
 impl SqlStore {
-    /// A store in `db` (its tables are created by [`Store::init`]).
+    /// A store in `db`; its tables are created when missing by [`Store::init`] or before
+    /// the first statement, whichever comes first.
     pub fn new(db: Arc<Database>) -> Result<SqlStore, String> {
         let sql = Sql::new(db.kind() == "postgres")?;
-        Ok(SqlStore { db, sql })
+        Ok(SqlStore {
+            db,
+            sql,
+            ready: tokio::sync::OnceCell::new(),
+        })
+    }
+
+    /// Creates the tables once.
+    async fn ensure(&self) -> Result<(), String> {
+        self.ready
+            .get_or_try_init(|| async {
+                let mut batch = Batch::new();
+                for s in &self.sql.init {
+                    batch.push(s, &[])?;
+                }
+                self.run_raw(batch, Shape::Empty)
+                    .await
+                    .map(|_| ())
+                    .map_err(|e| format!("creating the process tables: {e}"))
+            })
+            .await
+            .map(|_| ())
     }
 
     async fn run(&self, batch: Batch, shape: Shape) -> Result<Output, String> {
+        self.ensure().await?;
+        self.run_raw(batch, shape).await
+    }
+
+    async fn run_raw(&self, batch: Batch, shape: Shape) -> Result<Output, String> {
         self.db
             .run(Query {
                 statements: &batch.statements,
@@ -610,16 +642,7 @@ impl Store for SqlStore {
     }
 
     fn init(&self) -> BoxFuture<'_, Result<(), String>> {
-        Box::pin(async move {
-            let mut batch = Batch::new();
-            for s in &self.sql.init {
-                batch.push(s, &[])?;
-            }
-            self.run(batch, Shape::Empty)
-                .await
-                .map(|_| ())
-                .map_err(|e| format!("creating the process tables: {e}"))
-        })
+        Box::pin(self.ensure())
     }
 
     fn save(&self, save: Save) -> BoxFuture<'_, Result<(), String>> {

@@ -243,9 +243,15 @@ pub fn build(
                     store,
                     node: ps.node.clone().unwrap_or_else(host_name),
                     completion: match ps.completion {
-                        busbar_config::CompletionPolicy::Never => busbar_flow::runtime::Completion::Never,
-                        busbar_config::CompletionPolicy::OnFault => busbar_flow::runtime::Completion::OnFault,
-                        busbar_config::CompletionPolicy::Always => busbar_flow::runtime::Completion::Always,
+                        busbar_config::CompletionPolicy::Never => {
+                            busbar_flow::runtime::Completion::Never
+                        }
+                        busbar_config::CompletionPolicy::OnFault => {
+                            busbar_flow::runtime::Completion::OnFault
+                        }
+                        busbar_config::CompletionPolicy::Always => {
+                            busbar_flow::runtime::Completion::Always
+                        }
                     },
                     lease: ps.lease.0,
                     retention: ps.retention.0,

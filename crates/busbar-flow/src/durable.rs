@@ -57,6 +57,8 @@ pub(crate) enum At {
     Done,
     /// Parked in a receive.
     Receive,
+    /// Calling a partner (resumes by calling it again).
+    Invoke,
     /// Parked in a wait until the time given (ms since the Unix epoch).
     Wait(i64),
     /// A pick: parked (alarms' due times), or running the chosen handler.
@@ -82,9 +84,12 @@ pub(crate) enum At {
         frame: Arc<dyn FrameView>,
         body: Arc<Cur>,
         /// The handler running: its catch (`None`: catchAll), frame and position.
-        handler: Option<(Option<usize>, Arc<dyn FrameView>, Arc<Cur>)>,
+        handler: Option<Handler>,
     },
 }
+
+/// A scope's fault handler that runs: its catch (`None`: catchAll), frame and position.
+pub(crate) type Handler = (Option<usize>, Arc<dyn FrameView>, Arc<Cur>);
 
 /// A frame as saved.
 #[derive(Clone, Debug, PartialEq)]
@@ -99,6 +104,7 @@ pub(crate) struct SavedFrame {
 pub(crate) enum Saved {
     Done,
     Receive,
+    Invoke,
     Wait(i64),
     Pick {
         alarms: Vec<i64>,
@@ -132,6 +138,7 @@ pub(crate) fn capture(cur: &Cur) -> Option<Saved> {
             At::Run => return None,
             At::Done => Saved::Done,
             At::Receive => Saved::Receive,
+            At::Invoke => Saved::Invoke,
             At::Wait(t) => Saved::Wait(*t),
             At::Pick { alarms, chosen } => Saved::Pick {
                 alarms: alarms.clone(),
@@ -225,6 +232,7 @@ impl Saved {
         match self {
             Saved::Done => json!("done"),
             Saved::Receive => json!("receive"),
+            Saved::Invoke => json!("invoke"),
             Saved::Wait(t) => json!({ "wait": t }),
             Saved::Pick { alarms, chosen } => json!({ "pick": {
                 "alarms": alarms,
@@ -262,6 +270,7 @@ impl Saved {
             return match s {
                 "done" => Ok(Saved::Done),
                 "receive" => Ok(Saved::Receive),
+                "invoke" => Ok(Saved::Invoke),
                 other => Err(format!("unknown position '{other}'")),
             };
         }
@@ -586,6 +595,7 @@ mod tests {
                 Box::new(Saved::Flow(vec![
                     Saved::Done,
                     Saved::Receive,
+                    Saved::Invoke,
                     Saved::Wait(1_700_000_000_123),
                     Saved::Pick {
                         alarms: vec![5, 7],

@@ -404,6 +404,11 @@ async fn run_folder(dir: &Path, durable: Option<&crate::runtime::Persistence>) -
                 }
             }
             engine.add_with(d, durable);
+            if durable.is_some() {
+                if let Err(e) = engine.recover(true).await {
+                    return Verdict::Failed(format!("cannot take up saved instances: {e}"));
+                }
+            }
             None
         }
         Err(errors) => Some(

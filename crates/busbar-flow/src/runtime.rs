@@ -233,6 +233,9 @@ pub struct Persistence {
     pub retention: Duration,
 }
 
+/// Longest a message waits for the saved instances to be taken up after a start.
+const RECOVERY_WAIT: Duration = Duration::from_secs(30);
+
 /// Upper bounds (ms) of the write-latency histogram's buckets.
 pub const WRITE_BUCKETS_MS: [f64; 10] =
     [0.5, 1.0, 2.5, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 1000.0];
@@ -316,6 +319,9 @@ struct Inner {
     /// The stores of durable processes (one per store and node).
     stores: Mutex<Vec<Persistence>>,
     stats: Arc<WriteStats>,
+    /// False from the deployment of a durable process until [`Engine::recover`] has taken
+    /// up the saved instances: messages wait meanwhile, so none misses its instance.
+    recovered: tokio::sync::watch::Sender<bool>,
 }
 
 /// The process engine: deployed processes and their instances.
@@ -344,6 +350,7 @@ impl Engine {
                 next_id: AtomicU64::new(1),
                 stores: Mutex::new(Vec::new()),
                 stats: Arc::new(WriteStats::default()),
+                recovered: tokio::sync::watch::Sender::new(true),
             }),
         }
     }
@@ -357,6 +364,7 @@ impl Engine {
     /// `deploy.xml` says `<in-memory>true</in-memory>` stays transient).
     pub fn add_with(&self, deployed: Vec<Deployed>, persistence: Option<&Persistence>) {
         if let Some(p) = persistence {
+            self.inner.recovered.send_replace(false);
             let mut stores = self.inner.stores.lock().unwrap_or_else(|e| e.into_inner());
             if !stores
                 .iter()
@@ -574,8 +582,17 @@ impl Engine {
 
     /// Takes up waiting durable instances: after a start (`own`: this node's own too, which
     /// it ran before it stopped) or from nodes whose lease ran out. Each resumes from its
-    /// last saved wait point. Returns how many resumed.
+    /// last saved wait point. Returns how many resumed. Until a first call succeeds,
+    /// messages for the processes wait (at most 30 s).
     pub async fn recover(&self, own: bool) -> Result<usize, String> {
+        let r = self.recover_now(own).await;
+        if r.is_ok() {
+            self.inner.recovered.send_replace(true);
+        }
+        r
+    }
+
+    async fn recover_now(&self, own: bool) -> Result<usize, String> {
         let mut resumed = 0;
         for p in self.persistence() {
             let now = durable::now_ms();
@@ -762,7 +779,7 @@ impl Engine {
         for p in self.persistence() {
             out.extend(p.store.list(process, state, limit).await?);
         }
-        out.sort_by(|a, b| b.id.cmp(&a.id));
+        out.sort_by_key(|s| std::cmp::Reverse(s.id));
         out.truncate(limit);
         Ok(out)
     }
@@ -787,7 +804,15 @@ impl Engine {
             .processes()
             .iter()
             .find(|l| l.process.name.clark() == row.process)
-            .map(|l| l.process.root.frame.vars.iter().map(|v| v.name.clone()).collect())
+            .map(|l| {
+                l.process
+                    .root
+                    .frame
+                    .vars
+                    .iter()
+                    .map(|v| v.name.clone())
+                    .collect()
+            })
             .unwrap_or_default();
         let parse = |t: &Option<String>| {
             t.as_deref()
@@ -949,6 +974,10 @@ impl Engine {
     /// Delivers a message for `operation` of the process providing `service` (the port is
     /// not needed to choose). Returns when the reply is known (one-way: when accepted).
     pub async fn deliver(&self, service: &Name, operation: &str, message: Arc<Doc>) -> Outcome {
+        if !*self.inner.recovered.borrow() {
+            let mut rx = self.inner.recovered.subscribe();
+            let _ = tokio::time::timeout(RECOVERY_WAIT, rx.wait_for(|r| *r)).await;
+        }
         let outcome = match self.provider(service) {
             Some((live, pl)) => {
                 self.deliver_to(&live, pl, operation, message.clone(), true)
@@ -1677,6 +1706,24 @@ impl Instance {
         ParkGuard(self.dur.clone())
     }
 
+    /// Counts this branch as parked while it calls a partner. The call is a wait point only
+    /// when answers wait for a write: then the snapshot is written (the call runs again
+    /// after a restart) and they go out, so a partner that calls back into this engine
+    /// before replying gets its answer. Otherwise nothing is written here.
+    fn calling(self: &Arc<Self>) -> ParkGuard {
+        if let Some(d) = &self.dur {
+            let holding = {
+                let mut q = d.quiet.lock().unwrap_or_else(|e| e.into_inner());
+                q.parked += 1;
+                !q.held.is_empty()
+            };
+            if holding {
+                self.check_quiet();
+            }
+        }
+        ParkGuard(self.dur.clone())
+    }
+
     /// A branch of a flow or parallel forEach: counted while it runs, marked done when it
     /// ends well (which may leave the instance at rest).
     fn strand<'a, F>(
@@ -1969,6 +2016,7 @@ impl Instance {
                     Act::Sequence(_)
                         | Act::Flow(_)
                         | Act::Receive(_)
+                        | Act::Invoke(_)
                         | Act::If(..)
                         | Act::While(..)
                         | Act::RepeatUntil(..)
@@ -2078,7 +2126,15 @@ impl Instance {
                     self.answer(o.tx, outcome);
                     Ok(())
                 }
-                Act::Invoke(inv) => self.invoke(inv, frame).await,
+                Act::Invoke(inv) => {
+                    if !matches!(t.resume.take(), None | Some(Saved::Invoke)) {
+                        return Err(misfit(a));
+                    }
+                    t.set(At::Invoke);
+                    let r = self.invoke(inv, frame).await;
+                    t.set(At::Run);
+                    r
+                }
                 Act::Assign(copies) => {
                     // An assign is atomic: a fault in one copy puts back what the copies
                     // before it wrote. A single copy writes only once it has read everything.
@@ -2824,7 +2880,10 @@ impl Instance {
             one_way: inv.output.is_none(),
             defs: &process.defs,
         };
-        let reply = self.engine.inner.partners.invoke(call).await.map_err(|e| {
+        let calling = self.calling();
+        let reply = self.engine.inner.partners.invoke(call).await;
+        drop(calling);
+        let reply = reply.map_err(|e| {
             Fault::busbar(
                 "invokeFailed",
                 format!(
