@@ -195,6 +195,16 @@ struct Node {
 
 impl Node {
     fn start(dir: &Path, name: &str, db: &Db, recorder: SocketAddr) -> Node {
+        Node::start_with(dir, name, db, recorder, "")
+    }
+
+    /// With more settings (`key: value, …`) in the folder's `persistence`.
+    fn start_with(dir: &Path, name: &str, db: &Db, recorder: SocketAddr, more: &str) -> Node {
+        let more = if more.is_empty() {
+            String::new()
+        } else {
+            format!(", {more}")
+        };
         let http = free_addr();
         let admin = free_addr();
         let database = match db {
@@ -206,7 +216,7 @@ impl Node {
              databases:\n  flows: {database}\n\
              endpoints:\n  recorder: {{ url: \"http://{recorder}/record\", timeout: 10s }}\n\
              processes:\n  Durable:\n    dir: {}\n    partners: {{ recorder: recorder }}\n    \
-             persistence: {{ database: flows, node: {name}, lease: 2s, completion: always }}\n",
+             persistence: {{ database: flows, node: {name}, lease: 2s, completion: always{more} }}\n",
             dir.display()
         );
         let config = dir.join(format!("{name}.yaml"));
@@ -538,5 +548,365 @@ async fn the_ode_suite_passes_the_same_tests_with_every_process_durable() {
         .map(|(_, _, n)| n)
         .sum();
     assert!(finished > 0, "{counts:?}");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// A conversation through a flow of two receives in a scope, a sequential forEach of waits
+/// and a pick, with the engine killed at each wait point and started again: every variable
+/// and position survives, and the recorder gets the whole log once.
+const WALKER: &str = r#"<process name="Walker" targetNamespace="urn:dur:proc"
+    xmlns="http://docs.oasis-open.org/wsbpel/2.0/process/executable" xmlns:t="urn:dur"
+    xmlns:xsd="http://www.w3.org/2001/XMLSchema">
+  <import location="durable.wsdl" namespace="urn:dur" importType="http://schemas.xmlsoap.org/wsdl/"/>
+  <partnerLinks>
+    <partnerLink name="client" partnerLinkType="t:WalkerLT" myRole="walker"/>
+    <partnerLink name="recorder" partnerLinkType="t:RecorderLT" partnerRole="recorder"/>
+  </partnerLinks>
+  <variables>
+    <variable name="in" messageType="t:TextMsg"/>
+    <variable name="log" type="xsd:string"/>
+    <variable name="req" messageType="t:TextMsg"/>
+    <variable name="resp" messageType="t:TextMsg"/>
+  </variables>
+  <correlationSets>
+    <correlationSet name="conv" properties="t:id"/>
+  </correlationSets>
+  <sequence>
+    <receive partnerLink="client" operation="begin" variable="in" createInstance="yes">
+      <correlations><correlation set="conv" initiate="yes"/></correlations>
+    </receive>
+    <assign><copy><from>concat('[', $in.payload, ']')</from><to variable="log"/></copy></assign>
+    <reply partnerLink="client" operation="begin" variable="in"/>
+    <scope>
+      <variables><variable name="seen" type="xsd:string"/></variables>
+      <sequence>
+        <assign><copy><from>'-'</from><to variable="seen"/></copy></assign>
+        <flow>
+          <sequence>
+            <receive partnerLink="client" operation="a" variable="in">
+              <correlations><correlation set="conv"/></correlations>
+            </receive>
+            <assign><copy><from>concat($seen, 'a')</from><to variable="seen"/></copy></assign>
+          </sequence>
+          <sequence>
+            <receive partnerLink="client" operation="b" variable="in">
+              <correlations><correlation set="conv"/></correlations>
+            </receive>
+            <assign><copy><from>concat($seen, 'b')</from><to variable="seen"/></copy></assign>
+          </sequence>
+        </flow>
+        <assign><copy><from>concat($log, $seen)</from><to variable="log"/></copy></assign>
+      </sequence>
+    </scope>
+    <forEach counterName="i" parallel="no">
+      <startCounterValue>1</startCounterValue>
+      <finalCounterValue>3</finalCounterValue>
+      <scope>
+        <sequence>
+          <wait><for>'PT0.4S'</for></wait>
+          <assign><copy><from>concat($log, $i)</from><to variable="log"/></copy></assign>
+        </sequence>
+      </scope>
+    </forEach>
+    <pick>
+      <onMessage partnerLink="client" operation="c" variable="in">
+        <correlations><correlation set="conv"/></correlations>
+        <assign><copy><from>concat($log, 'c')</from><to variable="log"/></copy></assign>
+      </onMessage>
+      <onAlarm>
+        <for>'PT60S'</for>
+        <assign><copy><from>concat($log, 'alarm')</from><to variable="log"/></copy></assign>
+      </onAlarm>
+    </pick>
+    <assign><copy><from>$log</from><to variable="req" part="payload"/></copy></assign>
+    <invoke partnerLink="recorder" operation="record" inputVariable="req" outputVariable="resp"/>
+  </sequence>
+</process>
+"#;
+
+/// The Walker's port type and service, added to the WSDL.
+const WALKER_WSDL: &str = r#"
+  <portType name="Walker">
+    <operation name="begin"><input message="tns:TextMsg"/><output message="tns:TextMsg"/></operation>
+    <operation name="a"><input message="tns:TextMsg"/></operation>
+    <operation name="b"><input message="tns:TextMsg"/></operation>
+    <operation name="c"><input message="tns:TextMsg"/></operation>
+  </portType>
+  <binding name="WalkerBinding" type="tns:Walker">
+    <soap:binding style="document" transport="http://schemas.xmlsoap.org/soap/http"/>
+    <operation name="begin"><soap:operation soapAction="urn:dur:begin"/>
+      <input><soap:body use="literal"/></input><output><soap:body use="literal"/></output></operation>
+    <operation name="a"><soap:operation soapAction="urn:dur:a"/><input><soap:body use="literal"/></input></operation>
+    <operation name="b"><soap:operation soapAction="urn:dur:b"/><input><soap:body use="literal"/></input></operation>
+    <operation name="c"><soap:operation soapAction="urn:dur:c"/><input><soap:body use="literal"/></input></operation>
+  </binding>
+  <service name="WalkerService">
+    <port name="WalkerPort" binding="tns:WalkerBinding">
+      <soap:address location="http://localhost:8080/durable/Walker"/>
+    </port>
+  </service>
+  <plnk:partnerLinkType name="WalkerLT"><plnk:role name="walker" portType="tns:Walker"/></plnk:partnerLinkType>
+"#;
+
+fn walker_folder() -> PathBuf {
+    let dir = folder("PT2S");
+    let wsdl = WSDL.replace(
+        "  <vprop:property",
+        &format!("{WALKER_WSDL}  <vprop:property"),
+    );
+    std::fs::write(dir.join("durable.wsdl"), wsdl).expect("wsdl");
+    std::fs::write(dir.join("Walker.bpel"), WALKER).expect("bpel");
+    let deploy = DEPLOY.replace(
+        "</deploy>",
+        r#"  <process name="p:Walker">
+    <provide partnerLink="client"><service name="t:WalkerService" port="WalkerPort"/></provide>
+    <invoke partnerLink="recorder"><service name="t:RecorderService" port="RecorderPort"/></invoke>
+  </process>
+</deploy>"#,
+    );
+    std::fs::write(dir.join("deploy.xml"), deploy).expect("deploy");
+    dir
+}
+
+#[test]
+fn a_conversation_through_flow_foreach_and_pick_survives_a_kill_at_every_wait_point() {
+    let dir = walker_folder();
+    let db = dir.join("flows.db");
+    let (recorder, seen) = recording_back_end();
+    let restart = |node: &mut Option<Node>| {
+        if let Some(mut n) = node.take() {
+            n.kill();
+        }
+        *node = Some(Node::start(&dir, "n1", &Db::Sqlite(&db), recorder));
+    };
+    let mut node = None;
+    restart(&mut node);
+    let send = |node: &Option<Node>, op: &str, status: u16| {
+        let n = node.as_ref().expect("node");
+        let r = n.call("/durable/Walker", &format!("urn:dur:{op}"), "k1");
+        assert_eq!(r.status, status, "{op}: {}\n{}", r.text(), n.log_text());
+    };
+    send(&node, "begin", 200);
+    restart(&mut node);
+    send(&node, "a", 202);
+    restart(&mut node);
+    // b's 202 comes once the instance waits in the forEach's first wait.
+    send(&node, "b", 202);
+    restart(&mut node);
+    std::thread::sleep(Duration::from_millis(500));
+    restart(&mut node);
+    // Past the forEach (three waits of 0.4 s, each resumed at its due time), in the pick.
+    let in_pick = eventually(Duration::from_secs(20), || {
+        let n = node.as_ref().expect("node");
+        let r = n.get("/processes/stored?state=waiting&limit=10");
+        let v: serde_json::Value = serde_json::from_slice(&r.body).unwrap_or_default();
+        let Some(id) = v[0]["id"].as_u64() else {
+            return false;
+        };
+        let d: serde_json::Value =
+            serde_json::from_slice(&n.get(&format!("/processes/instances/{id}")).body)
+                .unwrap_or_default();
+        d["variables"]["log"]
+            .as_str()
+            .is_some_and(|l| l.contains("-ab123"))
+    });
+    assert!(
+        in_pick,
+        "{}",
+        node.as_ref().expect("node").get("/processes/stored").text()
+    );
+    restart(&mut node);
+    send(&node, "c", 202);
+    let done = eventually(Duration::from_secs(20), || !recorded(&seen).is_empty());
+    assert!(done, "{}", node.as_ref().expect("node").log_text());
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(
+        recorded(&seen),
+        BTreeMap::from([("[k1]-ab123c".to_owned(), 1)])
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// A recorder that answers 503 until it is switched on, then echoes and records.
+fn switchable_recorder() -> (
+    SocketAddr,
+    Arc<std::sync::atomic::AtomicBool>,
+    Arc<Mutex<Vec<Vec<u8>>>>,
+) {
+    use std::io::{BufRead, BufReader, Read, Write};
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = l.local_addr().expect("addr");
+    let up = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let (up2, seen2) = (up.clone(), seen.clone());
+    std::thread::spawn(move || {
+        for s in l.incoming() {
+            let Ok(s) = s else { continue };
+            let (up, seen) = (up2.clone(), seen2.clone());
+            std::thread::spawn(move || {
+                let mut r = BufReader::new(s);
+                loop {
+                    let mut len = 0;
+                    loop {
+                        let mut h = String::new();
+                        if r.read_line(&mut h).unwrap_or(0) == 0 {
+                            return;
+                        }
+                        if h.trim_end().is_empty() {
+                            break;
+                        }
+                        if let Some(v) = h.to_ascii_lowercase().strip_prefix("content-length:") {
+                            len = v.trim().parse().unwrap_or(0);
+                        }
+                    }
+                    let mut body = vec![0; len];
+                    if r.read_exact(&mut body).is_err() {
+                        return;
+                    }
+                    let (status, body) = if up.load(std::sync::atomic::Ordering::SeqCst) {
+                        seen.lock().expect("lock").push(body.clone());
+                        ("200 OK", body)
+                    } else {
+                        ("503 Service Unavailable", b"down".to_vec())
+                    };
+                    let head = format!(
+                        "HTTP/1.1 {status}\r\nContent-Type: text/xml\r\nContent-Length: {}\r\n\r\n",
+                        body.len()
+                    );
+                    let s = r.get_mut();
+                    if s.write_all(head.as_bytes()).is_err() || s.write_all(&body).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    (addr, up, seen)
+}
+
+#[test]
+fn the_admin_api_shows_retries_and_terminates_stored_instances() {
+    let dir = folder("PT2S");
+    let db = dir.join("flows.db");
+    let (recorder, up, seen) = switchable_recorder();
+    let node = Node::start(&dir, "n1", &Db::Sqlite(&db), recorder);
+    let admin = |method: &str, path: &str| {
+        Client::connect(node.admin)
+            .request(method, path, &[], b"")
+            .expect("admin")
+    };
+    let json = |r: Resp| -> serde_json::Value { serde_json::from_slice(&r.body).expect("json") };
+    assert_eq!(
+        node.call("/durable/Waiter", "urn:dur:start", "w1").status,
+        200
+    );
+    // The recorder is down: the invoke after finish faults the instance.
+    let r = node.call("/durable/Waiter", "urn:dur:finish", "w1");
+    assert_eq!(r.status, 500, "{}", r.text());
+    let faulted = json(admin("GET", "/processes/stored?state=faulted"));
+    let id = faulted[0]["id"].as_u64().expect("a faulted instance");
+    assert_eq!(faulted[0]["process"], "{urn:dur:proc}Waiter");
+    let d = json(admin("GET", &format!("/processes/instances/{id}")));
+    assert_eq!(d["state"], "faulted", "{d}");
+    assert_eq!(d["fault"]["name"], "invokeFailed", "{d}");
+    assert!(
+        d["variables"]["req"]
+            .as_str()
+            .unwrap_or("")
+            .contains("finished w1"),
+        "{d}"
+    );
+    // Retried from its last wait point: it waits for finish again.
+    up.store(true, std::sync::atomic::Ordering::SeqCst);
+    let r = admin("POST", &format!("/processes/instances/{id}/retry"));
+    assert_eq!(r.status, 202, "{}", r.text());
+    let d = json(admin("GET", &format!("/processes/instances/{id}")));
+    assert_eq!(d["state"], "waiting", "{d}");
+    assert_eq!(d["running_here"], true, "{d}");
+    let r = node.call("/durable/Waiter", "urn:dur:finish", "w1");
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(r.text().contains("finished w1"), "{}", r.text());
+    assert_eq!(recorded(&seen).get("finished w1"), Some(&1));
+    let r = admin("POST", &format!("/processes/instances/{id}/retry"));
+    assert_eq!(r.status, 409, "{}", r.text());
+    assert!(r.text().contains("not faulted"), "{}", r.text());
+    assert_eq!(admin("POST", "/processes/instances/12/retry").status, 404);
+    assert_eq!(admin("POST", "/processes/instances/x/retry").status, 404);
+    assert_eq!(admin("GET", "/processes/stored?state=lost").status, 400);
+    assert_eq!(admin("GET", "/processes/stored?limit=0").status, 400);
+
+    // Terminated while it waits: the row says so and its correlation is gone.
+    assert_eq!(
+        node.call("/durable/Waiter", "urn:dur:start", "w2").status,
+        200
+    );
+    let waiting = json(admin("GET", "/processes/stored?state=waiting"));
+    let id2 = waiting[0]["id"].as_u64().expect("a waiting instance");
+    assert_eq!(
+        admin("DELETE", &format!("/processes/instances/{id2}")).status,
+        204
+    );
+    let ended = eventually(Duration::from_secs(5), || {
+        json(admin("GET", &format!("/processes/instances/{id2}")))["state"] == "terminated"
+    });
+    assert!(ended);
+    let r = node.call("/durable/Waiter", "urn:dur:finish", "w2");
+    assert_eq!(r.status, 500, "{}", r.text());
+    assert!(
+        r.text().contains("noMatchingInstance") || r.text().contains("no instance"),
+        "{}",
+        r.text()
+    );
+    assert_eq!(
+        admin("DELETE", &format!("/processes/instances/{id2}")).status,
+        404
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn finished_instances_go_after_their_retention_and_the_database_stays_small() {
+    let dir = folder("PT0S");
+    let db = dir.join("flows.db");
+    let (recorder, seen) = recording_back_end();
+    let config = |node: &Node| node.get("/processes/stored?limit=10000");
+    let node = Node::start_with(&dir, "n1", &Db::Sqlite(&db), recorder, "retention: 1s");
+    let mut sizes = Vec::new();
+    for round in 0..3 {
+        let n = 1000;
+        for r in many(&node, n, |i| {
+            (
+                "/durable/Sleeper".into(),
+                "urn:dur:sleep".into(),
+                format!("r{round}-{i}"),
+            )
+        }) {
+            assert_eq!(r.status, 200, "{}", r.text());
+        }
+        let all = eventually(Duration::from_secs(30), || {
+            recorded(&seen).len() == (round + 1) * n
+        });
+        assert!(all, "{}", node.log_text());
+        // Kept (completion: always) until the retention has passed, then deleted.
+        let gone = eventually(Duration::from_secs(20), || {
+            config(&node).text().trim() == "[]"
+        });
+        assert!(
+            gone,
+            "{}",
+            config(&node).text().chars().take(300).collect::<String>()
+        );
+        sizes.push(
+            std::fs::metadata(&db).map(|m| m.len()).unwrap_or(0)
+                + std::fs::metadata(dir.join("flows.db-wal"))
+                    .map(|m| m.len())
+                    .unwrap_or(0),
+        );
+    }
+    // Pages freed by the deletions are used again: the third thousand does not grow the file.
+    assert!(
+        sizes[2] <= sizes[0] * 2,
+        "database and log sizes by round: {sizes:?}"
+    );
     let _ = std::fs::remove_dir_all(dir);
 }
