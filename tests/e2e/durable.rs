@@ -728,11 +728,10 @@ fn a_conversation_through_flow_foreach_and_pick_survives_a_kill_at_every_wait_po
 }
 
 /// A recorder that answers 503 until it is switched on, then echoes and records.
-fn switchable_recorder() -> (
-    SocketAddr,
-    Arc<std::sync::atomic::AtomicBool>,
-    Arc<Mutex<Vec<Vec<u8>>>>,
-) {
+/// What the recorder got.
+type Seen = Arc<Mutex<Vec<Vec<u8>>>>;
+
+fn switchable_recorder() -> (SocketAddr, Arc<std::sync::atomic::AtomicBool>, Seen) {
     use std::io::{BufRead, BufReader, Read, Write};
     let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     let addr = l.local_addr().expect("addr");
