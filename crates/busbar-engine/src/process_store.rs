@@ -108,6 +108,31 @@ DELETE FROM busbar_bpel_keys WHERE instance = :id
 
 const OWNER: &str = "SELECT owner FROM busbar_bpel_instances WHERE id = :id";
 
+/// The owners of the instances a group of writes touched (`:ids`: a JSON array).
+const OWNERS_SQLITE: &str = "
+SELECT id, owner FROM busbar_bpel_instances WHERE id IN (SELECT value FROM json_each(:ids))";
+const OWNERS_POSTGRES: &str = "
+SELECT id, owner FROM busbar_bpel_instances
+WHERE id IN (SELECT CAST(json_array_elements_text(CAST(:ids AS json)) AS BIGINT))";
+
+/// Finished instances never written before, many rows in one statement (`:rows`: a JSON
+/// array of objects).
+const INSERT_FIRST_SQLITE: &str = "
+INSERT INTO busbar_bpel_instances (id, process, state, owner, started, updated, final)
+SELECT json_extract(value, '$.id'), json_extract(value, '$.process'),
+  json_extract(value, '$.state'), json_extract(value, '$.owner'),
+  json_extract(value, '$.started'), json_extract(value, '$.updated'),
+  json_extract(value, '$.final')
+FROM json_each(:rows)";
+const INSERT_FIRST_POSTGRES: &str = "
+INSERT INTO busbar_bpel_instances (id, process, state, owner, started, updated, final)
+SELECT r.id, r.process, r.state, r.owner, r.started, r.updated, r.final
+FROM json_to_recordset(CAST(:rows AS json))
+  AS r(id BIGINT, process TEXT, state TEXT, owner TEXT, started BIGINT, updated BIGINT, final TEXT)";
+
+/// Most writes committed in one transaction.
+const GROUP: usize = 256;
+
 const HEARTBEAT: &str = "
 INSERT INTO busbar_bpel_nodes (node, heartbeat) VALUES (:node, :now)
 ON CONFLICT (node) DO UPDATE SET heartbeat = excluded.heartbeat";
@@ -160,6 +185,9 @@ GROUP BY process, state ORDER BY process, state";
 pub struct SqlStore {
     db: Arc<Database>,
     sql: Sql,
+    /// Saves and finishes go to one writer that commits what has queued up meanwhile in one
+    /// transaction (group commit); started by the first write.
+    writer: std::sync::OnceLock<tokio::sync::mpsc::UnboundedSender<Write>>,
     /// The tables exist (created by the first use, or by [`Store::init`]).
     ready: tokio::sync::OnceCell<()>,
 }
@@ -182,6 +210,8 @@ struct Sql {
     delete_if_owned: Arc<Statement>,
     delete_keys_if_gone: Arc<Statement>,
     owner: Arc<Statement>,
+    owners: Arc<Statement>,
+    insert_first: Arc<Statement>,
     heartbeat: Arc<Statement>,
     claim: Arc<Statement>,
     key_owner: Arc<Statement>,
@@ -264,6 +294,16 @@ impl Sql {
             delete_if_owned: parse(DELETE_IF_OWNED)?,
             delete_keys_if_gone: parse(DELETE_KEYS_IF_GONE)?,
             owner: parse(OWNER)?,
+            owners: parse(if postgres {
+                OWNERS_POSTGRES
+            } else {
+                OWNERS_SQLITE
+            })?,
+            insert_first: parse(if postgres {
+                INSERT_FIRST_POSTGRES
+            } else {
+                INSERT_FIRST_SQLITE
+            })?,
             heartbeat: parse(HEARTBEAT)?,
             claim: parse(&claim)?,
             key_owner: parse(KEY_OWNER)?,
@@ -454,6 +494,160 @@ fn affected(out: Output) -> Result<u64, String> {
     }
 }
 
+/// One instance's write waiting for the group writer.
+struct Write {
+    batch: Batch,
+    /// The row of a finished instance never written before, for one multi-row insert with
+    /// the others of its group (`batch` is the same write alone, should the group fail).
+    row: Option<serde_json::Value>,
+    id: u64,
+    node: String,
+    what: &'static str,
+    done: tokio::sync::oneshot::Sender<Result<(), String>>,
+}
+
+/// Commits queued writes: what queued up while the last transactions ran goes into the next
+/// one, so a busy node pays one commit for many instances. On PostgreSQL as many groups as
+/// the pool has connections commit at once (the server flushes their commits together); on
+/// SQLite, which has one writer, one at a time. Two writes of one instance are never in
+/// flight together: the engine waits for one to commit before it sends the next. Each write's statements only act
+/// on rows this node owns; the owners read back at the end of the transaction tell which
+/// writes were refused (another node took the instance over). When a group fails as a
+/// whole, each of its writes is tried alone, so one bad write fails only itself.
+async fn group_writer(
+    db: Arc<Database>,
+    statements: [Arc<Statement>; 3],
+    mut rx: tokio::sync::mpsc::UnboundedReceiver<Write>,
+) {
+    let parallel = match db.kind() {
+        "postgres" => db.pool_status().1.max(1),
+        _ => 1,
+    };
+    let slots = Arc::new(tokio::sync::Semaphore::new(parallel));
+    while let Some(first) = rx.recv().await {
+        let Ok(slot) = slots.clone().acquire_owned().await else {
+            return;
+        };
+        let mut group = vec![first];
+        while group.len() < GROUP {
+            match rx.try_recv() {
+                Ok(w) => group.push(w),
+                Err(_) => break,
+            }
+        }
+        let (db, statements) = (db.clone(), statements.clone());
+        tokio::spawn(async move {
+            commit_group(&db, &statements, group).await;
+            drop(slot);
+        });
+    }
+}
+
+/// Commits one group of writes and tells each its outcome.
+async fn commit_group(db: &Arc<Database>, statements: &[Arc<Statement>; 3], group: Vec<Write>) {
+    let [owner, owners, insert_first] = statements;
+    let run = |batch: Batch, shape: Shape| {
+        let db = db.clone();
+        async move {
+            db.run(Query {
+                statements: &batch.statements,
+                values: batch.values,
+                shape,
+                numeric: NumericAs::Number,
+            })
+            .await
+            .map_err(db_error)
+        }
+    };
+    {
+        let ids: Vec<i64> = group.iter().map(|w| w.id as i64).collect();
+        let mut batch = Batch::new();
+        let mut first_rows = Vec::new();
+        for w in &group {
+            match &w.row {
+                Some(r) => first_rows.push(r),
+                None => {
+                    batch.statements.extend(w.batch.statements.iter().cloned());
+                    batch.values.extend(w.batch.values.iter().cloned());
+                }
+            }
+        }
+        if !first_rows.is_empty() {
+            let json = Value::Text(serde_json::to_string(&first_rows).unwrap_or_default());
+            if let Err(e) = batch.push(insert_first, &[("rows", json)]) {
+                for w in group {
+                    let _ = w.done.send(Err(e.clone()));
+                }
+                return;
+            }
+        }
+        let ids_json = Value::Text(serde_json::to_string(&ids).unwrap_or_default());
+        let pushed = batch.push(owners, &[("ids", ids_json)]);
+        let result = match pushed {
+            Ok(()) => match run(batch, Shape::Rows).await {
+                Ok(out) => rows::<IdOwnerRow>(out).await,
+                Err(e) => Err(e),
+            },
+            Err(e) => Err(e),
+        };
+        match result {
+            Ok(found) => {
+                for w in group {
+                    let other = found
+                        .iter()
+                        .find(|r| r.id as u64 == w.id)
+                        .and_then(|r| r.owner.clone())
+                        .filter(|o| *o != w.node);
+                    let r = match other {
+                        Some(other) => Err(refused(w.id, &other, w.what, &w.node)),
+                        None => Ok(()),
+                    };
+                    let _ = w.done.send(r);
+                }
+            }
+            Err(_) if group.len() > 1 => {
+                for w in group {
+                    let mut batch = w.batch;
+                    let params = [("id", id(w.id))];
+                    let r = match batch.push(owner, &params) {
+                        Ok(()) => match run(batch, Shape::Row).await {
+                            Ok(out) => match row::<OwnerRow>(out) {
+                                Ok(Some(OwnerRow { owner: Some(o) })) if o != w.node => {
+                                    Err(refused(w.id, &o, w.what, &w.node))
+                                }
+                                Ok(_) => Ok(()),
+                                Err(e) => Err(e),
+                            },
+                            Err(e) => Err(format!("{} instance {}: {e}", w.what, w.id)),
+                        },
+                        Err(e) => Err(e),
+                    };
+                    let _ = w.done.send(r);
+                }
+            }
+            Err(e) => {
+                for w in group {
+                    let _ = w
+                        .done
+                        .send(Err(format!("{} instance {}: {e}", w.what, w.id)));
+                }
+            }
+        }
+    }
+}
+
+fn refused(id: u64, other: &str, what: &str, node: &str) -> String {
+    format!(
+        "instance {id} is owned by node '{other}' now (it was taken over): not {what} by '{node}'"
+    )
+}
+
+#[derive(Deserialize)]
+struct IdOwnerRow {
+    id: i64,
+    owner: Option<String>,
+}
+
 impl SqlStore {
     /// A store in `db`; its tables are created when missing by [`Store::init`] or before
     /// the first statement, whichever comes first.
@@ -462,6 +656,7 @@ impl SqlStore {
         Ok(SqlStore {
             db,
             sql,
+            writer: std::sync::OnceLock::new(),
             ready: tokio::sync::OnceCell::new(),
         })
     }
@@ -500,23 +695,8 @@ impl SqlStore {
             .map_err(db_error)
     }
 
-    /// Runs `batch`, which ends by reading the instance's owner back, and refuses when
-    /// another node owns it.
-    async fn run_owned(&self, batch: Batch, id: u64, node: &str, what: &str) -> Result<(), String> {
-        let out = self
-            .run(batch, Shape::Row)
-            .await
-            .map_err(|e| format!("{what} instance {id}: {e}"))?;
-        match row::<OwnerRow>(out)? {
-            Some(OwnerRow { owner: Some(other) }) if other != node => Err(format!(
-                "instance {id} is owned by node '{other}' now (it was taken over): \
-                 not {what} by '{node}'"
-            )),
-            _ => Ok(()),
-        }
-    }
-
-    async fn save_now(&self, save: Save) -> Result<(), String> {
+    /// A waiting instance's snapshot and keys, written only if this node owns the row.
+    fn save_batch(&self, save: Save) -> Result<Batch, String> {
         let mut params = vec![
             ("id", id(save.id)),
             ("process", text(&save.process)),
@@ -535,11 +715,17 @@ impl SqlStore {
             }
             batch.push(&self.sql.insert_key_if_owned, &params)?;
         }
-        batch.push(&self.sql.owner, &params)?;
-        self.run_owned(batch, save.id, &save.node, "saved").await
+        Ok(batch)
     }
 
-    async fn finish_now(&self, finish: Finish) -> Result<(), String> {
+    async fn save_now(&self, save: Save) -> Result<(), String> {
+        let (id, node) = (save.id, save.node.clone());
+        let batch = self.save_batch(save)?;
+        self.write(batch, None, id, node, "saved").await
+    }
+
+    /// A finished instance kept or deleted, only if this node owns the row (or none does).
+    fn finish_batch(&self, finish: Finish) -> Result<Batch, String> {
         if finish.state == State::Waiting {
             return Err(format!(
                 "instance {} cannot finish in state 'waiting'",
@@ -555,7 +741,7 @@ impl SqlStore {
             ("now", Value::Int(finish.at_ms)),
             ("final", Value::Text(finish.final_state)),
         ];
-        let mut batch = if finish.keep {
+        Ok(if finish.keep {
             let mut b = Batch::of(&self.sql.upsert_finished, &params)?;
             b.push(&self.sql.delete_keys_if_owned, &params)?;
             b
@@ -563,10 +749,61 @@ impl SqlStore {
             let mut b = Batch::of(&self.sql.delete_if_owned, &params)?;
             b.push(&self.sql.delete_keys_if_gone, &params)?;
             b
-        };
-        batch.push(&self.sql.owner, &params)?;
-        self.run_owned(batch, finish.id, &finish.node, "finished")
-            .await
+        })
+    }
+
+    async fn finish_now(&self, finish: Finish) -> Result<(), String> {
+        let (id, node) = (finish.id, finish.node.clone());
+        let row = (finish.first && finish.keep && finish.state != State::Waiting).then(|| {
+            serde_json::json!({
+                "id": finish.id as i64,
+                "process": finish.process,
+                "state": finish.state.as_str(),
+                "owner": finish.node,
+                "started": finish.started_ms,
+                "updated": finish.at_ms,
+                "final": finish.final_state,
+            })
+        });
+        let batch = self.finish_batch(finish)?;
+        self.write(batch, row, id, node, "finished").await
+    }
+
+    /// Queues a write for the group writer and waits for its commit.
+    async fn write(
+        &self,
+        batch: Batch,
+        row: Option<serde_json::Value>,
+        id: u64,
+        node: String,
+        what: &'static str,
+    ) -> Result<(), String> {
+        self.ensure().await?;
+        let tx = self.writer.get_or_init(|| {
+            let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+            tokio::spawn(group_writer(
+                self.db.clone(),
+                [
+                    self.sql.owner.clone(),
+                    self.sql.owners.clone(),
+                    self.sql.insert_first.clone(),
+                ],
+                rx,
+            ));
+            tx
+        });
+        let (done, wait) = tokio::sync::oneshot::channel();
+        tx.send(Write {
+            batch,
+            row,
+            id,
+            node,
+            what,
+            done,
+        })
+        .map_err(|_| format!("{what} instance {id}: the writer has stopped"))?;
+        wait.await
+            .unwrap_or_else(|_| Err(format!("{what} instance {id}: the writer has stopped")))
     }
 
     async fn claim_now(
@@ -921,6 +1158,7 @@ mod tests {
             state,
             keep,
             final_state: format!(r#"{{"final":{id}}}"#),
+            first: false,
         }
     }
 
@@ -1070,6 +1308,34 @@ mod tests {
 
         let e = s.finish(finished(5, "a", State::Waiting, true)).await;
         assert!(e.is_err(), "{e:?}");
+    }
+
+    /// Many first-time finishes at once go in one multi-row insert; one whose id another
+    /// node holds fails alone, the others are written.
+    async fn first_finishes_commit_together_and_a_clash_fails_alone(s: &SqlStore) {
+        must(s.finish(finished(100, "b", State::Completed, true)).await);
+        let writes = (100..400u64).map(|id| {
+            let mut f = finished(id, "a", State::Completed, true);
+            f.first = true;
+            f.final_state = format!(r#"{{"n":{id},"text":"it's \"quoted\" ü"}}"#);
+            s.finish(f)
+        });
+        let results = futures_util::future::join_all(writes).await;
+        assert!(results[0].is_err(), "id 100 is node b's: {:?}", results[0]);
+        assert_eq!(
+            must(s.get(100).await).and_then(|i| i.owner).as_deref(),
+            Some("b")
+        );
+        assert!(results[1..].iter().all(Result::is_ok), "{results:?}");
+        for id in [101u64, 250, 399] {
+            let got = must(s.get(id).await).unwrap_or_else(|| panic!("instance {id} missing"));
+            assert_eq!(got.state, State::Completed);
+            assert_eq!(got.owner.as_deref(), Some("a"));
+            assert_eq!(
+                got.final_state,
+                Some(format!(r#"{{"n":{id},"text":"it's \"quoted\" ü"}}"#))
+            );
+        }
     }
 
     async fn claims_take_unowned_and_dead_instances_and_own_ones_when_asked(s: &SqlStore) {
@@ -1325,6 +1591,7 @@ mod tests {
             saving_again_replaces_keys_and_snapshot,
             a_taken_over_instance_refuses_the_old_owners_writes,
             finish_keeps_or_deletes_and_drops_the_keys,
+            first_finishes_commit_together_and_a_clash_fails_alone,
             claims_take_unowned_and_dead_instances_and_own_ones_when_asked,
             claims_respect_the_limit_and_the_processes,
             claims_return_large_snapshots_whole,

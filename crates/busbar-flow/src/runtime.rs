@@ -529,6 +529,7 @@ impl Engine {
                         state: crate::store::State::Terminated,
                         keep: durability.keep(crate::store::State::Terminated),
                         final_state: durable::final_json(None, &[], None),
+                        first: false,
                     };
                     let durability = durability.clone();
                     tokio::spawn(async move {
@@ -665,6 +666,7 @@ impl Engine {
                     state: crate::store::State::Faulted,
                     keep: true,
                     final_state: durable::final_json(None, &[], Some(&f)),
+                    first: false,
                 };
                 if let Err(e) = p.store.finish(finish).await {
                     tracing::error!(instance = row.id, "cannot record it: {e}");
@@ -1931,9 +1933,8 @@ impl Instance {
                 Some(f)
             }
         };
-        if let Some(d) = &self.dur {
-            self.finish_durable(d, fault.as_ref());
-        }
+        // Open requests get the fault that ended the instance (a durable one's once its end
+        // is written).
         let open = std::mem::take(&mut *self.open.lock().unwrap_or_else(|e| e.into_inner()));
         for o in open {
             let f = fault.clone().unwrap_or_else(|| {
@@ -1945,7 +1946,10 @@ impl Instance {
                     ),
                 )
             });
-            let _ = o.tx.send(Outcome::Fault(f));
+            self.answer(o.tx, Outcome::Fault(f));
+        }
+        if let Some(d) = &self.dur {
+            self.finish_durable(d, fault.as_ref());
         }
     }
 
@@ -1985,6 +1989,7 @@ impl Instance {
             state,
             keep,
             final_state: durable::final_json(root.as_ref(), &d.durability.names, fault),
+            first: !saved,
         };
         let d = d.clone();
         let id = self.id;

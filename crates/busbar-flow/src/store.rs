@@ -95,6 +95,8 @@ pub struct Finish {
     pub keep: bool,
     /// The final variables and the fault, if any (JSON).
     pub final_state: String,
+    /// Nothing was written for the instance before (it never waited): the row is new.
+    pub first: bool,
 }
 
 /// An instance as stored.

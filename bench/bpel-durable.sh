@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Durable WS-BPEL instances (docs/processes.md "Durable instances"): SimpleInvoke1 (x = 1,
+# written once, at its end), SimpleWait1 (the same with a wait point before its reply: written
+# twice) and HelloWorld direct, with instances in memory, durable on SQLite (a file in a
+# temporary folder) and durable on PostgreSQL (a throw-away server on core 0 beside busbar),
+# completion policy `always`. Each round runs the three modes one after the other
+# (bench/bpel.sh per mode, one round each); busbar on core 0, the kit on core 1.
+# Usage: bench/bpel-durable.sh [seconds per cell, default 8]. Environment: ROUNDS (3),
+# CONC (20,320), OUT (bench/out/bpel-durable).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+secs=${1:-8}
+rounds=${ROUNDS:-3}
+conc=${CONC:-20,320}
+out=${OUT:-bench/out/bpel-durable}
+cargo build --release --bin busbar
+bin=${CARGO_TARGET_DIR:-target}/release/busbar
+tmp=$(mktemp -d)
+pgbin=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)
+as_pg=()
+[[ $(id -u) -eq 0 ]] && { chown postgres: "$tmp"; as_pg=(runuser -u postgres --); }
+cleanup() {
+  kill $(jobs -p) 2>/dev/null || true; wait 2>/dev/null || true
+  "${as_pg[@]}" "$pgbin/pg_ctl" -D "$tmp/pg" -m fast stop >/dev/null 2>&1 || true
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+port=5498
+"${as_pg[@]}" "$pgbin/initdb" -D "$tmp/pg" -U busbar --auth=trust -E UTF8 --no-sync >/dev/null
+"${as_pg[@]}" taskset -c 0 "$pgbin/pg_ctl" -D "$tmp/pg" -l "$tmp/pg.log" -w \
+  -o "-p $port -k $tmp -c listen_addresses=127.0.0.1 -c max_connections=200" start >/dev/null
+pg="postgres://busbar@127.0.0.1:$port/postgres"
+mkdir -p "$tmp/sqlite" && chmod 777 "$tmp/sqlite"
+
+rm -rf "$out"
+for r in $(seq "$rounds"); do
+  for mode in memory sqlite postgres; do
+    case $mode in
+      memory) env=(BUSBAR_PERSISTENCE=transient) ;;
+      sqlite) env=(BUSBAR_PERSISTENCE=durable "BUSBAR_FLOW_DB=sqlite:$tmp/sqlite/flows.db") ;;
+      postgres) env=(BUSBAR_PERSISTENCE=durable "BUSBAR_FLOW_DB=$pg") ;;
+    esac
+    echo "== round $r: $mode"
+    env "${env[@]}" ROUNDS=1 WARMUP=2 X=1 CONC="$conc" OUT="$out/$mode-$r" \
+      bench/bpel.sh "$secs" | sed -n '/^scenario/,$p'
+    # SimpleWait1: the kit's x = 1 answers, at the SimpleWait1 URL.
+    env "${env[@]}" BUSBAR_WORKERS=1 BUSBAR_LOG=warn BUSBAR_LISTEN=127.0.0.1:8283 \
+      BUSBAR_HELLOWORLD=127.0.0.1:8283 BUSBAR_ADMIN=127.0.0.1:9904 \
+      taskset -c 0 "$bin" run examples/orchestration/simple-invoke.yaml > "$tmp/wait.log" 2>&1 &
+    pid=$!
+    for _ in $(seq 100); do curl -sf -o /dev/null http://127.0.0.1:9904/readyz && break; sleep 0.1; done
+    for c in ${conc//,/ }; do
+      printf "SimpleWait1 c=%s: " "$c"
+      timeout $((secs + 30)) taskset -c 1 "$bin" bench load http://127.0.0.1:8283/service/SimpleWait1 \
+        --suite bpel --verify bpel --x 1 -c "$c" -d "${secs}s" --warmup 2s \
+        --json "$out/$mode-$r-wait-c$c.json" | grep -E "req/s|latency ms|errors:" | tr '\n' ' '
+      echo
+    done
+    kill "$pid"; wait "$pid" 2>/dev/null || true
+    if [[ $mode == sqlite ]]; then ls -la "$tmp/sqlite"; rm -f "$tmp/sqlite"/flows.db*; fi
+  done
+done
+echo "postgres rows: $("$pgbin/psql" -h 127.0.0.1 -p $port -U busbar -tAc 'SELECT state, count(*) FROM busbar_bpel_instances GROUP BY state' postgres | tr '\n' ' ')"
