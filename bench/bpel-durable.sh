@@ -2,16 +2,20 @@
 # Durable WS-BPEL instances (docs/processes.md "Durable instances"): SimpleInvoke1 (x = 1,
 # written once, at its end), SimpleWait1 (the same with a wait point before its reply: written
 # twice) and HelloWorld direct, with instances in memory, durable on SQLite (a file in a
-# temporary folder) and durable on PostgreSQL (a throw-away server on core 0 beside busbar),
+# temporary folder), durable on PostgreSQL (a throw-away server on core 0 beside busbar) with
+# its default `synchronous_commit = on` (every commit waits for the WAL's fsync), and durable on
+# PostgreSQL with `synchronous_commit = off` for busbar's database (a commit survives a crash of
+# busbar, as SQLite's WAL with synchronous=NORMAL does, but not of the server or the machine),
 # completion policy `always`. Each round runs the three modes one after the other
 # (bench/bpel.sh per mode, one round each); busbar on core 0, the kit on core 1.
 # Usage: bench/bpel-durable.sh [seconds per cell, default 8]. Environment: ROUNDS (3),
-# CONC (20,320), OUT (bench/out/bpel-durable).
+# CONC (20,320), MODES ("memory sqlite postgres postgres-async"), OUT (bench/out/bpel-durable).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 secs=${1:-8}
 rounds=${ROUNDS:-3}
 conc=${CONC:-20,320}
+modes=${MODES:-memory sqlite postgres postgres-async}
 out=${OUT:-bench/out/bpel-durable}
 cargo build --release --bin busbar
 bin=${CARGO_TARGET_DIR:-target}/release/busbar
@@ -30,15 +34,19 @@ port=5498
 "${as_pg[@]}" taskset -c 0 "$pgbin/pg_ctl" -D "$tmp/pg" -l "$tmp/pg.log" -w \
   -o "-p $port -k $tmp -c listen_addresses=127.0.0.1 -c max_connections=200" start >/dev/null
 pg="postgres://busbar@127.0.0.1:$port/postgres"
+"$pgbin/psql" -q -h 127.0.0.1 -p $port -U busbar -c "CREATE DATABASE flows_async" postgres
+"$pgbin/psql" -q -h 127.0.0.1 -p $port -U busbar -c "ALTER DATABASE flows_async SET synchronous_commit = off" postgres
+pg_async="postgres://busbar@127.0.0.1:$port/flows_async"
 mkdir -p "$tmp/sqlite" && chmod 777 "$tmp/sqlite"
 
 rm -rf "$out"
 for r in $(seq "$rounds"); do
-  for mode in memory sqlite postgres; do
+  for mode in $modes; do
     case $mode in
       memory) env=(BUSBAR_PERSISTENCE=transient) ;;
       sqlite) env=(BUSBAR_PERSISTENCE=durable "BUSBAR_FLOW_DB=sqlite:$tmp/sqlite/flows.db") ;;
       postgres) env=(BUSBAR_PERSISTENCE=durable "BUSBAR_FLOW_DB=$pg") ;;
+      postgres-async) env=(BUSBAR_PERSISTENCE=durable "BUSBAR_FLOW_DB=$pg_async") ;;
     esac
     echo "== round $r: $mode"
     env "${env[@]}" ROUNDS=1 WARMUP=2 X=1 CONC="$conc" OUT="$out/$mode-$r" \
@@ -60,4 +68,6 @@ for r in $(seq "$rounds"); do
     if [[ $mode == sqlite ]]; then ls -la "$tmp/sqlite"; rm -f "$tmp/sqlite"/flows.db*; fi
   done
 done
-echo "postgres rows: $("$pgbin/psql" -h 127.0.0.1 -p $port -U busbar -tAc 'SELECT state, count(*) FROM busbar_bpel_instances GROUP BY state' postgres | tr '\n' ' ')"
+for db in postgres flows_async; do
+  echo "$db rows: $("$pgbin/psql" -h 127.0.0.1 -p $port -U busbar -tAc 'SELECT state, count(*) FROM busbar_bpel_instances GROUP BY state' $db 2>/dev/null | tr '\n' ' ')"
+done

@@ -581,14 +581,24 @@ async fn commit_group(db: &Arc<Database>, statements: &[Arc<Statement>; 3], grou
                 return;
             }
         }
-        let ids_json = Value::Text(serde_json::to_string(&ids).unwrap_or_default());
-        let pushed = batch.push(owners, &[("ids", ids_json)]);
-        let result = match pushed {
-            Ok(()) => match run(batch, Shape::Rows).await {
-                Ok(out) => rows::<IdOwnerRow>(out).await,
+        let result = if first_rows.len() == group.len() {
+            // Only new rows: one statement, its own transaction, one round trip; a taken id
+            // fails it (and the writes are then tried alone).
+            let expected = first_rows.len() as u64;
+            match run(batch, Shape::Empty).await {
+                Ok(Output::Done { affected }) if affected == expected => Ok(Vec::new()),
+                Ok(_) => Err(format!("inserted fewer than {expected} instances")),
                 Err(e) => Err(e),
-            },
-            Err(e) => Err(e),
+            }
+        } else {
+            let ids_json = Value::Text(serde_json::to_string(&ids).unwrap_or_default());
+            match batch.push(owners, &[("ids", ids_json)]) {
+                Ok(()) => match run(batch, Shape::Rows).await {
+                    Ok(out) => rows::<IdOwnerRow>(out).await,
+                    Err(e) => Err(e),
+                },
+                Err(e) => Err(e),
+            }
         };
         match result {
             Ok(found) => {
