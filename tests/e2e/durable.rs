@@ -909,3 +909,64 @@ fn finished_instances_go_after_their_retention_and_the_database_stays_small() {
     );
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[test]
+fn in_memory_processes_stay_transient_and_a_changed_process_is_not_resumed() {
+    let dir = folder("PT30S");
+    // The Sleeper is marked in-memory in deploy.xml: never stored.
+    let deploy = DEPLOY.replace(
+        r#"<process name="p:Sleeper">"#,
+        r#"<process name="p:Sleeper">
+    <in-memory>true</in-memory>"#,
+    );
+    std::fs::write(dir.join("deploy.xml"), deploy).expect("deploy");
+    let db = dir.join("flows.db");
+    let (recorder, _) = recording_back_end();
+    let mut node = Node::start(&dir, "n1", &Db::Sqlite(&db), recorder);
+    assert_eq!(
+        node.call("/durable/Sleeper", "urn:dur:sleep", "s1").status,
+        200
+    );
+    assert_eq!(
+        node.call("/durable/Waiter", "urn:dur:start", "w1").status,
+        200
+    );
+    let stored: serde_json::Value =
+        serde_json::from_slice(&node.get("/processes/stored").body).expect("json");
+    let list = stored.as_array().expect("a list");
+    assert_eq!(list.len(), 1, "{stored}");
+    assert_eq!(list[0]["process"], "{urn:dur:proc}Waiter", "{stored}");
+    assert_eq!(list[0]["state"], "waiting", "{stored}");
+    let id = list[0]["id"].as_u64().expect("id");
+    node.kill();
+
+    // The process file changes while busbar is down: its saved instance cannot fit it.
+    let bpel = WAITER.replace(
+        "<reply partnerLink=\"client\" operation=\"start\" variable=\"in\"/>",
+        "<empty/><reply partnerLink=\"client\" operation=\"start\" variable=\"in\"/>",
+    );
+    std::fs::write(dir.join("Waiter.bpel"), bpel).expect("bpel");
+    let node = Node::start(&dir, "n1", &Db::Sqlite(&db), recorder);
+    let faulted = eventually(Duration::from_secs(10), || {
+        let d: serde_json::Value =
+            serde_json::from_slice(&node.get(&format!("/processes/instances/{id}")).body)
+                .unwrap_or_default();
+        d["state"] == "faulted"
+    });
+    let d: serde_json::Value =
+        serde_json::from_slice(&node.get(&format!("/processes/instances/{id}")).body)
+            .expect("json");
+    assert!(faulted, "{d}");
+    assert_eq!(d["fault"]["name"], "resumeFailed", "{d}");
+    let text = d["fault"]["text"].as_str().unwrap_or("");
+    assert!(
+        text.contains("Waiter.bpel") && text.contains("changed"),
+        "{d}"
+    );
+    assert!(
+        node.log_text().contains("cannot resume the instance"),
+        "{}",
+        node.log_text()
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}

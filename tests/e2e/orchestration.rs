@@ -266,14 +266,15 @@ fn every_simple_invoke_folder_is_a_deployment_of_its_own_x() {
         let bound = deploy.contains("<invoke partnerLink=\"helloWorld\">");
         if x == 0 {
             assert_eq!((calls, bound), (0, false));
-            assert!(config.contains("SimpleInvoke0: { dir: SimpleInvoke0 }"));
+            assert!(config
+                .contains("  SimpleInvoke0:\n    dir: SimpleInvoke0\n    persistence: &durable\n"));
         } else {
             assert_eq!((calls, bound), (1, true));
             assert!(bpel.contains(&format!(
                 "<bpel:finalCounterValue>{x}</bpel:finalCounterValue>"
             )));
             assert!(config.contains(&format!(
-                "SimpleInvoke{x}: {{ dir: SimpleInvoke{x}, partners: {{ helloWorld: helloworld }} }}"
+                "SimpleInvoke{x}: {{ dir: SimpleInvoke{x}, partners: {{ helloWorld: helloworld }}, persistence: *durable }}"
             )));
         }
     }

@@ -494,6 +494,18 @@ fn affected(out: Output) -> Result<u64, String> {
     }
 }
 
+/// Runs `batch` (one transaction when it has several statements).
+async fn run_batch(db: &Database, batch: Batch, shape: Shape) -> Result<Output, String> {
+    db.run(Query {
+        statements: &batch.statements,
+        values: batch.values,
+        shape,
+        numeric: NumericAs::Number,
+    })
+    .await
+    .map_err(db_error)
+}
+
 /// One instance's write waiting for the group writer.
 struct Write {
     batch: Batch,
@@ -546,19 +558,7 @@ async fn group_writer(
 /// Commits one group of writes and tells each its outcome.
 async fn commit_group(db: &Arc<Database>, statements: &[Arc<Statement>; 3], group: Vec<Write>) {
     let [owner, owners, insert_first] = statements;
-    let run = |batch: Batch, shape: Shape| {
-        let db = db.clone();
-        async move {
-            db.run(Query {
-                statements: &batch.statements,
-                values: batch.values,
-                shape,
-                numeric: NumericAs::Number,
-            })
-            .await
-            .map_err(db_error)
-        }
-    };
+    let run = |batch: Batch, shape: Shape| run_batch(db, batch, shape);
     {
         let ids: Vec<i64> = group.iter().map(|w| w.id as i64).collect();
         let mut batch = Batch::new();
@@ -694,15 +694,7 @@ impl SqlStore {
     }
 
     async fn run_raw(&self, batch: Batch, shape: Shape) -> Result<Output, String> {
-        self.db
-            .run(Query {
-                statements: &batch.statements,
-                values: batch.values,
-                shape,
-                numeric: NumericAs::Number,
-            })
-            .await
-            .map_err(db_error)
+        run_batch(&self.db, batch, shape).await
     }
 
     /// A waiting instance's snapshot and keys, written only if this node owns the row.
