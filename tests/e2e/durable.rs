@@ -488,37 +488,65 @@ fn two_nodes_on_postgres_finish_a_dead_nodes_timers_exactly_once() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+fn db_options(kind: busbar_sql::Kind) -> busbar_sql::Options {
+    busbar_sql::Options {
+        kind,
+        pool: 2,
+        acquire_timeout: Duration::from_secs(5),
+        statement_timeout: Duration::from_secs(30),
+        connect_timeout: Duration::from_secs(5),
+        statement_cache: true,
+        init: None,
+        tls: None,
+    }
+}
+
 /// Apache ODE's WS-BPEL unit suite, read in place from `../shared/conformance/ode-bpel-2.0/`,
 /// with every process durable in a SQLite file: the tests that pass in memory pass there too.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_ode_suite_passes_the_same_tests_with_every_process_durable() {
+async fn the_ode_suite_passes_the_same_tests_with_every_process_durable_on_sqlite() {
+    let dir = temp_dir("durable-ode");
+    let db = busbar_sql::Database::open(
+        "flows",
+        db_options(busbar_sql::Kind::Sqlite {
+            path: dir.join("flows.db"),
+            busy_timeout: Duration::from_secs(5),
+        }),
+    )
+    .expect("open SQLite");
+    ode_suite_durable(db).await;
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// The same on a real PostgreSQL server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_ode_suite_passes_the_same_tests_with_every_process_durable_on_postgres() {
+    let pg = TempPostgres::start().unwrap_or_else(|e| panic!("{e}"));
+    let config: busbar_sql::PgConfig = pg.url().parse().expect("URL");
+    let db = busbar_sql::Database::open(
+        "flows",
+        db_options(busbar_sql::Kind::Postgres(Box::new(config))),
+    )
+    .expect("open PostgreSQL");
+    ode_suite_durable(db).await;
+}
+
+async fn ode_suite_durable(db: Arc<busbar_sql::Database>) {
     let suite =
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/conformance/ode-bpel-2.0");
     if !suite.is_dir() {
         eprintln!("skipped: ../shared/conformance/ode-bpel-2.0 is missing");
         return;
     }
-    let dir = temp_dir("durable-ode");
-    let db = busbar_sql::Database::open(
-        "flows",
-        busbar_sql::Options {
-            kind: busbar_sql::Kind::Sqlite {
-                path: dir.join("flows.db"),
-                busy_timeout: Duration::from_secs(5),
-            },
-            pool: 2,
-            acquire_timeout: Duration::from_secs(5),
-            statement_timeout: Duration::from_secs(30),
-            connect_timeout: Duration::from_secs(5),
-            statement_cache: true,
-            init: None,
-            tls: None,
-        },
-    )
-    .expect("open SQLite");
     let store = busbar_engine::process_store::SqlStore::new(db).expect("store");
     let store: Arc<dyn busbar_flow::store::Store> = Arc::new(store);
-    store.init().await.expect("tables");
+    // PostgreSQL connects in the background.
+    let mut tries = 0;
+    while let Err(e) = store.init().await {
+        tries += 1;
+        assert!(tries < 100, "the tables: {e}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     let durable = busbar_flow::runtime::Persistence {
         store: store.clone(),
         node: "ode".into(),
@@ -548,7 +576,6 @@ async fn the_ode_suite_passes_the_same_tests_with_every_process_durable() {
         .map(|(_, _, n)| n)
         .sum();
     assert!(finished > 0, "{counts:?}");
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 /// A conversation through a flow of two receives in a scope, a sequential forEach of waits
