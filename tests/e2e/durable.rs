@@ -242,9 +242,13 @@ impl Node {
             admin,
             log,
         };
+        // Ready once the saved instances are taken up (503 until then).
         let ready = eventually(Duration::from_secs(30), || {
             std::net::TcpStream::connect(node.http).is_ok()
                 && std::net::TcpStream::connect(node.admin).is_ok()
+                && Client::connect(node.admin)
+                    .get("/readyz")
+                    .is_ok_and(|r| r.status == 200)
         });
         assert!(ready, "busbar did not start: {}", node.log_text());
         node

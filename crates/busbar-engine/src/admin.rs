@@ -527,7 +527,14 @@ async fn handle(control: &Control, req: Request<Incoming>) -> Response<Body> {
                         .map(|why| format!("database {} ({}): {why}\n", db.name(), db.kind()))
                 })
                 .collect();
-            if down.is_empty() {
+            let resuming = rt.processes.as_ref().is_some_and(|p| !p.engine.recovered());
+            if resuming {
+                text(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "text/plain",
+                    "durable process instances are being resumed\n",
+                )
+            } else if down.is_empty() {
                 text(StatusCode::OK, "text/plain", "ready\n")
             } else {
                 text(StatusCode::SERVICE_UNAVAILABLE, "text/plain", down.concat())

@@ -555,6 +555,12 @@ impl Engine {
         false
     }
 
+    /// False while the saved instances of durable processes have not been taken up yet
+    /// (after a start, until [`Engine::recover`] succeeds).
+    pub fn recovered(&self) -> bool {
+        *self.inner.recovered.borrow()
+    }
+
     /// Writes of durable instances' snapshots and ends.
     pub fn write_stats(&self) -> Arc<WriteStats> {
         self.inner.stats.clone()
