@@ -221,6 +221,19 @@ pub fn build(
             .filter(|ps| ps.mode == busbar_config::PersistenceMode::Durable)
             .and_then(|ps| {
                 let db = databases.get(&ps.database.value)?;
+                let in_memory = cfg.databases.get(&ps.database.value).is_some_and(|d| {
+                    d.url
+                        .as_ref()
+                        .is_some_and(|u| u.expose().starts_with("sqlite::memory:"))
+                        || (d.url.as_ref().is_none_or(|u| u.expose().is_empty())
+                            && d.path.as_deref() == Some(":memory:"))
+                });
+                if in_memory {
+                    tracing::warn!(
+                        "processes.{name}: durable instances in the in-memory database '{}' are lost when busbar stops",
+                        ps.database.value
+                    );
+                }
                 let store = match stores.get(&ps.database.value) {
                     Some(s) => s.clone(),
                     None => match crate::process_store::SqlStore::new(db.clone()) {
