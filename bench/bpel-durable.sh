@@ -20,19 +20,15 @@ out=${OUT:-bench/out/bpel-durable}
 cargo build --release --bin busbar
 bin=${CARGO_TARGET_DIR:-target}/release/busbar
 tmp=$(mktemp -d)
-pgbin=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)
-as_pg=()
-[[ $(id -u) -eq 0 ]] && { chown postgres: "$tmp"; as_pg=(runuser -u postgres --); }
+source bench/pg.sh
 cleanup() {
   kill $(jobs -p) 2>/dev/null || true; wait 2>/dev/null || true
-  "${as_pg[@]}" "$pgbin/pg_ctl" -D "$tmp/pg" -m fast stop >/dev/null 2>&1 || true
+  pg_stop "$tmp"
   rm -rf "$tmp"
 }
 trap cleanup EXIT
 port=5498
-"${as_pg[@]}" "$pgbin/initdb" -D "$tmp/pg" -U busbar --auth=trust -E UTF8 --no-sync >/dev/null
-"${as_pg[@]}" taskset -c 0 "$pgbin/pg_ctl" -D "$tmp/pg" -l "$tmp/pg.log" -w \
-  -o "-p $port -k $tmp -c listen_addresses=127.0.0.1 -c max_connections=200" start >/dev/null
+pg_start "$tmp" $port -c max_connections=200
 pg="postgres://busbar@127.0.0.1:$port/postgres"
 "$pgbin/psql" -q -h 127.0.0.1 -p $port -U busbar -c "CREATE DATABASE flows_async" postgres
 "$pgbin/psql" -q -h 127.0.0.1 -p $port -U busbar -c "ALTER DATABASE flows_async SET synchronous_commit = off" postgres

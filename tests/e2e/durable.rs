@@ -758,67 +758,13 @@ fn a_conversation_through_flow_foreach_and_pick_survives_a_kill_at_every_wait_po
     let _ = std::fs::remove_dir_all(dir);
 }
 
-/// A recorder that answers 503 until it is switched on, then echoes and records.
-/// What the recorder got.
-type Seen = Arc<Mutex<Vec<Vec<u8>>>>;
-
-fn switchable_recorder() -> (SocketAddr, Arc<std::sync::atomic::AtomicBool>, Seen) {
-    use std::io::{BufRead, BufReader, Read, Write};
-    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    let addr = l.local_addr().expect("addr");
-    let up = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let seen = Arc::new(Mutex::new(Vec::new()));
-    let (up2, seen2) = (up.clone(), seen.clone());
-    std::thread::spawn(move || {
-        for s in l.incoming() {
-            let Ok(s) = s else { continue };
-            let (up, seen) = (up2.clone(), seen2.clone());
-            std::thread::spawn(move || {
-                let mut r = BufReader::new(s);
-                loop {
-                    let mut len = 0;
-                    loop {
-                        let mut h = String::new();
-                        if r.read_line(&mut h).unwrap_or(0) == 0 {
-                            return;
-                        }
-                        if h.trim_end().is_empty() {
-                            break;
-                        }
-                        if let Some(v) = h.to_ascii_lowercase().strip_prefix("content-length:") {
-                            len = v.trim().parse().unwrap_or(0);
-                        }
-                    }
-                    let mut body = vec![0; len];
-                    if r.read_exact(&mut body).is_err() {
-                        return;
-                    }
-                    let (status, body) = if up.load(std::sync::atomic::Ordering::SeqCst) {
-                        seen.lock().expect("lock").push(body.clone());
-                        ("200 OK", body)
-                    } else {
-                        ("503 Service Unavailable", b"down".to_vec())
-                    };
-                    let head = format!(
-                        "HTTP/1.1 {status}\r\nContent-Type: text/xml\r\nContent-Length: {}\r\n\r\n",
-                        body.len()
-                    );
-                    let s = r.get_mut();
-                    if s.write_all(head.as_bytes()).is_err() || s.write_all(&body).is_err() {
-                        return;
-                    }
-                }
-            });
-        }
-    });
-    (addr, up, seen)
-}
-
 #[test]
 fn the_admin_api_shows_retries_and_terminates_stored_instances() {
     let dir = folder("PT2S");
     let db = dir.join("flows.db");
-    let (recorder, up, seen) = switchable_recorder();
+    // The recorder answers 503 until it is switched on.
+    let up = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (recorder, seen) = switchable_back_end(up.clone());
     let node = Node::start(&dir, "n1", &Db::Sqlite(&db), recorder);
     let admin = |method: &str, path: &str| {
         Client::connect(node.admin)

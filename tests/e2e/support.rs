@@ -330,6 +330,18 @@ pub fn recording_back_end() -> (
     std::net::SocketAddr,
     std::sync::Arc<std::sync::Mutex<Vec<Vec<u8>>>>,
 ) {
+    let up = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let (addr, seen) = switchable_back_end(up);
+    (addr, seen)
+}
+
+/// [`recording_back_end`] while `up` holds; otherwise it answers 503 and records nothing.
+pub fn switchable_back_end(
+    up: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> (
+    std::net::SocketAddr,
+    std::sync::Arc<std::sync::Mutex<Vec<Vec<u8>>>>,
+) {
     let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     let addr = l.local_addr().expect("addr");
     let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
@@ -337,7 +349,7 @@ pub fn recording_back_end() -> (
     std::thread::spawn(move || {
         for stream in l.incoming() {
             let Ok(stream) = stream else { continue };
-            let store = store.clone();
+            let (store, up) = (store.clone(), up.clone());
             std::thread::spawn(move || {
                 let mut r = BufReader::new(stream);
                 loop {
@@ -363,9 +375,17 @@ pub fn recording_back_end() -> (
                     if r.read_exact(&mut body).is_err() {
                         return;
                     }
-                    let head = format!("HTTP/1.1 200 OK\r\nContent-Type: text/xml; charset=UTF-8\r\nContent-Length: {len}\r\n\r\n");
-                    // Recorded before answering, so the test sees it once it has the answer.
-                    store.lock().expect("lock").push(body.clone());
+                    let (status, body) = if up.load(std::sync::atomic::Ordering::SeqCst) {
+                        // Recorded before answering, so the test sees it once it has the answer.
+                        store.lock().expect("lock").push(body.clone());
+                        ("200 OK", body)
+                    } else {
+                        ("503 Service Unavailable", b"down".to_vec())
+                    };
+                    let head = format!(
+                        "HTTP/1.1 {status}\r\nContent-Type: text/xml; charset=UTF-8\r\nContent-Length: {}\r\n\r\n",
+                        body.len()
+                    );
                     let s = r.get_mut();
                     let _ = s.write_all(head.as_bytes());
                     let _ = s.write_all(&body);

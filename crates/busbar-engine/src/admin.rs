@@ -261,7 +261,7 @@ async fn processes_api(
     let param = |k: &str| {
         query.split('&').find_map(|kv| {
             let (a, b) = kv.split_once('=').unwrap_or((kv, ""));
-            (a == k).then(|| percent_decode(b))
+            (a == k).then(|| crate::router::query_decode(b))
         })
     };
     let failed = |e: String| {
@@ -473,31 +473,6 @@ fn no_such_id(id: &str) -> Response<Body> {
         "text/plain",
         format!("no instance '{id}': an instance id is a number\n"),
     )
-}
-
-/// A query parameter's value with `%XX` and `+` decoded (invalid escapes kept as written).
-fn percent_decode(v: &str) -> String {
-    let b = v.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        match b[i] {
-            b'+' => out.push(b' '),
-            b'%' if i + 2 < b.len() => {
-                let hex = |c: u8| (c as char).to_digit(16);
-                match (hex(b[i + 1]), hex(b[i + 2])) {
-                    (Some(h), Some(l)) => {
-                        out.push((h * 16 + l) as u8);
-                        i += 2;
-                    }
-                    _ => out.push(b'%'),
-                }
-            }
-            c => out.push(c),
-        }
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 fn text(status: StatusCode, ct: &'static str, body: impl Into<bytes::Bytes>) -> Response<Body> {

@@ -184,7 +184,7 @@ GROUP BY process, state ORDER BY process, state";
 /// A [`Store`] in a SQLite or PostgreSQL database.
 pub struct SqlStore {
     db: Arc<Database>,
-    sql: Sql,
+    sql: Arc<Sql>,
     /// Saves and finishes go to one writer that commits what has queued up meanwhile in one
     /// transaction (group commit); started by the first write.
     writer: std::sync::OnceLock<tokio::sync::mpsc::UnboundedSender<Write>>,
@@ -506,15 +506,101 @@ async fn run_batch(db: &Database, batch: Batch, shape: Shape) -> Result<Output, 
     .map_err(db_error)
 }
 
+/// What one instance's write is.
+enum Op {
+    Save(Save),
+    Finish(Finish),
+}
+
+impl Op {
+    fn id(&self) -> u64 {
+        match self {
+            Op::Save(s) => s.id,
+            Op::Finish(f) => f.id,
+        }
+    }
+
+    fn node(&self) -> &str {
+        match self {
+            Op::Save(s) => &s.node,
+            Op::Finish(f) => &f.node,
+        }
+    }
+
+    fn what(&self) -> &'static str {
+        match self {
+            Op::Save(_) => "saved",
+            Op::Finish(_) => "finished",
+        }
+    }
+
+    /// A finished instance never written before: a row of the group's multi-row insert.
+    fn first_row(&self) -> Option<serde_json::Value> {
+        match self {
+            Op::Finish(f) if f.first && f.keep => Some(serde_json::json!({
+                "id": f.id as i64,
+                "process": f.process,
+                "state": f.state.as_str(),
+                "owner": f.node,
+                "started": f.started_ms,
+                "updated": f.at_ms,
+                "final": f.final_state,
+            })),
+            _ => None,
+        }
+    }
+
+    /// Adds the write's statements to `batch`, each acting only on a row this node owns
+    /// (or none does): a waiting instance's snapshot and keys, or a finished one kept or
+    /// deleted.
+    fn push_to(&self, sql: &Sql, batch: &mut Batch) -> Result<(), String> {
+        match self {
+            Op::Save(save) => {
+                let mut params = vec![
+                    ("id", id(save.id)),
+                    ("process", text(&save.process)),
+                    ("node", text(&save.node)),
+                    ("started", Value::Int(save.started_ms)),
+                    ("now", Value::Int(save.at_ms)),
+                    ("due", opt_int(save.due_ms)),
+                    ("snapshot", text(&save.snapshot)),
+                    ("key", Value::Null),
+                ];
+                batch.push(&sql.upsert_waiting, &params)?;
+                batch.push(&sql.delete_keys_if_owned, &params)?;
+                for key in &save.keys {
+                    if let Some(slot) = params.last_mut() {
+                        slot.1 = text(key);
+                    }
+                    batch.push(&sql.insert_key_if_owned, &params)?;
+                }
+            }
+            Op::Finish(finish) => {
+                let params = [
+                    ("id", id(finish.id)),
+                    ("process", text(&finish.process)),
+                    ("state", text(finish.state.as_str())),
+                    ("node", text(&finish.node)),
+                    ("started", Value::Int(finish.started_ms)),
+                    ("now", Value::Int(finish.at_ms)),
+                    ("final", text(&finish.final_state)),
+                ];
+                if finish.keep {
+                    batch.push(&sql.upsert_finished, &params)?;
+                    batch.push(&sql.delete_keys_if_owned, &params)?;
+                } else {
+                    batch.push(&sql.delete_if_owned, &params)?;
+                    batch.push(&sql.delete_keys_if_gone, &params)?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
 /// One instance's write waiting for the group writer.
 struct Write {
-    batch: Batch,
-    /// The row of a finished instance never written before, for one multi-row insert with
-    /// the others of its group (`batch` is the same write alone, should the group fail).
-    row: Option<serde_json::Value>,
-    id: u64,
-    node: String,
-    what: &'static str,
+    op: Op,
     done: tokio::sync::oneshot::Sender<Result<(), String>>,
 }
 
@@ -528,7 +614,7 @@ struct Write {
 /// whole, each of its writes is tried alone, so one bad write fails only itself.
 async fn group_writer(
     db: Arc<Database>,
-    statements: [Arc<Statement>; 3],
+    sql: Arc<Sql>,
     mut rx: tokio::sync::mpsc::UnboundedReceiver<Write>,
 ) {
     let parallel = match db.kind() {
@@ -547,108 +633,108 @@ async fn group_writer(
                 Err(_) => break,
             }
         }
-        let (db, statements) = (db.clone(), statements.clone());
+        let (db, sql) = (db.clone(), sql.clone());
         tokio::spawn(async move {
-            commit_group(&db, &statements, group).await;
+            commit_group(&db, &sql, group).await;
             drop(slot);
         });
     }
 }
 
 /// Commits one group of writes and tells each its outcome.
-async fn commit_group(db: &Arc<Database>, statements: &[Arc<Statement>; 3], group: Vec<Write>) {
-    let [owner, owners, insert_first] = statements;
-    let run = |batch: Batch, shape: Shape| run_batch(db, batch, shape);
-    {
-        let ids: Vec<i64> = group.iter().map(|w| w.id as i64).collect();
-        let mut batch = Batch::new();
-        let mut first_rows = Vec::new();
-        for w in &group {
-            match &w.row {
-                Some(r) => first_rows.push(r),
-                None => {
-                    batch.statements.extend(w.batch.statements.iter().cloned());
-                    batch.values.extend(w.batch.values.iter().cloned());
-                }
-            }
+async fn commit_group(db: &Arc<Database>, sql: &Sql, group: Vec<Write>) {
+    let tell_all = |group: Vec<Write>, e: &str| {
+        for w in group {
+            let (what, id) = (w.op.what(), w.op.id());
+            let _ = w.done.send(Err(format!("{what} instance {id}: {e}")));
         }
-        if !first_rows.is_empty() {
-            let json = Value::Text(serde_json::to_string(&first_rows).unwrap_or_default());
-            if let Err(e) = batch.push(insert_first, &[("rows", json)]) {
-                for w in group {
-                    let _ = w.done.send(Err(e.clone()));
-                }
-                return;
+    };
+    let mut batch = Batch::new();
+    let mut first_rows = Vec::new();
+    for w in &group {
+        let pushed = match w.op.first_row() {
+            Some(r) => {
+                first_rows.push(r);
+                Ok(())
             }
-        }
-        let result = if first_rows.len() == group.len() {
-            // Only new rows: one statement, its own transaction, one round trip; a taken id
-            // fails it (and the writes are then tried alone).
-            let expected = first_rows.len() as u64;
-            match run(batch, Shape::Empty).await {
-                Ok(Output::Done { affected }) if affected == expected => Ok(Vec::new()),
-                Ok(_) => Err(format!("inserted fewer than {expected} instances")),
-                Err(e) => Err(e),
-            }
-        } else {
-            let ids_json = Value::Text(serde_json::to_string(&ids).unwrap_or_default());
-            match batch.push(owners, &[("ids", ids_json)]) {
-                Ok(()) => match run(batch, Shape::Rows).await {
-                    Ok(out) => rows::<IdOwnerRow>(out).await,
-                    Err(e) => Err(e),
-                },
-                Err(e) => Err(e),
-            }
+            None => w.op.push_to(sql, &mut batch),
         };
-        match result {
-            Ok(found) => {
-                for w in group {
-                    let other = found
-                        .iter()
-                        .find(|r| r.id as u64 == w.id)
-                        .and_then(|r| r.owner.clone())
-                        .filter(|o| *o != w.node);
-                    let r = match other {
-                        Some(other) => Err(refused(w.id, &other, w.what, &w.node)),
-                        None => Ok(()),
-                    };
-                    let _ = w.done.send(r);
-                }
-            }
-            Err(_) if group.len() > 1 => {
-                for w in group {
-                    let mut batch = w.batch;
-                    let params = [("id", id(w.id))];
-                    let r = match batch.push(owner, &params) {
-                        Ok(()) => match run(batch, Shape::Row).await {
-                            Ok(out) => match row::<OwnerRow>(out) {
-                                Ok(Some(OwnerRow { owner: Some(o) })) if o != w.node => {
-                                    Err(refused(w.id, &o, w.what, &w.node))
-                                }
-                                Ok(_) => Ok(()),
-                                Err(e) => Err(e),
-                            },
-                            Err(e) => Err(format!("{} instance {}: {e}", w.what, w.id)),
-                        },
-                        Err(e) => Err(e),
-                    };
-                    let _ = w.done.send(r);
-                }
-            }
-            Err(e) => {
-                for w in group {
-                    let _ = w
-                        .done
-                        .send(Err(format!("{} instance {}: {e}", w.what, w.id)));
-                }
+        if let Err(e) = pushed {
+            return tell_all(group, &e);
+        }
+    }
+    let only_first = first_rows.len() == group.len();
+    if !first_rows.is_empty() {
+        let json = Value::Text(serde_json::to_string(&first_rows).unwrap_or_default());
+        if let Err(e) = batch.push(&sql.insert_first, &[("rows", json)]) {
+            return tell_all(group, &e);
+        }
+    }
+    let result = if only_first {
+        // Only new rows: one statement, its own transaction, one round trip; a taken id
+        // fails it (and the writes are then tried alone).
+        let expected = first_rows.len() as u64;
+        match run_batch(db, batch, Shape::Empty).await {
+            Ok(Output::Done { affected }) if affected == expected => Ok(Vec::new()),
+            Ok(_) => Err(format!("inserted fewer than {expected} instances")),
+            Err(e) => Err(e),
+        }
+    } else {
+        let ids: Vec<i64> = group.iter().map(|w| w.op.id() as i64).collect();
+        let ids = Value::Text(serde_json::to_string(&ids).unwrap_or_default());
+        match batch.push(&sql.owners, &[("ids", ids)]) {
+            Ok(()) => match run_batch(db, batch, Shape::Rows).await {
+                Ok(out) => rows::<IdOwnerRow>(out).await,
+                Err(e) => Err(e),
+            },
+            Err(e) => Err(e),
+        }
+    };
+    match result {
+        Ok(found) => {
+            for w in group {
+                let other = found
+                    .iter()
+                    .find(|r| r.id as u64 == w.op.id())
+                    .and_then(|r| r.owner.clone())
+                    .filter(|o| o != w.op.node());
+                let r = match other {
+                    Some(other) => Err(refused(&w.op, &other)),
+                    None => Ok(()),
+                };
+                let _ = w.done.send(r);
             }
         }
+        Err(_) if group.len() > 1 => {
+            for w in group {
+                let r = commit_alone(db, sql, &w.op).await;
+                let _ = w.done.send(r);
+            }
+        }
+        Err(e) => tell_all(group, &e),
     }
 }
 
-fn refused(id: u64, other: &str, what: &str, node: &str) -> String {
+/// One write in a transaction of its own, ending with its row's owner read back.
+async fn commit_alone(db: &Database, sql: &Sql, op: &Op) -> Result<(), String> {
+    let mut batch = Batch::new();
+    op.push_to(sql, &mut batch)?;
+    batch.push(&sql.owner, &[("id", id(op.id()))])?;
+    match run_batch(db, batch, Shape::Row).await {
+        Ok(out) => match row::<OwnerRow>(out)? {
+            Some(OwnerRow { owner: Some(o) }) if o != op.node() => Err(refused(op, &o)),
+            _ => Ok(()),
+        },
+        Err(e) => Err(format!("{} instance {}: {e}", op.what(), op.id())),
+    }
+}
+
+fn refused(op: &Op, other: &str) -> String {
     format!(
-        "instance {id} is owned by node '{other}' now (it was taken over): not {what} by '{node}'"
+        "instance {} is owned by node '{other}' now (it was taken over): not {} by '{}'",
+        op.id(),
+        op.what(),
+        op.node()
     )
 }
 
@@ -662,7 +748,7 @@ impl SqlStore {
     /// A store in `db`; its tables are created when missing by [`Store::init`] or before
     /// the first statement, whichever comes first.
     pub fn new(db: Arc<Database>) -> Result<SqlStore, String> {
-        let sql = Sql::new(db.kind() == "postgres")?;
+        let sql = Arc::new(Sql::new(db.kind() == "postgres")?);
         Ok(SqlStore {
             db,
             sql,
@@ -697,113 +783,32 @@ impl SqlStore {
         run_batch(&self.db, batch, shape).await
     }
 
-    /// A waiting instance's snapshot and keys, written only if this node owns the row.
-    fn save_batch(&self, save: Save) -> Result<Batch, String> {
-        let mut params = vec![
-            ("id", id(save.id)),
-            ("process", text(&save.process)),
-            ("node", text(&save.node)),
-            ("started", Value::Int(save.started_ms)),
-            ("now", Value::Int(save.at_ms)),
-            ("due", opt_int(save.due_ms)),
-            ("snapshot", Value::Text(save.snapshot)),
-            ("key", Value::Null),
-        ];
-        let mut batch = Batch::of(&self.sql.upsert_waiting, &params)?;
-        batch.push(&self.sql.delete_keys_if_owned, &params)?;
-        for key in &save.keys {
-            if let Some(slot) = params.last_mut() {
-                slot.1 = text(key);
-            }
-            batch.push(&self.sql.insert_key_if_owned, &params)?;
-        }
-        Ok(batch)
-    }
-
     async fn save_now(&self, save: Save) -> Result<(), String> {
-        let (id, node) = (save.id, save.node.clone());
-        let batch = self.save_batch(save)?;
-        self.write(batch, None, id, node, "saved").await
+        self.write(Op::Save(save)).await
     }
 
-    /// A finished instance kept or deleted, only if this node owns the row (or none does).
-    fn finish_batch(&self, finish: Finish) -> Result<Batch, String> {
+    async fn finish_now(&self, finish: Finish) -> Result<(), String> {
         if finish.state == State::Waiting {
             return Err(format!(
                 "instance {} cannot finish in state 'waiting'",
                 finish.id
             ));
         }
-        let params = [
-            ("id", id(finish.id)),
-            ("process", text(&finish.process)),
-            ("state", text(finish.state.as_str())),
-            ("node", text(&finish.node)),
-            ("started", Value::Int(finish.started_ms)),
-            ("now", Value::Int(finish.at_ms)),
-            ("final", Value::Text(finish.final_state)),
-        ];
-        Ok(if finish.keep {
-            let mut b = Batch::of(&self.sql.upsert_finished, &params)?;
-            b.push(&self.sql.delete_keys_if_owned, &params)?;
-            b
-        } else {
-            let mut b = Batch::of(&self.sql.delete_if_owned, &params)?;
-            b.push(&self.sql.delete_keys_if_gone, &params)?;
-            b
-        })
-    }
-
-    async fn finish_now(&self, finish: Finish) -> Result<(), String> {
-        let (id, node) = (finish.id, finish.node.clone());
-        let row = (finish.first && finish.keep && finish.state != State::Waiting).then(|| {
-            serde_json::json!({
-                "id": finish.id as i64,
-                "process": finish.process,
-                "state": finish.state.as_str(),
-                "owner": finish.node,
-                "started": finish.started_ms,
-                "updated": finish.at_ms,
-                "final": finish.final_state,
-            })
-        });
-        let batch = self.finish_batch(finish)?;
-        self.write(batch, row, id, node, "finished").await
+        self.write(Op::Finish(finish)).await
     }
 
     /// Queues a write for the group writer and waits for its commit.
-    async fn write(
-        &self,
-        batch: Batch,
-        row: Option<serde_json::Value>,
-        id: u64,
-        node: String,
-        what: &'static str,
-    ) -> Result<(), String> {
+    async fn write(&self, op: Op) -> Result<(), String> {
         self.ensure().await?;
+        let (id, what) = (op.id(), op.what());
         let tx = self.writer.get_or_init(|| {
             let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-            tokio::spawn(group_writer(
-                self.db.clone(),
-                [
-                    self.sql.owner.clone(),
-                    self.sql.owners.clone(),
-                    self.sql.insert_first.clone(),
-                ],
-                rx,
-            ));
+            tokio::spawn(group_writer(self.db.clone(), self.sql.clone(), rx));
             tx
         });
         let (done, wait) = tokio::sync::oneshot::channel();
-        tx.send(Write {
-            batch,
-            row,
-            id,
-            node,
-            what,
-            done,
-        })
-        .map_err(|_| format!("{what} instance {id}: the writer has stopped"))?;
+        tx.send(Write { op, done })
+            .map_err(|_| format!("{what} instance {id}: the writer has stopped"))?;
         wait.await
             .unwrap_or_else(|_| Err(format!("{what} instance {id}: the writer has stopped")))
     }

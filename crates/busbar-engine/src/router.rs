@@ -193,6 +193,31 @@ fn has_dot_segment(path: &str) -> bool {
     })
 }
 
+/// Percent-decoding of a query component (`+` is a space), lossy for invalid UTF-8.
+pub(crate) fn query_decode(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'+' => out.push(b' '),
+            b'%' if i + 2 < b.len() => {
+                let hex = std::str::from_utf8(&b[i + 1..i + 3]).ok();
+                match hex.and_then(|h| u8::from_str_radix(h, 16).ok()) {
+                    Some(v) => {
+                        out.push(v);
+                        i += 2;
+                    }
+                    None => out.push(b'%'),
+                }
+            }
+            c => out.push(c),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
 /// Decodes `%XX` escapes; `None` when an escape is malformed or the result is not UTF-8.
 pub(crate) fn percent_decode(s: &str) -> Option<String> {
     if !s.contains('%') {

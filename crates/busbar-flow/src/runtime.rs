@@ -531,16 +531,7 @@ impl Engine {
                         final_state: durable::final_json(None, &[], None),
                         first: false,
                     };
-                    let durability = durability.clone();
-                    tokio::spawn(async move {
-                        let _w = d.writer.lock().await;
-                        let t0 = Instant::now();
-                        let r = durability.persistence.store.finish(finish).await;
-                        durability.observe(t0.elapsed(), r.is_ok());
-                        if let Err(e) = r {
-                            tracing::error!(instance = id, "cannot record the termination: {e}");
-                        }
-                    });
+                    d.write_finish(finish, Vec::new());
                 }
                 self.inner.alive.fetch_sub(1, Ordering::Relaxed);
                 l.alive.fetch_sub(1, Ordering::Relaxed);
@@ -1579,6 +1570,32 @@ struct InstanceDur {
     started_ms: i64,
 }
 
+impl InstanceDur {
+    /// Records the instance's end after any write queued before it, then sends the answers
+    /// it held (as they are: the instance did end so, even when the record failed).
+    fn write_finish(
+        self: &Arc<Self>,
+        finish: crate::store::Finish,
+        held: Vec<(oneshot::Sender<Outcome>, Outcome)>,
+    ) {
+        let d = self.clone();
+        tokio::spawn(async move {
+            let id = finish.id;
+            let written = d.writer.lock().await;
+            let t0 = Instant::now();
+            let r = d.durability.persistence.store.finish(finish).await;
+            d.durability.observe(t0.elapsed(), r.is_ok());
+            drop(written);
+            if let Err(e) = r {
+                tracing::error!(instance = id, "cannot record the instance's end: {e}");
+            }
+            for (tx, o) in held {
+                let _ = tx.send(o);
+            }
+        });
+    }
+}
+
 /// Branches of a durable instance that run and that are parked at a wait point; when they
 /// are equal, the instance is at rest and its snapshot is written.
 #[derive(Default)]
@@ -1997,21 +2014,7 @@ impl Instance {
             final_state: durable::final_json(root.as_ref(), &d.durability.names, fault),
             first: !saved,
         };
-        let d = d.clone();
-        let id = self.id;
-        tokio::spawn(async move {
-            let written = d.writer.lock().await;
-            let t0 = Instant::now();
-            let r = d.durability.persistence.store.finish(finish).await;
-            d.durability.observe(t0.elapsed(), r.is_ok());
-            drop(written);
-            if let Err(e) = r {
-                tracing::error!(instance = id, "cannot record the instance's end: {e}");
-            }
-            for (tx, o) in held {
-                let _ = tx.send(o);
-            }
-        });
+        d.write_finish(finish, held);
     }
 
     fn run<'a>(

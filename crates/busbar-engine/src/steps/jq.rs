@@ -17,6 +17,7 @@ use http::header::{HeaderValue, CONTENT_TYPE};
 use serde_json::{Map, Value};
 
 use super::{json, Apply, BuildCx, Failed, StepCx};
+use crate::router::query_decode;
 
 /// The variables every program gets, in this order.
 const VARS: [&str; 4] = ["params", "query", "headers", "vars"];
@@ -82,7 +83,7 @@ fn variables(ex: &Exchange, uses: [bool; 4]) -> [Vec<u8>; 4] {
     if let Some(q) = ex.request.uri.query() {
         for pair in q.split('&').filter(|p| !p.is_empty()) {
             let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-            let (k, v) = (decode(k), decode(v));
+            let (k, v) = (query_decode(k), query_decode(v));
             query.entry(k).or_insert(Value::String(v));
         }
     }
@@ -126,31 +127,6 @@ pub(super) fn params_object(ex: &Exchange) -> Map<String, Value> {
         .iter()
         .map(|(k, v)| (k.to_string(), Value::String(v.clone())))
         .collect()
-}
-
-/// Percent-decoding of a query component (`+` is a space), lossy for invalid UTF-8.
-pub(super) fn decode(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        match b[i] {
-            b'+' => out.push(b' '),
-            b'%' if i + 2 < b.len() => {
-                let hex = std::str::from_utf8(&b[i + 1..i + 3]).ok();
-                match hex.and_then(|h| u8::from_str_radix(h, 16).ok()) {
-                    Some(v) => {
-                        out.push(v);
-                        i += 2;
-                    }
-                    None => out.push(b'%'),
-                }
-            }
-            c => out.push(c),
-        }
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 impl Apply for JqStep {

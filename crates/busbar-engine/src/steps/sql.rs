@@ -427,7 +427,7 @@ fn query_param(ex: &Exchange, name: &str) -> Option<String> {
     let q = ex.request.uri.query()?;
     q.split('&').find_map(|pair| {
         let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-        (super::jq::decode(k) == name).then(|| super::jq::decode(v))
+        (crate::router::query_decode(k) == name).then(|| crate::router::query_decode(v))
     })
 }
 
