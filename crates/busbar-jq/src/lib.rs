@@ -5,8 +5,15 @@
 //! changes between major versions, so the rest of busbar sees [`Program`] alone. Numbers pass
 //! through as written unless arithmetic touches them (`1.10` stays `1.10`; integers beyond
 //! 64 bits are kept exactly).
+//!
+//! Most programs also get a compiled form for [`fast`]'s interpreter, which runs them on
+//! values read straight from the bytes and gives up (the run then goes to jaq) on anything it
+//! is not sure to do exactly as jaq does; a differential test holds the two to the same bytes.
 
 use std::fmt;
+
+mod fast;
+mod value;
 
 use jaq_core::load::{Arena, File, Loader};
 use jaq_core::{data, unwrap_valr, Compiler, Ctx, Native, Vars};
@@ -18,11 +25,16 @@ type Data = data::JustLut<Val>;
 pub struct Program {
     filter: jaq_core::compile::Filter<Native<Data>>,
     vars: Vec<String>,
+    /// The program for the fast interpreter, or why it has none.
+    fast: Result<fast::Fast, String>,
 }
 
 impl fmt::Debug for Program {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Program").field("vars", &self.vars).finish()
+        f.debug_struct("Program")
+            .field("vars", &self.vars)
+            .field("fast", &self.fast.is_ok())
+            .finish()
     }
 }
 
@@ -165,12 +177,40 @@ impl Program {
         Ok(Program {
             filter,
             vars: vars.iter().map(|v| (*v).to_owned()).collect(),
+            fast: fast::compile(source, vars).map_err(|what| format!("it uses {what}")),
         })
+    }
+
+    /// Whether runs start on the fast interpreter (`Ok`), or why they all go to jaq.
+    pub fn fast_path(&self) -> Result<(), &str> {
+        self.fast.as_ref().map(|_| ()).map_err(String::as_str)
+    }
+
+    /// Runs the program on jaq alone (what [`Program::run`] falls back to).
+    pub fn run_jaq(&self, input: &[u8], vars: &[&[u8]]) -> Result<Vec<u8>, RunError> {
+        self.run_slow(input, vars)
+    }
+
+    /// Runs the program on the fast interpreter alone: `None` where it gives the run up to
+    /// jaq.
+    pub fn run_fast(&self, input: &[u8], vars: &[&[u8]]) -> Option<Result<Vec<u8>, RunError>> {
+        match self.fast.as_ref().ok()?.run(input, vars) {
+            Ok(out) => Some(Ok(out)),
+            Err(fast::Bail::Error(m)) => Some(Err(RunError::Program(m))),
+            Err(fast::Bail::Jaq) => None,
+        }
     }
 
     /// Runs the program on one JSON value, with the variables' values as JSON texts in the
     /// order given to [`Program::compile`]. Gives the one output value as compact JSON.
     pub fn run(&self, input: &[u8], vars: &[&[u8]]) -> Result<Vec<u8>, RunError> {
+        match self.run_fast(input, vars) {
+            Some(result) => result,
+            None => self.run_slow(input, vars),
+        }
+    }
+
+    fn run_slow(&self, input: &[u8], vars: &[&[u8]]) -> Result<Vec<u8>, RunError> {
         let input = read::parse_single(input).map_err(|e| RunError::Input(format!("{e:?}")))?;
         let mut values = Vec::with_capacity(self.vars.len());
         for (i, name) in self.vars.iter().enumerate() {
