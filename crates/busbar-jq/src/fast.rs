@@ -18,7 +18,7 @@ use jaq_core::load::parse::{BinaryOp, Def, Pattern, Term as Ast};
 use jaq_core::ops::{Cmp, Math};
 use jaq_core::path::{Opt, Part};
 
-use crate::value::{self, insert, num_cmp, num_op, write, Num, Str, V};
+use crate::value::{self, insert, num_cmp, num_op, write, Num, Rules, Str, V};
 
 /// Why a run stops early.
 #[derive(Debug)]
@@ -620,9 +620,18 @@ fn rounded<'a>(v: &V<'a>, f: fn(f64) -> f64) -> Result<V<'a>, Bail> {
 impl Fast {
     /// Runs the program on `input` with the global variables as JSON texts; the one output
     /// as compact JSON, or [`Bail`].
-    pub(crate) fn run(&self, input: &[u8], vars: &[&[u8]]) -> Result<Vec<u8>, Bail> {
+    pub(crate) fn run(
+        &self,
+        input: &[u8],
+        vars: &[&[u8]],
+        rules: Option<Rules>,
+    ) -> Result<Vec<u8>, Bail> {
         let text = std::str::from_utf8(input).map_err(|_| Bail::Jaq)?;
-        let input = value::parse(text).ok_or(Bail::Jaq)?;
+        let input = match rules {
+            Some(rules) => value::parse_with(text, rules),
+            None => value::parse(text),
+        }
+        .ok_or(Bail::Jaq)?;
         let mut env: Env = vec![V::Null; self.slots];
         for (i, slot) in env.iter_mut().enumerate().take(self.globals) {
             let raw = vars.get(i).copied().unwrap_or(b"null");

@@ -21,6 +21,15 @@ use jaq_json::{read, Val};
 
 type Data = data::JustLut<Val>;
 
+/// What [`Program::run_strict`] requires of its input beyond strict JSON.
+#[derive(Debug, Clone, Copy)]
+pub struct Strict {
+    /// Deepest nesting of objects and arrays (the top-level container is 1).
+    pub max_depth: usize,
+    /// A name twice in one object breaks the rules.
+    pub reject_duplicates: bool,
+}
+
 /// A compiled jq program.
 pub struct Program {
     filter: jaq_core::compile::Filter<Native<Data>>,
@@ -194,7 +203,34 @@ impl Program {
     /// Runs the program on the fast interpreter alone: `None` where it gives the run up to
     /// jaq.
     pub fn run_fast(&self, input: &[u8], vars: &[&[u8]]) -> Option<Result<Vec<u8>, RunError>> {
-        match self.fast.as_ref().ok()?.run(input, vars) {
+        self.fast_with(input, vars, None)
+    }
+
+    /// Runs the program on the fast interpreter when `input` is strict JSON (RFC 8259, every
+    /// number within f64's range) within `strict`'s limits. `None` when the input breaks a
+    /// rule or the run goes to jaq: the caller then checks the input itself (for the error
+    /// to give) and calls [`Program::run_jaq`].
+    pub fn run_strict(
+        &self,
+        input: &[u8],
+        vars: &[&[u8]],
+        strict: Strict,
+    ) -> Option<Result<Vec<u8>, RunError>> {
+        let rules = value::Rules {
+            max_depth: strict.max_depth,
+            reject_duplicates: strict.reject_duplicates,
+            finite_numbers: true,
+        };
+        self.fast_with(input, vars, Some(rules))
+    }
+
+    fn fast_with(
+        &self,
+        input: &[u8],
+        vars: &[&[u8]],
+        rules: Option<value::Rules>,
+    ) -> Option<Result<Vec<u8>, RunError>> {
+        match self.fast.as_ref().ok()?.run(input, vars, rules) {
             Ok(out) => Some(Ok(out)),
             Err(fast::Bail::Error(m)) => Some(Err(RunError::Program(m))),
             Err(fast::Bail::Jaq) => None,

@@ -140,13 +140,41 @@ pub(crate) fn num_cmp(l: &Num<'_>, r: &Num<'_>) -> Option<std::cmp::Ordering> {
     })
 }
 
+/// What the reader refuses beyond the JSON grammar.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Rules {
+    /// Deepest nesting (the top-level container is 1).
+    pub max_depth: usize,
+    /// A name twice in one object is refused (otherwise the last value wins, in the first
+    /// one's place, as in jaq).
+    pub reject_duplicates: bool,
+    /// A number beyond f64's range is refused.
+    pub finite_numbers: bool,
+}
+
+/// The rules for values jaq reads itself (variables, `tonumber`).
+const LENIENT: Rules = Rules {
+    max_depth: MAX_DEPTH,
+    reject_duplicates: false,
+    finite_numbers: false,
+};
+
 /// Reads one JSON value (surrounded by JSON whitespace) from `text`.
 pub(crate) fn parse(text: &str) -> Option<V<'_>> {
+    parse_with(text, LENIENT)
+}
+
+/// Reads one JSON value under `rules` (its depth capped at 256).
+pub(crate) fn parse_with(text: &str, rules: Rules) -> Option<V<'_>> {
     let mut r = Reader {
         s: text.as_bytes(),
         text,
         at: 0,
         depth: 0,
+        rules: Rules {
+            max_depth: rules.max_depth.min(MAX_DEPTH),
+            ..rules
+        },
     };
     r.ws();
     let v = r.value()?;
@@ -173,6 +201,7 @@ struct Reader<'a> {
     text: &'a str,
     at: usize,
     depth: usize,
+    rules: Rules,
 }
 
 impl<'a> Reader<'a> {
@@ -248,6 +277,11 @@ impl<'a> Reader<'a> {
                         self.ws();
                         let value = self.value()?;
                         if fields.len() < SCAN_KEYS {
+                            if self.rules.reject_duplicates
+                                && fields.iter().any(|(k, _)| k.as_str() == key.as_str())
+                            {
+                                return None;
+                            }
                             insert(&mut fields, key, value);
                         } else {
                             fields.push((key, value));
@@ -278,7 +312,7 @@ impl<'a> Reader<'a> {
 
     fn deeper(&mut self) -> Option<()> {
         self.depth += 1;
-        (self.depth <= MAX_DEPTH).then_some(())
+        (self.depth <= self.rules.max_depth).then_some(())
     }
 
     /// A string at `"`: borrowed when it has no escapes.
@@ -396,6 +430,14 @@ impl<'a> Reader<'a> {
             }
         }
         let text = &self.text[start..self.at];
+        // Beyond f64's range only with an exponent or more than 300 digits.
+        if self.rules.finite_numbers
+            && (!integral || text.len() > 300)
+            && (text.len() > 300 || text.bytes().any(|b| b == b'e' || b == b'E'))
+            && !text.parse::<f64>().is_ok_and(f64::is_finite)
+        {
+            return None;
+        }
         if integral {
             Some(match text.parse() {
                 Ok(i) => Num::Int(i),
@@ -507,6 +549,22 @@ mod tests {
             round(r#"{"a":1,"b":2,"a":3}"#).as_deref(),
             Some(r#"{"a":3,"b":2}"#)
         );
+    }
+
+    #[test]
+    fn strict_rules_refuse_depth_duplicates_and_infinite_numbers() {
+        let strict = Rules {
+            max_depth: 2,
+            reject_duplicates: true,
+            finite_numbers: true,
+        };
+        assert!(parse_with(r#"{"a":[1,1e308]}"#, strict).is_some());
+        assert!(parse_with(r#"{"a":[[1]]}"#, strict).is_none());
+        assert!(parse_with(r#"{"a":1,"a":2}"#, strict).is_none());
+        assert!(parse_with("1e309", strict).is_none());
+        assert!(parse_with("1e309", LENIENT).is_some());
+        assert!(parse_with(&"9".repeat(400), strict).is_none());
+        assert!(parse_with(&"9".repeat(300), strict).is_some());
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //! wrong types), whenever the fast interpreter gives an answer it is jaq's, byte for byte. It
 //! must also really answer (not give every run up) where the program and input are ordinary.
 
-use busbar_jq::Program;
+use busbar_jq::{Program, Strict};
 
 /// A small deterministic generator (xorshift64*), so a failure names a reproducible seed.
 struct Rng(u64);
@@ -333,6 +333,22 @@ fn check(
             let doc = docs(&mut r);
             total += 1;
             let quick = p.run_fast(doc.as_bytes(), &vars);
+            // Strict reading answers only for documents busbar's JSON check accepts, and
+            // then as the lenient reading does.
+            let strict = Strict {
+                max_depth: 3,
+                reject_duplicates: true,
+            };
+            if let Some(answer) = p.run_strict(doc.as_bytes(), &vars, strict) {
+                let limits = busbar_json::Limits {
+                    max_depth: 3,
+                    reject_duplicates: true,
+                };
+                if let Err(e) = busbar_json::check(doc.as_bytes(), limits) {
+                    panic!("seed {seed}: {program} answered strictly on {doc}, which the check refuses: {e}");
+                }
+                assert_eq!(Some(&answer), quick.as_ref(), "{program} on {doc}");
+            }
             if let Some(Err(e)) = &quick {
                 // Refused outright: only what would make jaq exhaust memory.
                 assert!(
@@ -416,6 +432,12 @@ fn the_integrator_programs_run_fast_on_their_documents() {
             .expect("answered fast")
             .expect("no error");
         assert_eq!(fast, p.run_jaq(doc.as_bytes(), &vars).expect("jaq"));
+        let strict = Strict {
+            max_depth: 64,
+            reject_duplicates: true,
+        };
+        let answer = p.run_strict(doc.as_bytes(), &vars, strict);
+        assert_eq!(answer.and_then(Result::ok), Some(fast));
     }
 }
 

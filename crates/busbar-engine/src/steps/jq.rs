@@ -12,7 +12,7 @@ use std::sync::Arc;
 use base64::Engine as _;
 use busbar_config::{line_of, JqConfig, Spanned};
 use busbar_core::{Blame, Body, ErrorKind, Exchange, Flow, MediationError, Phase, Var};
-use busbar_jq::{Program, RunError};
+use busbar_jq::{Program, RunError, Strict};
 use http::header::{HeaderValue, CONTENT_TYPE};
 use serde_json::{Map, Value};
 
@@ -139,9 +139,18 @@ impl Apply for JqStep {
         let size = bytes.len() as u64;
         let result = cx
             .offload(size, move || {
-                busbar_json::check(&bytes, limits).map_err(Err)?;
                 let refs: Vec<&[u8]> = vars.iter().map(Vec::as_slice).collect();
-                program.run(&bytes, &refs).map_err(Ok)
+                let strict = Strict {
+                    max_depth: limits.max_depth,
+                    reject_duplicates: limits.reject_duplicates,
+                };
+                // Strict input within the limits is read once, by the fast interpreter;
+                // anything else is checked (for its error) and goes to jaq.
+                if let Some(result) = program.run_strict(&bytes, &refs, strict) {
+                    return result.map_err(Ok);
+                }
+                busbar_json::check(&bytes, limits).map_err(Err)?;
+                program.run_jaq(&bytes, &refs).map_err(Ok)
             })
             .await?;
         let out = match result {
