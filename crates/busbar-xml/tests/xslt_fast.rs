@@ -506,3 +506,153 @@ fn the_fast_path_writes_what_libxslt_writes() {
         println!("{}: {answered} of {per_case} on the fast path", case.name);
     }
 }
+
+/// A stylesheet around `templates` with the usual header and output.
+fn sheet(extra_ns: &str, output: &str, templates: &str) -> String {
+    format!("{}{output}{templates}</xsl:stylesheet>", header(extra_ns))
+}
+
+const OUT: &str = "<xsl:output method=\"xml\"/>";
+
+#[test]
+fn stylesheets_just_outside_the_class_are_left_to_libxslt_and_still_work() {
+    let t = |body: &str| format!("<xsl:template match=\"/\">{body}</xsl:template>");
+    let cases: Vec<(String, &str)> = vec![
+        (sheet("", OUT, &t("<a><xsl:value-of select=\"r/s[1]\"/></a>")), "r/s[1]"),
+        (sheet("", OUT, &t("<a><xsl:value-of select=\"//s\"/></a>")), "//s"),
+        (sheet("", OUT, &t("<a><xsl:apply-templates select=\"r//s\"/></a>")), "r//s"),
+        (sheet("", OUT, &t("<a><xsl:value-of select=\"r/@id\"/></a>")), "r/@id"),
+        (sheet("", OUT, &t("<a><xsl:value-of select=\"r/*\"/></a>")), "r/*"),
+        (
+            sheet("", OUT, &format!("<xsl:variable name=\"v\" select=\"1\"/>{}", t("<a/>"))),
+            "xsl:variable",
+        ),
+        (
+            sheet("", OUT, &format!("<xsl:param name=\"p\"/>{}", t("<a/>"))),
+            "xsl:param",
+        ),
+        (
+            sheet("", OUT, &t("<a><xsl:if test=\"r\"><b/></xsl:if></a>")),
+            "xsl:if",
+        ),
+        (
+            sheet("", OUT, "<xsl:template match=\"r\" mode=\"m\"><a/></xsl:template>"),
+            "mode",
+        ),
+        (
+            sheet("", OUT, "<xsl:template match=\"r\" priority=\"2\"><a/></xsl:template>"),
+            "priority",
+        ),
+        (
+            sheet("", OUT, "<xsl:template name=\"n\" match=\"r\"><a/></xsl:template>"),
+            "name",
+        ),
+        (
+            sheet("", OUT, "<xsl:template match=\"r/s\"><a/></xsl:template>"),
+            "r/s",
+        ),
+        (sheet("", OUT, &t("<a x=\"{r}\"/>")), "attribute value template"),
+        (
+            sheet("", OUT, &t("<xsl:element name=\"a\"/>")),
+            "xsl:element",
+        ),
+        (
+            sheet("", OUT, &t("<a><xsl:copy-of select=\"r\"/></a>")),
+            "xsl:copy-of",
+        ),
+        (
+            sheet("", OUT, &t("<a><xsl:apply-templates select=\"r\"><xsl:sort/></xsl:apply-templates></a>")),
+            "content inside xsl:apply-templates",
+        ),
+        (
+            sheet("", OUT, &t("<a><xsl:value-of select=\"r\" disable-output-escaping=\"yes\"/></a>")),
+            "disable-output-escaping",
+        ),
+        (
+            sheet("", "<xsl:output method=\"xml\" indent=\"yes\"/>", &t("<a/>")),
+            "indent=\"yes\"",
+        ),
+        (
+            sheet("", "<xsl:output method=\"xml\" encoding=\"ISO-8859-1\"/>", &t("<a/>")),
+            "encoding=\"ISO-8859-1\"",
+        ),
+        (sheet("", "<xsl:output method=\"html\"/>", &t("<a/>")), "method"),
+        (sheet("", "", &t("<a/>")), "xsl:output"),
+        (
+            sheet("", OUT, &format!("<xsl:strip-space elements=\"*\"/>{}", t("<a/>"))),
+            "xsl:strip-space",
+        ),
+        (
+            sheet("", OUT, &format!("<xsl:key name=\"k\" match=\"r\" use=\".\"/>{}", t("<a/>"))),
+            "xsl:key",
+        ),
+        (sheet("", OUT, &t("<a xmlns:z=\"urn:z\"/>")), "namespace declarations"),
+        (
+            sheet(" xmlns:p=\"urn:one\" xmlns:q=\"urn:one\"", OUT, &t("<p:a/>")),
+            "two prefixes",
+        ),
+        (
+            sheet(" xmlns:p=\"urn:one\"", OUT, &t("<a p:x=\"1\"/>")),
+            "prefixed attribute",
+        ),
+        (
+            sheet("", OUT, "<xsl:template match=\"r\"><a/></xsl:template><xsl:template match=\"r\"><b/></xsl:template>"),
+            "two templates",
+        ),
+    ];
+    for (text, reason) in cases {
+        let why = match FastStylesheet::analyse(text.as_bytes()) {
+            Ok(_) => panic!("on the fast path, but should not be:\n{text}"),
+            Err(e) => e.0,
+        };
+        assert!(
+            why.contains(reason),
+            "expected a reason naming '{reason}', got '{why}'"
+        );
+        let slow = Stylesheet::compile_bytes(text.as_bytes(), "t.xsl", DocumentAccess::Off)
+            .unwrap_or_else(|e| panic!("libxslt refused\n{text}\n{e}"));
+        let out = slow.transform_bytes(b"<r id='1'><s>x</s></r>", &[]);
+        assert!(out.is_ok(), "{text}: {out:?}");
+    }
+}
+
+#[test]
+fn inputs_the_fast_path_is_not_sure_of_go_to_libxslt() {
+    let fast = FastStylesheet::analyse(example("reverse-request.xsl").as_bytes())
+        .unwrap_or_else(|e| panic!("{e}"));
+    let body =
+        "<s:Envelope xmlns:s=\"http://schemas.xmlsoap.org/soap/envelope/\"><s:Body/></s:Envelope>";
+    assert!(fast.transform(body.as_bytes()).is_some());
+    let deep = format!("<r>{}{}</r>", "<a>".repeat(300), "</a>".repeat(300));
+    let wide = format!(
+        "<r {}/>",
+        (0..300)
+            .map(|i| format!("a{i}='1'"))
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
+    let mut utf16 = vec![0xFF, 0xFE];
+    utf16.extend("<r/>".encode_utf16().flat_map(u16::to_le_bytes));
+    let inputs: Vec<Vec<u8>> = vec![
+        format!("<!DOCTYPE r>{body}").into_bytes(),
+        format!("<?xml version=\"1.0\" encoding=\"ISO-8859-1\"?>{body}").into_bytes(),
+        format!("<?xml version=\"1.1\"?>{body}").into_bytes(),
+        format!("<?xml version=\"1.0\" encoding=\"US-ASCII\"?>{body}").into_bytes(),
+        b"<r>&nbsp;</r>".to_vec(),
+        b"<r><s></r>".to_vec(),
+        b"<r xmlns='relative'/>".to_vec(),
+        b"<r xmlns:p='http://a b'/>".to_vec(),
+        b"".to_vec(),
+        deep.into_bytes(),
+        wide.into_bytes(),
+        utf16,
+        b"<r>\xE9</r>".to_vec(),
+    ];
+    for input in inputs {
+        assert!(
+            fast.transform(&input).is_none(),
+            "answered {}",
+            String::from_utf8_lossy(&input)
+        );
+    }
+}
