@@ -17,8 +17,9 @@
 //! and `media-type` as the only other settings; `xsl:template`s matching `/` or one QName,
 //! each pattern once, without name, mode or priority. Template bodies hold literal result
 //! elements (with literal, unprefixed attributes), literal text and `xsl:text`,
-//! `xsl:apply-templates` (without `select`, or selecting a child path such as `a/p:b`, `/a/b`
-//! from the root) and `xsl:value-of` (of such a path, or of `.`). XSLT's built-in rules apply
+//! `xsl:apply-templates` (without `select`, or selecting a child path such as `a/p:b`, or
+//! `/a/b` from the root in the template for `/`) and `xsl:value-of` (of such a path, from the
+//! context node or the root, or of `.`). XSLT's built-in rules apply
 //! to elements no template matches: their children are processed, text is copied.
 
 use std::ops::Range;
@@ -276,6 +277,10 @@ struct Compiler<'a> {
     /// Without a declared output encoding libxml2 writes non-ASCII characters of attribute
     /// values as character references.
     ascii_attrs: bool,
+    /// Compiling the template for `/`: the only one whose `xsl:apply-templates` may select
+    /// from the root (elsewhere that could recurse without end, which libxslt stops with an
+    /// error).
+    in_root_template: bool,
     uris: Vec<String>,
     names: Vec<(u32, Box<[u8]>)>,
     bodies: Vec<Vec<Instr>>,
@@ -428,6 +433,9 @@ impl Compiler<'_> {
                         None => Ok(Instr::Apply(None)),
                         Some(s) => match self.select(s, "xsl:apply-templates")? {
                             None => not_fast("xsl:apply-templates select=\".\""),
+                            Some(p) if p.absolute && !self.in_root_template => not_fast(format!(
+                                "xsl:apply-templates select=\"{s}\" from the root outside the template for '/'"
+                            )),
                             some => Ok(Instr::Apply(some)),
                         },
                     }
@@ -549,6 +557,7 @@ impl FastStylesheet {
         let mut c = Compiler {
             bindings,
             ascii_attrs: !encoding_declared,
+            in_root_template: false,
             uris: Vec::new(),
             names: Vec::new(),
             bodies: Vec::new(),
@@ -603,6 +612,7 @@ impl FastStylesheet {
                 let Some(pattern) = e.attr("match") else {
                     return not_fast("a template without match");
                 };
+                c.in_root_template = pattern == "/";
                 let body = c.body(&e.children, true)?;
                 c.bodies.push(body);
                 let index = c.bodies.len() - 1;

@@ -36,6 +36,10 @@ impl Rng {
     fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
         &items[self.below(items.len())]
     }
+
+    fn one<T: Copy>(&mut self, items: &[T]) -> T {
+        items[self.below(items.len())]
+    }
 }
 
 const SOAP: &str = "http://schemas.xmlsoap.org/soap/envelope/";
@@ -655,4 +659,228 @@ fn inputs_the_fast_path_is_not_sure_of_go_to_libxslt() {
             String::from_utf8_lossy(&input)
         );
     }
+}
+
+/// Writes random stylesheets inside the class.
+struct SheetGen<'a> {
+    rng: &'a mut Rng,
+    /// Result prefixes bound on the stylesheet element ("" for the default namespace).
+    result_prefixes: Vec<&'static str>,
+    /// Input names usable in patterns and paths, as QNames.
+    input_names: Vec<String>,
+}
+
+const LOCALS: [&str; 3] = ["a", "b", "c"];
+const LITERALS: [&str; 8] = [
+    "t",
+    "  spaced  ",
+    " ",
+    "\n",
+    "&lt;&amp;&gt;\"'",
+    "caf\u{e9}",
+    "&#13;&#9;&#10;",
+    "]]&gt;",
+];
+
+impl SheetGen<'_> {
+    fn path(&mut self, absolute: bool) -> String {
+        let steps = self.rng.below(3) + 1;
+        let mut p = String::new();
+        if absolute {
+            p.push('/');
+        }
+        for k in 0..steps {
+            if k > 0 {
+                p.push('/');
+            }
+            let name = self.rng.pick(&self.input_names).clone();
+            p.push_str(&name);
+        }
+        p
+    }
+
+    fn literal_element(&mut self, depth: usize, root: bool) -> String {
+        let prefix = *self.rng.pick(&self.result_prefixes);
+        let local = *self.rng.pick(&["x", "y", "z"]);
+        let qname = if prefix.is_empty() {
+            local.to_owned()
+        } else {
+            format!("{prefix}:{local}")
+        };
+        let mut attrs = String::new();
+        if self.rng.chance(25) {
+            let v = *self.rng.pick(&[
+                "1",
+                "a&lt;b&amp;&quot;",
+                "\u{e9}\u{1F600}",
+                "&#9;&#10;&#13;x",
+            ]);
+            attrs.push_str(&format!(" k=\"{v}\""));
+        }
+        let body = self.body(depth + 1, root);
+        format!("<{qname}{attrs}>{body}</{qname}>")
+    }
+
+    fn body(&mut self, depth: usize, root: bool) -> String {
+        let mut out = String::new();
+        let items = if depth > 3 { 0 } else { self.rng.below(4) };
+        for _ in 0..items {
+            match self.rng.below(9) {
+                0 | 1 => out.push_str(&self.literal_element(depth, root)),
+                2 => out.push_str(self.rng.one(&LITERALS)),
+                3 => out.push_str(&format!(
+                    "<xsl:text>{}</xsl:text>",
+                    self.rng.pick(&LITERALS)
+                )),
+                4 => out.push_str("<xsl:apply-templates/>"),
+                5 | 6 => {
+                    let absolute = root && self.rng.chance(30);
+                    let p = self.path(absolute);
+                    out.push_str(&format!("<xsl:apply-templates select=\"{p}\"/>"));
+                }
+                7 => out.push_str("<xsl:value-of select=\".\"/>"),
+                _ => {
+                    let absolute = self.rng.chance(20);
+                    let p = self.path(absolute);
+                    out.push_str(&format!("<xsl:value-of select=\"{p}\"/>"));
+                }
+            }
+            if self.rng.chance(20) {
+                out.push_str("\n  ");
+            }
+        }
+        out
+    }
+}
+
+/// A random stylesheet of the class and the shape of documents for it.
+fn random_sheet(rng: &mut Rng) -> (String, Spec) {
+    let mut decls = String::new();
+    let mut result_prefixes = vec![""];
+    let mut input_names: Vec<String> = LOCALS.iter().map(|l| (*l).to_owned()).collect();
+    let mut excluded = Vec::new();
+    if rng.chance(50) {
+        decls.push_str(" xmlns=\"urn:default\"");
+        if rng.chance(30) {
+            excluded.push("#default");
+        }
+    }
+    for (prefix, uri) in [("p", U1), ("q", U2), ("r", "urn:three")] {
+        if rng.chance(60) {
+            decls.push_str(&format!(" xmlns:{prefix}=\"{uri}\""));
+            result_prefixes.push(prefix);
+            if uri != "urn:three" {
+                input_names.extend(LOCALS.iter().map(|l| format!("{prefix}:{l}")));
+            }
+            if rng.chance(40) {
+                excluded.push(prefix);
+            }
+        }
+    }
+    if !excluded.is_empty() {
+        decls.push_str(&format!(
+            " exclude-result-prefixes=\"{}\"",
+            excluded.join(" ")
+        ));
+    }
+    let mut output = String::from("<xsl:output method=\"xml\"");
+    if rng.chance(50) {
+        output.push_str(&format!(
+            " omit-xml-declaration=\"{}\"",
+            rng.pick(&["yes", "no"])
+        ));
+    }
+    if rng.chance(30) {
+        output.push_str(" indent=\"no\"");
+    }
+    if rng.chance(30) {
+        output.push_str(" encoding=\"UTF-8\"");
+    }
+    output.push_str("/>");
+    let mut g = SheetGen {
+        rng,
+        result_prefixes,
+        input_names: input_names.clone(),
+    };
+    let mut templates = String::new();
+    if g.rng.chance(70) {
+        // Mostly one element at the top of the result, as the class requires.
+        let body = g.literal_element(0, true);
+        templates.push_str(&format!(
+            "<xsl:template match=\"/\">{body}</xsl:template>\n"
+        ));
+    }
+    for name in &input_names {
+        if g.rng.chance(40) {
+            let body = g.body(0, false);
+            templates.push_str(&format!(
+                "<xsl:template match=\"{name}\">{body}</xsl:template>\n"
+            ));
+        }
+    }
+    let sheet = format!(
+        "<xsl:stylesheet version=\"1.0\" xmlns:xsl=\"http://www.w3.org/1999/XSL/Transform\"{decls}>\n{output}\n{templates}</xsl:stylesheet>"
+    );
+    (sheet, random_shape(g.rng, 0))
+}
+
+fn random_shape(rng: &mut Rng, depth: usize) -> Spec {
+    let uri = rng.one(&["", "", U1, U2]);
+    let local = rng.one(&LOCALS);
+    let n = if depth >= 4 { 0 } else { rng.below(4) };
+    el(
+        uri,
+        local,
+        (0..n).map(|_| random_shape(rng, depth + 1)).collect(),
+    )
+}
+
+#[test]
+fn random_stylesheets_of_the_class_write_what_libxslt_writes() {
+    let seed = std::env::var("XSLT_FAST_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos() as u64)
+                .unwrap_or(1)
+        });
+    let sheets = std::env::var("XSLT_FAST_SHEETS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(300usize);
+    let mut rng = Rng(seed);
+    let (mut answered, mut total) = (0, 0);
+    for k in 0..sheets {
+        let (text, shape) = random_sheet(&mut rng);
+        let fast = FastStylesheet::analyse(text.as_bytes()).unwrap_or_else(|e| {
+            panic!("seed {seed}, sheet {k}: not on the fast path: {e}\n{text}")
+        });
+        let slow = Stylesheet::compile_bytes(text.as_bytes(), "t.xsl", DocumentAccess::Off)
+            .unwrap_or_else(|e| panic!("seed {seed}, sheet {k}: libxslt: {e}\n{text}"));
+        for n in 0..20 {
+            let doc = document(&mut rng, &shape);
+            total += 1;
+            let Some(got) = fast.transform(doc.as_bytes()) else {
+                continue;
+            };
+            answered += 1;
+            let want = slow
+                .transform_bytes(doc.as_bytes(), &[])
+                .map(|t| t.bytes)
+                .unwrap_or_else(|e| panic!("seed {seed}, sheet {k}, document {n}: libxslt failed ({e}) where the fast path answered\n{text}\n{doc}"));
+            assert!(
+                got == want,
+                "seed {seed}, sheet {k}, document {n}:\n{text}\n{doc}\nfast:    {:?}\nlibxslt: {:?}",
+                String::from_utf8_lossy(&got),
+                String::from_utf8_lossy(&want)
+            );
+        }
+    }
+    println!("{answered} of {total} on the fast path");
+    assert!(
+        answered * 2 >= total,
+        "seed {seed}: only {answered} of {total} on the fast path"
+    );
 }
