@@ -672,6 +672,7 @@ impl FastStylesheet {
             in_text: false,
             count: 0,
             declared: Vec::new(),
+            in_scope: 0,
             bail: false,
         };
         let mut reader = Reader::new();
@@ -839,8 +840,9 @@ struct InputSink<'s> {
     in_text: bool,
     /// Nodes and attributes read, for the fall-back limit.
     count: usize,
-    /// Namespace declarations per open element, for the fall-back limit.
+    /// Namespace declarations per open element, and in scope, for the fall-back limits.
     declared: Vec<usize>,
+    in_scope: usize,
     bail: bool,
 }
 
@@ -855,7 +857,7 @@ impl Sink for InputSink<'_> {
     fn start(&mut self, el: &StartTag<'_>) -> Result<bool, XmlError> {
         self.in_text = false;
         let decls = el.attrs.iter().filter(|a| a.is_decl).count();
-        let in_scope = self.declared.iter().sum::<usize>() + decls;
+        let in_scope = self.in_scope + decls;
         self.count += 1 + el.attrs.len();
         if self.open.len() >= MAX_INPUT_DEPTH
             || el.attrs.len() > MAX_INPUT_ATTRS
@@ -871,6 +873,7 @@ impl Sink for InputSink<'_> {
             }
         }
         self.declared.push(decls);
+        self.in_scope = in_scope;
         let mut name = 0;
         for (k, (ns, local)) in self.sheet.names.iter().enumerate() {
             if *ns == el.ns && **local == *el.local {
@@ -885,7 +888,7 @@ impl Sink for InputSink<'_> {
 
     fn end(&mut self) -> Result<bool, XmlError> {
         self.in_text = false;
-        self.declared.pop();
+        self.in_scope -= self.declared.pop().unwrap_or(0);
         let end = self.nodes.len() as u32;
         if let Some(i) = self.open.pop() {
             if let Node::Element { end: e, .. } = &mut self.nodes[i as usize] {
@@ -896,6 +899,13 @@ impl Sink for InputSink<'_> {
     }
 
     fn text(&mut self, piece: &[u8], _at: usize) -> Result<bool, XmlError> {
+        // Every piece counts: libxml2 makes a node of each text run and CDATA section, which
+        // arrive here as separate pieces (a long run may come in several: counting too many
+        // only hands a document over sooner).
+        self.count += 1;
+        if self.count > MAX_INPUT_NODES {
+            return self.bail();
+        }
         let start = self.text.len() as u32;
         self.text.extend_from_slice(piece);
         let end = self.text.len() as u32;
@@ -904,10 +914,6 @@ impl Sink for InputSink<'_> {
                 *e = end;
                 return Ok(false);
             }
-        }
-        self.count += 1;
-        if self.count > MAX_INPUT_NODES {
-            return self.bail();
         }
         self.in_text = true;
         self.nodes.push(Node::Text { start, end });

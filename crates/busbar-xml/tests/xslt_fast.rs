@@ -884,3 +884,14 @@ fn random_stylesheets_of_the_class_write_what_libxslt_writes() {
         "seed {seed}: only {answered} of {total} on the fast path"
     );
 }
+
+#[test]
+fn documents_near_libxml2s_node_limit_go_to_libxslt() {
+    let fast = FastStylesheet::analyse(example("reverse-request.xsl").as_bytes())
+        .unwrap_or_else(|e| panic!("{e}"));
+    // 300,000 text runs and 300,000 CDATA sections: libxml2 counts 600,000 nodes.
+    let doc = format!("<r>{}</r>", "a<![CDATA[b]]>".repeat(300_000));
+    assert!(fast.transform(doc.as_bytes()).is_none());
+    let doc = format!("<r>{}</r>", "a<![CDATA[b]]>".repeat(1_000));
+    assert!(fast.transform(doc.as_bytes()).is_some());
+}
