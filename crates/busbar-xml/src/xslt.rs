@@ -19,18 +19,17 @@
 //! elements (with literal, unprefixed attributes), literal text and `xsl:text`,
 //! `xsl:apply-templates` (without `select`, or selecting a child path such as `a/p:b`, or
 //! `/a/b` from the root in the template for `/`) and `xsl:value-of` (of such a path, from the
-//! context node or the root, or of `.`). XSLT's built-in rules apply
-//! to elements no template matches: their children are processed, text is copied.
+//! context node or the root, or of `.`). XSLT's built-in rules apply to elements no template
+//! matches: their children are processed, text is copied.
 
 use std::ops::Range;
 
 use crate::error::XmlError;
-use crate::path::is_ncname;
+use crate::path::{is_ncname, XML_NS};
 use crate::reader::{decode_attr, Reader, Sink, StartTag};
 
 /// The XSLT namespace.
 pub const XSLT_NS: &str = "http://www.w3.org/1999/XSL/Transform";
-const XML_NS: &str = "http://www.w3.org/XML/1998/namespace";
 
 /// Inputs larger than this go to libxslt: libxml2 limits a text node to 10 MB.
 const MAX_INPUT: usize = 8 * 1024 * 1024;
