@@ -225,3 +225,74 @@ fn an_element_with_fifty_thousand_attributes_gets_a_client_fault_naming_the_limi
         .expect("resp");
     assert_eq!(r.status, 200, "{}", r.text());
 }
+
+#[test]
+fn validate_names_each_xslt_steps_engine_and_the_metric_counts_transforms_by_engine() {
+    let dir = temp_dir("xslt-engines");
+    let x = examples_dir().join("xslt");
+    std::fs::copy(x.join("reverse-request.xsl"), dir.join("fast.xsl")).expect("copy");
+    std::fs::write(dir.join("slow.xsl"), "<xsl:stylesheet version=\"1.0\" xmlns:xsl=\"http://www.w3.org/1999/XSL/Transform\"><xsl:output method=\"xml\"/><xsl:template match=\"/\"><a><xsl:if test=\"*\">x</xsl:if></a></xsl:template></xsl:stylesheet>").expect("write");
+    let yaml = "listeners:\n  http: { bind: \"127.0.0.1:0\" }\nproxies:\n  F:\n    path: /f\n    in:\n      - xslt: { stylesheet: fast.xsl }\n      - respond: {}\n  S:\n    path: /s\n    in:\n      - xslt: { stylesheet: slow.xsl }\n      - respond: {}\n";
+    let file = dir.join("c.yaml");
+    std::fs::write(&file, yaml).expect("write config");
+    let out = Command::new(env!("CARGO_BIN_EXE_busbar"))
+        .arg("validate")
+        .arg(&file)
+        .output()
+        .expect("run busbar validate");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(
+        text.contains("proxies.F.in[0].xslt: fast.xsl runs on the fast path"),
+        "{text}"
+    );
+    assert!(
+        text.contains("proxies.S.in[0].xslt: slow.xsl runs on libxslt (outside the fast path's class: xsl:if in a template)"),
+        "{text}"
+    );
+
+    let h = engine(
+        &yaml
+            .replacen("listeners:\n  http: { bind: \"127.0.0.1:0\" }\n", "", 1)
+            .replace("fast.xsl", &dir.join("fast.xsl").display().to_string())
+            .replace("slow.xsl", &dir.join("slow.xsl").display().to_string()),
+    );
+    let body = buy_stocks(1024, Variant::Plain).expect("payload");
+    let mut c = Client::connect(h.http());
+    for path in ["/f", "/f", "/s"] {
+        let r = c.post(path, &[SOAP11], &body).expect("resp");
+        assert_eq!(r.status, 200, "{}", r.text());
+    }
+    // A message the fast path hands over: libxslt answers it, with its own error.
+    let r = c.post("/f", &[SOAP11], b"<!DOCTYPE a><a/>").expect("resp");
+    assert_eq!(r.status, 500);
+    assert!(r.text().contains("DOCTYPE"), "{}", r.text());
+    let metrics = Client::connect(h.admin())
+        .get("/metrics")
+        .expect("metrics")
+        .text();
+    let value = |sheet: &str, engine: &str| -> Option<String> {
+        metrics
+            .lines()
+            .find(|l| {
+                l.starts_with("busbar_xslt_transforms_total{")
+                    && l.contains(sheet)
+                    && l.contains(&format!("engine=\"{engine}\""))
+            })
+            .and_then(|l| l.rsplit(' ').next())
+            .map(str::to_owned)
+    };
+    assert_eq!(value("fast.xsl", "fast").as_deref(), Some("2"), "{metrics}");
+    assert_eq!(
+        value("fast.xsl", "libxslt").as_deref(),
+        Some("1"),
+        "{metrics}"
+    );
+    assert_eq!(value("slow.xsl", "fast").as_deref(), Some("0"), "{metrics}");
+    assert_eq!(
+        value("slow.xsl", "libxslt").as_deref(),
+        Some("1"),
+        "{metrics}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -105,6 +105,16 @@ pub struct UpstreamCounters {
     pub idle: AtomicI64,
 }
 
+/// Transforms made with one stylesheet, by the engine that made them.
+#[derive(Debug, Default)]
+pub struct XsltCounters {
+    /// Made by busbar's own fast path for simple stylesheets.
+    pub fast: AtomicU64,
+    /// Made by libxslt: the stylesheet is outside the fast path's class, or the message was
+    /// one the fast path hands over.
+    pub libxslt: AtomicU64,
+}
+
 /// Connections of one listener.
 #[derive(Debug, Default)]
 pub struct ListenerCounters {
@@ -134,6 +144,7 @@ pub struct Registry {
     steps: Mutex<BTreeMap<String, Arc<Counters>>>,
     upstreams: Mutex<BTreeMap<(String, String), Arc<UpstreamCounters>>>,
     listeners: Mutex<BTreeMap<String, Arc<ListenerCounters>>>,
+    xslt: Mutex<BTreeMap<String, Arc<XsltCounters>>>,
     /// Config reloads that succeeded.
     pub reloads: AtomicU64,
     /// Config reloads that failed (the old config kept serving).
@@ -167,6 +178,12 @@ impl Registry {
     /// The connection counters of listener `name`.
     pub fn listener(&self, name: &str) -> Arc<ListenerCounters> {
         let mut map = self.listeners.lock().unwrap_or_else(|p| p.into_inner());
+        map.entry(name.to_owned()).or_default().clone()
+    }
+
+    /// The transform counters of stylesheet `name` (as the config names it).
+    pub fn xslt(&self, name: &str) -> Arc<XsltCounters> {
+        let mut map = self.xslt.lock().unwrap_or_else(|p| p.into_inner());
         map.entry(name.to_owned()).or_default().clone()
     }
 
@@ -295,6 +312,20 @@ impl Registry {
                     escape(name),
                     c.accepted.load(Relaxed)
                 );
+            }
+        }
+        {
+            let map = self.xslt.lock().unwrap_or_else(|p| p.into_inner());
+            let _ = writeln!(out, "# HELP busbar_xslt_transforms_total XSLT transforms by stylesheet and engine.\n# TYPE busbar_xslt_transforms_total counter");
+            for (name, c) in map.iter() {
+                for (engine, n) in [("fast", &c.fast), ("libxslt", &c.libxslt)] {
+                    let _ = writeln!(
+                        out,
+                        "busbar_xslt_transforms_total{{stylesheet=\"{}\",engine=\"{engine}\"}} {}",
+                        escape(name),
+                        n.load(Relaxed)
+                    );
+                }
             }
         }
         let _ = writeln!(

@@ -52,6 +52,8 @@ pub struct Runtime {
     pub processes: Option<Arc<Processes>>,
     /// The config this was built from.
     pub config: LoadedConfig,
+    /// The engine of each `xslt` step of the proxies and sequences.
+    pub xslt_engines: Vec<crate::steps::XsltEngine>,
 }
 
 impl Runtime {
@@ -147,6 +149,7 @@ impl Runtime {
                 }
             }
         }
+        let xslt_engines = std::mem::take(&mut b.xslt_engines);
         errors.extend(b.into_errors());
         let processes = crate::processes::build(
             loaded,
@@ -219,6 +222,7 @@ impl Runtime {
                 databases,
                 processes,
                 config: loaded.clone(),
+                xslt_engines,
             })
         } else {
             Err(errors)

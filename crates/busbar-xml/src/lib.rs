@@ -5,7 +5,8 @@
 //! the last step); `reader` is a resumable XML 1.0 + Namespaces tokenizer that checks
 //! well-formedness and never needs the whole document; [`matcher`] runs a path and a [`Test`]
 //! over chunks as they arrive ([`Matcher`], [`evaluate`]) and checks the tail of an early
-//! decided document ([`WellFormed`]); [`soap`] tells SOAP 1.1 from 1.2 by the first start tag.
+//! decided document ([`WellFormed`]); [`soap`] tells SOAP 1.1 from 1.2 by the first start tag;
+//! [`xslt`] runs simple XSLT 1.0 stylesheets (renames, wrappers, re-ordering) over the reader.
 //!
 //! Semantics are XPath 1.0's: a test holds when ANY selected node's string-value satisfies it
 //! (the string-value of an element is all its descendant text, CDATA included, comments and
@@ -26,6 +27,7 @@ pub mod matcher;
 pub mod path;
 mod reader;
 pub mod soap;
+pub mod xslt;
 
 pub use error::{CompileError, XmlError};
 pub use matcher::{evaluate, Matcher, WellFormed, MAX_VALUE};

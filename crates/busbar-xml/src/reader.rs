@@ -647,6 +647,19 @@ impl Reader {
                         "an XML declaration is only allowed at the start of the document",
                     ));
                 }
+                // After the target comes whitespace or the closing `?>` itself.
+                if rest[end] == b'?' {
+                    match rest.get(end + 1) {
+                        None => return Ok(None),
+                        Some(b'>') => {}
+                        Some(_) => {
+                            return Err(XmlError::malformed(
+                                at + end,
+                                "expected whitespace after the processing instruction target",
+                            ))
+                        }
+                    }
+                }
                 self.mode = Mode::Pi;
                 let len = if rest[end] == b'?' { end } else { end + 1 };
                 let stop = self.doc == Doc::Root && sink.boundary()?;

@@ -197,6 +197,8 @@ fn malformed_documents_give_the_same_error_at_every_split() {
         ("", 0),
         ("<a/>\n<?xml version='1.0'?>", 5),
         ("<a>x</a >y", 9),
+        ("<a><?pi??></a>", 7),
+        ("<a/><?pi?x?>", 8),
     ];
     for (doc, offset) in cases {
         assert_eq!(malformed_at(doc), *offset, "{doc}");

@@ -185,6 +185,15 @@ fn validate(config: &std::path::Path) -> ExitCode {
                 c.sequences.len(),
                 c.proxies.len()
             );
+            for x in &rt.xslt_engines {
+                match &x.fast {
+                    Ok(()) => println!("{}: {} runs on the fast path", x.step, x.stylesheet),
+                    Err(why) => println!(
+                        "{}: {} runs on libxslt (outside the fast path's class: {why})",
+                        x.step, x.stylesheet
+                    ),
+                }
+            }
             ExitCode::SUCCESS
         }
         Err(errors) => {

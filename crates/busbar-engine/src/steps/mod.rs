@@ -46,6 +46,7 @@ mod xslt;
 pub use route::Condition;
 pub use sequence::Sequence;
 pub use wsse_verify::RequestSigner;
+pub use xslt::XsltEngine;
 
 /// What every step does at run time: act on the current message, then say what comes next.
 pub trait Apply {
@@ -266,7 +267,8 @@ pub struct Failed;
 pub struct BuildCx<'a> {
     /// The config being built.
     pub loaded: &'a LoadedConfig,
-    metrics: &'a Registry,
+    /// The metrics registry steps take their counters from.
+    pub metrics: &'a Registry,
     /// The endpoints, built.
     pub endpoints: &'a BTreeMap<String, Arc<Endpoint>>,
     /// The databases, open.
@@ -279,6 +281,8 @@ pub struct BuildCx<'a> {
     children: Vec<Vec<BuiltStep>>,
     /// Keys and certificates, each file read (and decrypted) once per build.
     pub keys: keys::KeyCache,
+    /// The engine of each `xslt` step built, for `busbar validate`.
+    pub xslt_engines: Vec<xslt::XsltEngine>,
 }
 
 impl<'a> BuildCx<'a> {
@@ -299,6 +303,7 @@ impl<'a> BuildCx<'a> {
             sequences: HashMap::new(),
             children: Vec::new(),
             keys: keys::KeyCache::default(),
+            xslt_engines: Vec::new(),
         }
     }
 

@@ -5,12 +5,21 @@
 //! transform needs the whole body parsed: it takes the document an earlier full-XPath route
 //! parsed for the same message when there is one (the transform consumes it: its output
 //! replaces the body), and runs on the bounded CPU pool when the body is large.
+//!
+//! A stylesheet of the simple class `busbar_xml::xslt` describes (renames, wrappers, drops,
+//! re-ordering with fixed templates) is also compiled for that fast path, which transforms the
+//! body bytes without libxml2 and writes what libxslt would, byte for byte; a message it is
+//! not sure of (or a document an earlier route already parsed) goes to libxslt as before.
 
 use std::sync::Arc;
 
+use std::sync::atomic::Ordering::Relaxed;
+
 use busbar_config::{line_of, DocumentAccessConfig, XsltConfig, XsltParam};
+use busbar_core::metrics::XsltCounters;
 use busbar_core::{Blame, Body, ErrorKind, Exchange, Flow, MediationError, MessageFormat};
-use busbar_libxml::{Document, DocumentAccess, LibxmlError, Param, Stylesheet};
+use busbar_libxml::{Document, DocumentAccess, LibxmlError, Param, Stylesheet, Transformed};
+use busbar_xml::xslt::FastStylesheet;
 use http::header::{HeaderValue, CONTENT_TYPE};
 
 use super::{Apply, BuildCx, Failed, StepCx};
@@ -54,15 +63,31 @@ pub(crate) async fn with_document<R: Send + 'static>(
     Ok(result)
 }
 
+/// Which engine an `xslt` step runs on, as `busbar validate` reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct XsltEngine {
+    /// The step's config path.
+    pub step: String,
+    /// The stylesheet as the config names it.
+    pub stylesheet: String,
+    /// `Ok` for the fast path; otherwise libxslt, with the first reason the step is outside
+    /// the fast path's class.
+    pub fast: Result<(), String>,
+}
+
 /// A built `xslt` step.
 #[derive(Debug)]
 pub struct XsltStep {
     /// The compiled stylesheet.
     sheet: Arc<Stylesheet>,
+    /// The same stylesheet compiled for the fast path, when it is inside its class.
+    fast: Option<Arc<FastStylesheet>>,
     /// The stylesheet's path as written in the config (for faults and logs).
     name: Arc<str>,
     /// Parameters as XPath expressions (strings already quoted).
     params: Arc<Vec<(String, String)>>,
+    /// Transforms by engine.
+    counters: Arc<XsltCounters>,
 }
 
 impl XsltStep {
@@ -81,6 +106,19 @@ impl XsltStep {
                 format!("{}: {}{line}", file.display(), e.message.trim()),
             )
         })?;
+        // Classified only once libxslt has compiled it: errors stay libxslt's.
+        let fast = if !cfg.params.is_empty() {
+            Err("the step passes parameters".to_owned())
+        } else {
+            std::fs::read(&file)
+                .map_err(|e| format!("cannot read the stylesheet again: {e}"))
+                .and_then(|bytes| FastStylesheet::analyse(&bytes).map_err(|e| e.0))
+        };
+        cx.xslt_engines.push(XsltEngine {
+            step: here.to_owned(),
+            stylesheet: cfg.stylesheet.value.clone(),
+            fast: fast.as_ref().map(|_| ()).map_err(Clone::clone),
+        });
         let params = cfg
             .params
             .iter()
@@ -94,8 +132,10 @@ impl XsltStep {
             .collect();
         Ok(Self {
             sheet: Arc::new(sheet),
+            fast: fast.ok().map(Arc::new),
             name: cfg.stylesheet.value.as_str().into(),
             params: Arc::new(params),
+            counters: cx.metrics.xslt(&cfg.stylesheet.value),
         })
     }
 
@@ -157,13 +197,23 @@ impl Apply for XsltStep {
         };
         let size = ex.body_mut().exact_len().unwrap_or(0);
         let sheet = self.sheet.clone();
+        let fast = self.fast.clone();
         let params = self.params.clone();
-        let result = cx
+        let (on_fast_path, result) = cx
             .offload(size, move || match input {
-                Ok(doc) => sheet.transform_owned(doc, &params),
-                Err(bytes) => sheet.transform_bytes(&bytes, &params),
+                Ok(doc) => (false, sheet.transform_owned(doc, &params)),
+                Err(bytes) => match fast.as_deref().and_then(|f| f.transform(&bytes)) {
+                    Some(out) => (true, Ok(fast_result(sheet.output(), out))),
+                    None => (false, sheet.transform_bytes(&bytes, &params)),
+                },
             })
             .await?;
+        let engine = if on_fast_path {
+            &self.counters.fast
+        } else {
+            &self.counters.libxslt
+        };
+        engine.fetch_add(1, Relaxed);
         let out = result.map_err(|e| {
             let blame = match e.kind {
                 busbar_libxml::ErrorKind::Parse
@@ -200,6 +250,22 @@ impl Apply for XsltStep {
             ex.headers_mut().insert(CONTENT_TYPE, ct);
         }
         Ok(Flow::Continue)
+    }
+}
+
+/// The fast path's bytes described as libxslt describes its results (the fast path's class
+/// fixes the method to `xml` and the encoding to UTF-8).
+fn fast_result(output: &busbar_libxml::OutputSettings, bytes: Vec<u8>) -> Transformed {
+    Transformed {
+        bytes,
+        media_type: output
+            .media_type
+            .clone()
+            .unwrap_or_else(|| "text/xml".to_owned()),
+        encoding: output.encoding.clone(),
+        method: "xml".to_owned(),
+        messages: Vec::new(),
+        warnings: Vec::new(),
     }
 }
 
@@ -299,6 +365,63 @@ mod tests {
         assert!(ex.take_view::<ParsedXml>().is_none(), "stale document kept");
         let out = String::from_utf8_lossy(&body_of(&mut ex)).into_owned();
         assert!(out.ends_with("<b n=\"none\">hi</b>\n"), "{out}");
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
+    fn the_fast_path_gives_the_body_and_headers_libxslt_gives() {
+        let dir = dir_with_sheet();
+        std::fs::write(
+            dir.join("f.xsl"),
+            r#"<xsl:stylesheet version="1.0" xmlns:xsl="http://www.w3.org/1999/XSL/Transform">
+  <xsl:output method="xml" encoding="UTF-8"/>
+  <xsl:template match="a"><b><xsl:value-of select="."/></b></xsl:template>
+</xsl:stylesheet>"#,
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        // A parameter keeps the same stylesheet on libxslt.
+        let l = loaded(
+            "sequences:
+  s:
+    - xslt: { stylesheet: f.xsl }
+  t:
+    - xslt: { stylesheet: f.xsl, params: { unused: x } }
+",
+            &dir,
+        );
+        let steps = build(&l).unwrap_or_else(|e| panic!("{e:?}"));
+        let mut l2 = l;
+        let t = l2.config.sequences.remove("t");
+        l2.config
+            .sequences
+            .insert("s".to_owned(), t.unwrap_or_default());
+        let slow = build(&l2).unwrap_or_else(|e| panic!("{e:?}"));
+        for sent in [
+            "text/xml; charset=ISO-8859-1",
+            "application/soap+xml; action=\"urn:a\"",
+            "application/json",
+        ] {
+            let body = "<a>h\u{e9} &amp; &lt;</a>".as_bytes();
+            let mut fast_ex = exchange(&[("content-type", sent)], body);
+            let mut slow_ex = exchange(&[("content-type", sent)], body);
+            assert!(run_steps(&steps, &mut fast_ex).is_ok());
+            assert!(run_steps(&slow, &mut slow_ex).is_ok());
+            assert_eq!(
+                fast_ex.headers().get("content-type"),
+                slow_ex.headers().get("content-type"),
+                "{sent}"
+            );
+            assert_eq!(body_of(&mut fast_ex), body_of(&mut slow_ex), "{sent}");
+        }
+        let counters = |steps: &[super::super::BuiltStep]| match &steps[0].step {
+            super::super::Step::Xslt(x) => (
+                x.counters.fast.load(super::Relaxed),
+                x.counters.libxslt.load(super::Relaxed),
+            ),
+            _ => panic!("not an xslt step"),
+        };
+        assert_eq!(counters(&steps), (3, 0));
+        assert_eq!(counters(&slow), (0, 3));
         let _ = std::fs::remove_dir_all(dir);
     }
 
