@@ -227,3 +227,67 @@ fn json_to_soap_round_trips_every_order_through_a_soap_back_end() {
     }
     assert_eq!(seen.lock().expect("lock").len(), 1);
 }
+
+#[test]
+fn validate_names_each_jq_steps_engine() {
+    let dir = temp_dir("jq-engines");
+    std::fs::copy(
+        examples_dir().join("integrator").join("transform.jq"),
+        dir.join("t.jq"),
+    )
+    .expect("copy");
+    let yaml = "listeners:\n  http: { bind: \"127.0.0.1:0\" }\nproxies:\n  F:\n    path: /f\n    in:\n      - jq: { file: t.jq }\n      - respond: {}\n  S:\n    path: /s\n    in:\n      - jq: 'try .a catch 0'\n      - respond: {}\n";
+    let file = dir.join("c.yaml");
+    std::fs::write(&file, yaml).expect("write config");
+    let out = Command::new(env!("CARGO_BIN_EXE_busbar"))
+        .arg("validate")
+        .arg(&file)
+        .output()
+        .expect("run busbar validate");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(
+        text.contains("proxies.F.in[0].jq: t.jq runs on the fast path"),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "proxies.S.in[0].jq: its program runs on jaq (outside the fast path's class: it uses try)"
+        ),
+        "{text}"
+    );
+}
+
+#[test]
+fn the_fast_jq_path_refuses_what_the_json_check_refuses_and_survives_a_huge_repetition() {
+    let (back, seen) = recording_back_end();
+    let h = engine(&format!(
+        "endpoints:\n  b: {{ url: \"http://{back}/b\", timeout: 5s }}\nproxies:\n  P:\n    path: /p\n    in:\n      - jq: '{{x: (.a * .b)}}'\n      - call: b\n"
+    ));
+    let mut c = Client::connect(h.http());
+    let deep = format!("{}1{}", "[".repeat(65), "]".repeat(65));
+    for (body, why) in [
+        (r#"{"a":1,"a":2,"b":3}"#.to_owned(), "duplicate"),
+        (r#"{"a":1e400,"b":3}"#.to_owned(), "range"),
+        (format!(r#"{{"a":{deep},"b":1}}"#), "deep"),
+        (r#"{"a":1,"b":2,}"#.to_owned(), ""),
+        ("{\"a\":\"\u{1}\",\"b\":2}".to_owned(), ""),
+    ] {
+        let r = c.post("/p", &[JSON], body.as_bytes()).expect("answer");
+        assert_eq!(r.status, 400, "{body}: {}", r.text());
+        assert_eq!(r.header("content-type"), Some("application/problem+json"));
+        assert!(r.text().contains(why), "{body}: {}", r.text());
+    }
+    assert!(seen.lock().expect("lock").is_empty(), "nothing forwarded");
+    // "ab" × 2^62: a 500 naming the step, and busbar goes on answering.
+    let r = c
+        .post("/p", &[JSON], br#"{"a":"ab","b":4611686018427387904}"#)
+        .expect("answer");
+    assert_eq!(r.status, 500, "{}", r.text());
+    assert!(r.text().contains("repeating a string"), "{}", r.text());
+    let r = c
+        .post("/p", &[JSON], br#"{"a":2.5,"b":4}"#)
+        .expect("answer");
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(seen.lock().expect("lock").len(), 1);
+}

@@ -36,6 +36,11 @@ impl Drop for Harness {
     }
 }
 
+/// The repository's `examples/` folder.
+pub fn examples_dir() -> PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples")
+}
+
 pub fn temp_dir(tag: &str) -> PathBuf {
     use std::sync::atomic::{AtomicUsize, Ordering};
     static N: AtomicUsize = AtomicUsize::new(0);

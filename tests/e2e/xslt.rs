@@ -8,10 +8,6 @@ use crate::support::*;
 
 const SOAP11: (&str, &str) = ("Content-Type", "text/xml; charset=UTF-8");
 
-fn examples_dir() -> std::path::PathBuf {
-    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples")
-}
-
 /// The example's XSLTProxy against the given back end, with stylesheets from examples/xslt.
 fn xslt_yaml(backend: std::net::SocketAddr) -> String {
     let x = examples_dir().join("xslt");

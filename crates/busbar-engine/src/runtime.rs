@@ -52,8 +52,8 @@ pub struct Runtime {
     pub processes: Option<Arc<Processes>>,
     /// The config this was built from.
     pub config: LoadedConfig,
-    /// The engine of each `xslt` step of the proxies and sequences.
-    pub xslt_engines: Vec<crate::steps::XsltEngine>,
+    /// The engine of each `xslt` and `jq` step of the proxies and sequences.
+    pub engines: Vec<crate::steps::StepEngine>,
 }
 
 impl Runtime {
@@ -149,7 +149,7 @@ impl Runtime {
                 }
             }
         }
-        let xslt_engines = std::mem::take(&mut b.xslt_engines);
+        let engines = std::mem::take(&mut b.engines);
         errors.extend(b.into_errors());
         let processes = crate::processes::build(
             loaded,
@@ -222,7 +222,7 @@ impl Runtime {
                 databases,
                 processes,
                 config: loaded.clone(),
-                xslt_engines,
+                engines,
             })
         } else {
             Err(errors)

@@ -185,12 +185,12 @@ fn validate(config: &std::path::Path) -> ExitCode {
                 c.sequences.len(),
                 c.proxies.len()
             );
-            for x in &rt.xslt_engines {
+            for x in &rt.engines {
                 match &x.fast {
-                    Ok(()) => println!("{}: {} runs on the fast path", x.step, x.stylesheet),
+                    Ok(()) => println!("{}: {} runs on the fast path", x.step, x.subject),
                     Err(why) => println!(
-                        "{}: {} runs on libxslt (outside the fast path's class: {why})",
-                        x.step, x.stylesheet
+                        "{}: {} runs on {} (outside the fast path's class: {why})",
+                        x.step, x.subject, x.general
                     ),
                 }
             }

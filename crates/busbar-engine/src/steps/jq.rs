@@ -16,7 +16,7 @@ use busbar_jq::{Program, RunError, Strict};
 use http::header::{HeaderValue, CONTENT_TYPE};
 use serde_json::{Map, Value};
 
-use super::{json, Apply, BuildCx, Failed, StepCx};
+use super::{json, Apply, BuildCx, Failed, StepCx, StepEngine};
 use crate::router::query_decode;
 
 /// The variables every program gets, in this order.
@@ -67,10 +67,22 @@ impl JqStep {
         };
         let uses = VARS.map(|v| source.contains(&format!("${v}")));
         match Program::compile(&source, &VARS) {
-            Ok(program) => Ok(JqStep {
-                program: Arc::new(program),
-                uses,
-            }),
+            Ok(program) => {
+                cx.engines.push(StepEngine {
+                    step: here.to_owned(),
+                    subject: match &config.value {
+                        JqConfig::Full(s) => s.file.as_ref().map(|f| f.value.clone()),
+                        JqConfig::Inline(_) => None,
+                    }
+                    .unwrap_or_else(|| "its program".to_owned()),
+                    fast: program.fast_path().map_err(str::to_owned),
+                    general: "jaq",
+                });
+                Ok(JqStep {
+                    program: Arc::new(program),
+                    uses,
+                })
+            }
             Err(e) => Err(cx.fail(line, at, format!("jq program, {e}"))),
         }
     }

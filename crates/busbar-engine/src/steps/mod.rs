@@ -46,7 +46,21 @@ mod xslt;
 pub use route::Condition;
 pub use sequence::Sequence;
 pub use wsse_verify::RequestSigner;
-pub use xslt::XsltEngine;
+
+/// Which engine a step with a fast path of its own (`xslt`, `jq`) runs on, as `busbar
+/// validate` reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StepEngine {
+    /// The step's config path.
+    pub step: String,
+    /// What it runs: the stylesheet or program file as the config names it.
+    pub subject: String,
+    /// `Ok` for the fast path; otherwise the general engine, with the first reason the step
+    /// is outside the fast path's class.
+    pub fast: Result<(), String>,
+    /// The general engine: `libxslt`, `jaq`.
+    pub general: &'static str,
+}
 
 /// What every step does at run time: act on the current message, then say what comes next.
 pub trait Apply {
@@ -281,8 +295,8 @@ pub struct BuildCx<'a> {
     children: Vec<Vec<BuiltStep>>,
     /// Keys and certificates, each file read (and decrypted) once per build.
     pub keys: keys::KeyCache,
-    /// The engine of each `xslt` step built, for `busbar validate`.
-    pub xslt_engines: Vec<xslt::XsltEngine>,
+    /// The engine of each `xslt` and `jq` step built, for `busbar validate`.
+    pub engines: Vec<StepEngine>,
 }
 
 impl<'a> BuildCx<'a> {
@@ -303,7 +317,7 @@ impl<'a> BuildCx<'a> {
             sequences: HashMap::new(),
             children: Vec::new(),
             keys: keys::KeyCache::default(),
-            xslt_engines: Vec::new(),
+            engines: Vec::new(),
         }
     }
 

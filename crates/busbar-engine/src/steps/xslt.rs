@@ -22,7 +22,7 @@ use busbar_libxml::{Document, DocumentAccess, LibxmlError, Param, Stylesheet, Tr
 use busbar_xml::xslt::FastStylesheet;
 use http::header::{HeaderValue, CONTENT_TYPE};
 
-use super::{Apply, BuildCx, Failed, StepCx};
+use super::{Apply, BuildCx, Failed, StepCx, StepEngine};
 
 /// The current message's body parsed by libxml2: the exchange keeps it (see
 /// `Exchange::put_view`) so that full-XPath routes and a transform parse a body once.
@@ -61,18 +61,6 @@ pub(crate) async fn with_document<R: Send + 'static>(
         ex.put_view(doc);
     }
     Ok(result)
-}
-
-/// Which engine an `xslt` step runs on, as `busbar validate` reports it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct XsltEngine {
-    /// The step's config path.
-    pub step: String,
-    /// The stylesheet as the config names it.
-    pub stylesheet: String,
-    /// `Ok` for the fast path; otherwise libxslt, with the first reason the step is outside
-    /// the fast path's class.
-    pub fast: Result<(), String>,
 }
 
 /// A built `xslt` step.
@@ -114,10 +102,11 @@ impl XsltStep {
                 .map_err(|e| format!("cannot read the stylesheet again: {e}"))
                 .and_then(|bytes| FastStylesheet::analyse(&bytes).map_err(|e| e.0))
         };
-        cx.xslt_engines.push(XsltEngine {
+        cx.engines.push(StepEngine {
             step: here.to_owned(),
-            stylesheet: cfg.stylesheet.value.clone(),
+            subject: cfg.stylesheet.value.clone(),
             fast: fast.as_ref().map(|_| ()).map_err(Clone::clone),
+            general: "libxslt",
         });
         let params = cfg
             .params
