@@ -237,15 +237,8 @@ fn validate_names_each_jq_steps_engine() {
     )
     .expect("copy");
     let yaml = "listeners:\n  http: { bind: \"127.0.0.1:0\" }\nproxies:\n  F:\n    path: /f\n    in:\n      - jq: { file: t.jq }\n      - respond: {}\n  S:\n    path: /s\n    in:\n      - jq: 'try .a catch 0'\n      - respond: {}\n";
-    let file = dir.join("c.yaml");
-    std::fs::write(&file, yaml).expect("write config");
-    let out = Command::new(env!("CARGO_BIN_EXE_busbar"))
-        .arg("validate")
-        .arg(&file)
-        .output()
-        .expect("run busbar validate");
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{text}");
+    let (ok, text) = validate_stdout(&dir, yaml);
+    assert!(ok, "{text}");
     assert!(
         text.contains("proxies.F.in[0].jq: t.jq runs on the fast path"),
         "{text}"

@@ -315,18 +315,32 @@ pub fn metric(admin: SocketAddr, line_prefix: &str) -> Option<f64> {
         .and_then(|v| v.parse().ok())
 }
 
-/// Writes `yaml` as `c.yaml` in `dir` and runs `busbar validate` on it: (exit code, stderr).
-pub fn validate_in(dir: &std::path::Path, yaml: &str) -> (Option<i32>, String) {
+/// Writes `yaml` as `c.yaml` in `dir` and runs `busbar validate` on it.
+fn run_validate(dir: &std::path::Path, yaml: &str) -> std::process::Output {
     let file = dir.join("c.yaml");
     std::fs::write(&file, yaml).expect("write config");
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_busbar"))
+    std::process::Command::new(env!("CARGO_BIN_EXE_busbar"))
         .arg("validate")
         .arg(&file)
         .output()
-        .expect("run busbar validate");
+        .expect("run busbar validate")
+}
+
+/// `busbar validate` on `yaml` written in `dir`: (exit code, stderr).
+pub fn validate_in(dir: &std::path::Path, yaml: &str) -> (Option<i32>, String) {
+    let out = run_validate(dir, yaml);
     (
         out.status.code(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// `busbar validate` on `yaml` written in `dir`: (success, stdout).
+pub fn validate_stdout(dir: &std::path::Path, yaml: &str) -> (bool, String) {
+    let out = run_validate(dir, yaml);
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
     )
 }
 

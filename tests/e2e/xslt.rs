@@ -229,15 +229,8 @@ fn validate_names_each_xslt_steps_engine_and_the_metric_counts_transforms_by_eng
     std::fs::copy(x.join("reverse-request.xsl"), dir.join("fast.xsl")).expect("copy");
     std::fs::write(dir.join("slow.xsl"), "<xsl:stylesheet version=\"1.0\" xmlns:xsl=\"http://www.w3.org/1999/XSL/Transform\"><xsl:output method=\"xml\"/><xsl:template match=\"/\"><a><xsl:if test=\"*\">x</xsl:if></a></xsl:template></xsl:stylesheet>").expect("write");
     let yaml = "listeners:\n  http: { bind: \"127.0.0.1:0\" }\nproxies:\n  F:\n    path: /f\n    in:\n      - xslt: { stylesheet: fast.xsl }\n      - respond: {}\n  S:\n    path: /s\n    in:\n      - xslt: { stylesheet: slow.xsl }\n      - respond: {}\n";
-    let file = dir.join("c.yaml");
-    std::fs::write(&file, yaml).expect("write config");
-    let out = Command::new(env!("CARGO_BIN_EXE_busbar"))
-        .arg("validate")
-        .arg(&file)
-        .output()
-        .expect("run busbar validate");
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{text}");
+    let (ok, text) = validate_stdout(&dir, yaml);
+    assert!(ok, "{text}");
     assert!(
         text.contains("proxies.F.in[0].xslt: fast.xsl runs on the fast path"),
         "{text}"

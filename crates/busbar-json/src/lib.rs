@@ -13,6 +13,8 @@
 
 use std::collections::HashSet;
 
+mod fast;
+
 /// Limits and checks of a scan.
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {
@@ -780,8 +782,18 @@ impl Scanner {
     }
 }
 
-/// Checks a whole document (duplicates refused or not, per `limits`).
+/// Checks a whole document (duplicates refused or not, per `limits`). A document that passes
+/// a quick recursive check is valid; any other is read by the [`Scanner`], which names the
+/// problem.
 pub fn check(doc: &[u8], limits: Limits) -> Result<(), JsonError> {
+    if fast::valid(doc, limits) {
+        return Ok(());
+    }
+    scan(doc, limits)
+}
+
+/// [`check`] by the [`Scanner`] alone.
+pub fn scan(doc: &[u8], limits: Limits) -> Result<(), JsonError> {
     let mut s = Scanner::new(limits);
     s.feed(doc)?;
     s.finish()?;

@@ -1209,6 +1209,12 @@ fn escape_text(t: &[u8]) -> Vec<u8> {
 }
 
 fn escape_text_into(t: &[u8], out: &mut Vec<u8>) {
+    escape_into(t, false, out);
+}
+
+/// `t` escaped as libxml2 writes text (`attr` false) or an attribute value (`attr` true:
+/// quotes, tabs and newlines too).
+fn escape_into(t: &[u8], attr: bool, out: &mut Vec<u8>) {
     let mut from = 0;
     for (i, &b) in t.iter().enumerate() {
         let rep: &[u8] = match b {
@@ -1216,6 +1222,9 @@ fn escape_text_into(t: &[u8], out: &mut Vec<u8>) {
             b'>' => b"&gt;",
             b'&' => b"&amp;",
             b'\r' => b"&#13;",
+            b'"' if attr => b"&quot;",
+            b'\n' if attr => b"&#10;",
+            b'\t' if attr => b"&#9;",
             _ => continue,
         };
         out.extend_from_slice(&t[from..i]);
@@ -1243,21 +1252,5 @@ fn escape_attr(t: &[u8], ascii: bool, out: &mut Vec<u8>) {
         escape_attr(&plain, false, out);
         return;
     }
-    let mut from = 0;
-    for (i, &b) in t.iter().enumerate() {
-        let rep: &[u8] = match b {
-            b'<' => b"&lt;",
-            b'>' => b"&gt;",
-            b'&' => b"&amp;",
-            b'"' => b"&quot;",
-            b'\r' => b"&#13;",
-            b'\n' => b"&#10;",
-            b'\t' => b"&#9;",
-            _ => continue,
-        };
-        out.extend_from_slice(&t[from..i]);
-        out.extend_from_slice(rep);
-        from = i + 1;
-    }
-    out.extend_from_slice(&t[from..]);
+    escape_into(t, true, out);
 }

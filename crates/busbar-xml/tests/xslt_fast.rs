@@ -451,9 +451,9 @@ fn damage(rng: &mut Rng, doc: &str) -> String {
     String::from_utf8_lossy(&bytes).into_owned()
 }
 
-#[test]
-fn the_fast_path_writes_what_libxslt_writes() {
-    let seed = std::env::var("XSLT_FAST_SEED")
+/// `XSLT_FAST_SEED`, or a new seed from the clock.
+fn seed() -> u64 {
+    std::env::var("XSLT_FAST_SEED")
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or_else(|| {
@@ -461,7 +461,12 @@ fn the_fast_path_writes_what_libxslt_writes() {
                 .duration_since(std::time::UNIX_EPOCH)
                 .map(|d| d.as_nanos() as u64)
                 .unwrap_or(1)
-        });
+        })
+}
+
+#[test]
+fn the_fast_path_writes_what_libxslt_writes() {
+    let seed = seed();
     let per_case = std::env::var("XSLT_FAST_DOCS")
         .ok()
         .and_then(|s| s.parse().ok())
@@ -837,15 +842,7 @@ fn random_shape(rng: &mut Rng, depth: usize) -> Spec {
 
 #[test]
 fn random_stylesheets_of_the_class_write_what_libxslt_writes() {
-    let seed = std::env::var("XSLT_FAST_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_nanos() as u64)
-                .unwrap_or(1)
-        });
+    let seed = seed();
     let sheets = std::env::var("XSLT_FAST_SHEETS")
         .ok()
         .and_then(|s| s.parse().ok())

@@ -1,0 +1,205 @@
+//! `check`'s quick path against the scanner alone (`scan`): on random documents and on
+//! mutations of them (bytes flipped, dropped, duplicated; names repeated, some escaped; deep
+//! nesting; huge numbers; bad escapes and UTF-8), `check` and `scan` give the same verdict and,
+//! for a refused document, the same error.
+
+use busbar_json::{check, scan, Limits};
+
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+    fn pick<'a>(&mut self, xs: &[&'a str]) -> &'a str {
+        xs[self.below(xs.len() as u64) as usize]
+    }
+}
+
+const NAMES: &[&str] = &[
+    "a",
+    "b",
+    "\\u0061",
+    "\\u0062",
+    "a\\/b",
+    "a/b",
+    "\\ud83d\\ude00",
+    "😀",
+    "é",
+    "\\u00e9",
+    "x y",
+    "\\n",
+    "\\u000a",
+    "k1",
+    "k2",
+    "k3",
+];
+
+const SCALARS: &[&str] = &[
+    "0",
+    "-0",
+    "1",
+    "-1.5",
+    "1e5",
+    "1E-400",
+    "1e400",
+    "-1e309",
+    "0.1",
+    "01",
+    "1.",
+    ".5",
+    "-",
+    "1e",
+    "12345678901234567890",
+    "null",
+    "true",
+    "false",
+    "nul",
+    "tru",
+    "\"\"",
+    "\"a\"",
+    "\"\\u0000\"",
+    "\"\\ud800\"",
+    "\"\\udc00\"",
+    "\"\\ud800\\u0041\"",
+    "\"\\ud83d\\ude00\"",
+    "\"\\x\"",
+    "\"\\u12\"",
+    "\"é😀\"",
+    "\"\t\"",
+    "\"\\t\"",
+    "\"\\/\"",
+];
+
+fn value(r: &mut Rng, depth: u32, out: &mut String) {
+    if r.below(8) == 0 {
+        out.push_str(r.pick(&[" ", "\n", "\t", "\r"]));
+    }
+    match if depth > 5 { 0 } else { r.below(4) } {
+        0 | 1 => out.push_str(r.pick(SCALARS)),
+        2 => {
+            out.push('[');
+            for i in 0..r.below(4) {
+                if i > 0 {
+                    out.push(',');
+                }
+                value(r, depth + 1, out);
+            }
+            out.push(']');
+        }
+        _ => {
+            out.push('{');
+            let n = if r.below(4) == 0 { 20 } else { r.below(5) };
+            for i in 0..n {
+                if i > 0 {
+                    out.push(',');
+                }
+                out.push('"');
+                if n > 16 {
+                    out.push_str(&format!("n{}", r.below(40)));
+                } else {
+                    out.push_str(r.pick(NAMES));
+                }
+                out.push_str("\":");
+                value(r, depth + 1, out);
+            }
+            out.push('}');
+        }
+    }
+}
+
+fn mutate(r: &mut Rng, doc: &mut Vec<u8>) {
+    if doc.is_empty() {
+        return;
+    }
+    let at = r.below(doc.len() as u64) as usize;
+    match r.below(6) {
+        0 => {
+            doc.remove(at);
+        }
+        1 => doc.insert(at, doc[at]),
+        2 => {
+            doc[at] = *b"{}[],:\"\\ 0e-.\xff\xc3\x01"
+                .get(r.below(17) as usize)
+                .unwrap_or(&b'x')
+        }
+        3 => doc.truncate(at),
+        4 => doc
+            .splice(at..at, b"\xed\xa0\x80".iter().copied())
+            .for_each(drop),
+        _ => {
+            let deep = "[".repeat(70) + &"]".repeat(70);
+            doc.splice(at..at, deep.bytes()).for_each(drop);
+        }
+    }
+}
+
+#[test]
+fn the_quick_check_agrees_with_the_scanner() {
+    let seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(7, |d| d.as_nanos() as u64 | 1);
+    eprintln!("seed {seed}");
+    let mut r = Rng(seed);
+    let (mut valid, mut total) = (0, 0);
+    for i in 0..30_000 {
+        let mut doc = String::new();
+        value(&mut r, 0, &mut doc);
+        let mut doc = doc.into_bytes();
+        if i % 2 == 1 {
+            mutate(&mut r, &mut doc);
+        }
+        for limits in [
+            Limits {
+                max_depth: 64,
+                reject_duplicates: true,
+            },
+            Limits {
+                max_depth: 3,
+                reject_duplicates: false,
+            },
+        ] {
+            total += 1;
+            let quick = check(&doc, limits);
+            let slow = scan(&doc, limits);
+            assert_eq!(
+                quick,
+                slow,
+                "seed {seed}, case {i}: {}",
+                String::from_utf8_lossy(&doc)
+            );
+            valid += usize::from(slow.is_ok());
+        }
+    }
+    eprintln!("{valid} of {total} valid");
+    assert!(
+        valid * 5 > total,
+        "too few valid documents: {valid} of {total}"
+    );
+}
+
+#[test]
+fn the_quick_check_refuses_what_the_rules_refuse() {
+    let strict = Limits {
+        max_depth: 2,
+        reject_duplicates: true,
+    };
+    for (doc, why) in [
+        (r#"{"a":1,"\u0061":2}"#, "duplicate"),
+        (r#"{"😀":1,"\ud83d\ude00":2}"#, "duplicate"),
+        ("[[[1]]]", "deep"),
+        ("1e400", "range"),
+        (r#""\ud800""#, "surrogate"),
+        ("\u{feff}1", ""),
+    ] {
+        let e = check(doc.as_bytes(), strict).expect_err(doc);
+        assert!(e.message.contains(why), "{doc}: {e}");
+    }
+    assert!(check(br#"{"a":1,"b":{"a":2}}"#, strict).is_ok());
+}
