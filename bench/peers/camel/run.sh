@@ -9,6 +9,8 @@
 # JSON_STANDARD (http://127.0.0.1:9010/echo), JSON_PREMIUM (http://127.0.0.1:9011/echo),
 # JSON_SOAP (the SOAP service of /api/soap: JSON_STANDARD), JSON_STOCK, JSON_PRICE, JSON_REVIEWS
 # (the product services' base URLs: http://127.0.0.1:9012, :9013, :9014).
+# SecureProxy's keys: KEYS (the repository's target/keys; tests/interop/keys.sh DIR makes them;
+# without server.p12 and ca.pem there, SecureProxy is not served), KEYS_PASSWORD (server-pass).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../../.." && pwd)
@@ -40,6 +42,8 @@ taskset -c "${CPU:-0}" java $java_opts \
   -Dcamel.json.reviews="${JSON_REVIEWS:-http://127.0.0.1:9014}" \
   -Dcamel.xslt.request="$repo/examples/xslt/reverse-request.xsl" \
   -Dcamel.xslt.response="$repo/examples/xslt/reverse-response.xsl" \
+  -Dcamel.keys="${KEYS:-$repo/target/keys}" \
+  -Dcamel.keys.password="${KEYS_PASSWORD:-server-pass}" \
   -cp "$here/target/classes:$here/target/lib/*" busbar.bench.camel.CamelPeer &
 pid=$!
 echo "camel: pid $pid port $port cpu ${CPU:-0}" >&2

@@ -15,8 +15,8 @@ import org.apache.camel.support.builder.Namespaces;
 
 /**
  * The ESB proxies of busbar's classic benchmark scenarios (docs/scenarios.md: DirectProxy, the
- * three CBRs, XSLTProxy) as Camel routes, so busbar and Camel can be measured against the same
- * echo back end in one run;
+ * three CBRs, XSLTProxy, and SecureProxy's legacy WS-Security profile with WSS4J) as Camel
+ * routes, so busbar and Camel can be measured against the same echo back end in one run;
  * and the JSON/REST integrator scenarios of examples/integrator.yaml on its paths (JsonRoutes).
  *
  * Settings (system property, else environment variable, else default):
@@ -27,6 +27,10 @@ import org.apache.camel.support.builder.Namespaces;
  *   camel.xslt.response / CAMEL_XSLT_RESPONSE  response stylesheet (XSLTProxy)
  *   camel.pool / CAMEL_POOL          back-end connection pool size (512)
  *   camel.max.body / CAMEL_MAX_BODY  largest request/response body in bytes (64 MiB)
+ *   camel.keys / CAMEL_KEYS          key directory of SecureProxy (tests/interop/keys.sh's
+ *                                    layout: server.p12, ca.pem; target/keys); without it,
+ *                                    SecureProxy is not served
+ *   camel.keys.password / CAMEL_KEYS_PASSWORD  server.p12's password (server-pass)
  *
  * The JSON/REST integrator scenarios (JsonRoutes, on busbar's /api/... paths):
  *   camel.json.standard / CAMEL_JSON_STANDARD  standard back end (http://127.0.0.1:9010/echo)
@@ -87,18 +91,27 @@ public final class CamelPeer {
                 setting("camel.json.reviews", "CAMEL_JSON_REVIEWS", "http://127.0.0.1:9014"),
                 pool, maxBody);
 
+        Path keys = Path.of(setting("camel.keys", "CAMEL_KEYS", "target/keys")).toAbsolutePath();
+        SecureProxy secure = null;
+        if (Files.isReadable(keys.resolve("server.p12")) && Files.isReadable(keys.resolve("ca.pem"))) {
+            secure = new SecureProxy(keys, setting("camel.keys.password", "CAMEL_KEYS_PASSWORD", "server-pass"));
+        } else {
+            System.out.println("camel-peer: no server.p12 and ca.pem in " + keys + ": SecureProxy is not served"
+                    + " (tests/interop/keys.sh " + keys + " makes them)");
+        }
+
         Main main = new Main();
         // The CBR routes read the body with XPath and then forward it: the Netty stream must be
         // replayable. (On by default in Camel 4; stated so the benchmark config is explicit.)
         main.configure().withStreamCachingEnabled(true);
         main.configure().addRoutesBuilder(new Routes(host, port, echo,
                 Path.of(xslRequest).toAbsolutePath().toString(),
-                Path.of(xslResponse).toAbsolutePath().toString(), pool, maxBody));
+                Path.of(xslResponse).toAbsolutePath().toString(), pool, maxBody, secure));
         main.configure().addRoutesBuilder(new JsonRoutes(json));
         System.out.println("camel-peer: pid " + ProcessHandle.current().pid() + " listening on http://"
                 + host + ":" + port + "/service/ -> " + echo + ", /api/ -> " + json.standard() + " (premium "
                 + json.premium() + ", soap " + json.soap() + ", products " + json.stock() + " " + json.price() + " "
-                + json.reviews() + ")");
+                + json.reviews() + ")" + (secure != null ? ", SecureProxy keys " + keys : ""));
         main.run(args);
     }
 
@@ -110,9 +123,10 @@ public final class CamelPeer {
         private final String xslResponse;
         private final int pool;
         private final int maxBody;
+        private final SecureProxy secure;
 
         Routes(String host, int port, String echo, String xslRequest, String xslResponse, int pool,
-                int maxBody) {
+                int maxBody, SecureProxy secure) {
             this.host = host;
             this.port = port;
             this.echo = echo;
@@ -120,6 +134,7 @@ public final class CamelPeer {
             this.xslResponse = xslResponse;
             this.pool = pool;
             this.maxBody = maxBody;
+            this.secure = secure;
         }
 
         /** Answers HTTP 500 with the benchmark's SOAP fault; no request header is echoed back. */
@@ -191,6 +206,22 @@ public final class CamelPeer {
                     .to("xslt-saxon:file:" + xslResponse + "?contentCache=true&output=bytes")
                     .removeHeaders("*")
                     .setHeader(Exchange.CONTENT_TYPE, constant("text/xml; charset=UTF-8"));
+
+            // WS-Security, legacy profile (SecureProxy.java): the request verified and
+            // decrypted with WSS4J, forwarded plain, the answer timestamped, signed and
+            // encrypted for the request's signer. A refused request is an HTTP 500 with the
+            // wsse fault code and nothing is forwarded.
+            if (secure != null) {
+                from(listen("SecureProxy")).routeId("SecureProxy")
+                        .onException(SecureProxy.Fault.class).handled(true)
+                            .log(LoggingLevel.WARN, "busbar.bench.camel", "SecureProxy refused a request: ${exception.message}")
+                            .process(SecureProxy::faultReply)
+                        .end()
+                        .process(secure::verifyRequest)
+                        .removeHeaders("*", KEPT_HEADERS)
+                        .to(backEnd)
+                        .process(secure::secureResponse);
+            }
         }
     }
 }
