@@ -693,7 +693,10 @@ impl Fast {
                 V::Obj(Rc::new(fields))
             }
             T::Neg(t) => match self.one(t, input, env)? {
-                V::Num(Num::Int(i)) => V::Num(Num::Int(i.checked_neg().ok_or(Bail::Jaq)?)),
+                V::Num(Num::Int(i)) => V::Num(
+                    i.checked_neg()
+                        .map_or_else(|| value::big(-(i as i128)), Num::Int),
+                ),
                 V::Num(Num::Float(f)) => V::Num(Num::Float(-f)),
                 V::Num(Num::Dec(d)) => {
                     let d = d.as_str();

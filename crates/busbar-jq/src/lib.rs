@@ -247,6 +247,19 @@ impl Program {
     }
 
     fn run_slow(&self, input: &[u8], vars: &[&[u8]]) -> Result<Vec<u8>, RunError> {
+        // jaq panics on some impossible sizes (a string repeated past `isize::MAX` bytes): a
+        // failed run, not a lost connection.
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            self.run_jaq_inner(input, vars)
+        }))
+        .unwrap_or_else(|_| {
+            Err(RunError::Program(
+                "the program failed inside jaq (a value too large to build)".to_owned(),
+            ))
+        })
+    }
+
+    fn run_jaq_inner(&self, input: &[u8], vars: &[&[u8]]) -> Result<Vec<u8>, RunError> {
         let input = read::parse_single(input).map_err(|e| RunError::Input(format!("{e:?}")))?;
         let mut values = Vec::with_capacity(self.vars.len());
         for (i, name) in self.vars.iter().enumerate() {

@@ -102,9 +102,16 @@ pub(crate) fn insert<'a>(fields: &mut Vec<(Str<'a>, V<'a>)>, key: Str<'a>, value
 pub(crate) fn num_op<'a>(op: u8, l: &Num<'a>, r: &Num<'a>) -> Option<Num<'a>> {
     let (l, r) = (l.value()?, r.value()?);
     Some(match (op, l, r) {
-        (b'+', Num::Int(x), Num::Int(y)) => Num::Int(x.checked_add(y)?),
-        (b'-', Num::Int(x), Num::Int(y)) => Num::Int(x.checked_sub(y)?),
-        (b'*', Num::Int(x), Num::Int(y)) => Num::Int(x.checked_mul(y)?),
+        // Beyond 64 bits jaq goes on with a big integer, as exact as i128 here.
+        (b'+', Num::Int(x), Num::Int(y)) => x
+            .checked_add(y)
+            .map_or_else(|| big(x as i128 + y as i128), Num::Int),
+        (b'-', Num::Int(x), Num::Int(y)) => x
+            .checked_sub(y)
+            .map_or_else(|| big(x as i128 - y as i128), Num::Int),
+        (b'*', Num::Int(x), Num::Int(y)) => x
+            .checked_mul(y)
+            .map_or_else(|| big(x as i128 * y as i128), Num::Int),
         (b'%', Num::Int(_), Num::Int(0)) => return None,
         (b'%', Num::Int(x), Num::Int(y)) => Num::Int(x.checked_rem(y).unwrap_or(0)),
         (op, l, r) => {
@@ -119,6 +126,11 @@ pub(crate) fn num_op<'a>(op: u8, l: &Num<'a>, r: &Num<'a>) -> Option<Num<'a>> {
             })
         }
     })
+}
+
+/// An integer beyond 64 bits, as jaq writes its big integers.
+pub(crate) fn big<'a>(i: i128) -> Num<'a> {
+    Num::Big(Str::Owned(i.to_string().into()))
 }
 
 /// Numeric order as jaq's (NaN below everything, −0 = +0); `None` for big integers.

@@ -478,6 +478,17 @@ fn a_huge_string_repetition_fails_the_run_instead_of_exhausting_memory() {
         p.run(br#"{"a":"ab","b":3}"#, &[]).as_deref().ok(),
         Some(&b"\"ababab\""[..])
     );
+    // An overflow first (a big integer, as jaq makes), then the repetition: still refused.
+    let q = Program::compile("{q: (.b * 2), c: (.a * .b)}", &[]).expect("compiles");
+    let e = q
+        .run(br#"{"a":"x","b":4611686018427387904}"#, &[])
+        .expect_err("refused");
+    assert!(e.to_string().contains("repeating a string"), "{e}");
+    let q = Program::compile("[.b * 2, .b + .b, -.c, .c - 1]", &[]).expect("compiles");
+    let doc = br#"{"b":9223372036854775807,"c":-9223372036854775808}"#;
+    let fast = q.run_fast(doc, &[]).and_then(Result::ok);
+    assert!(fast.is_some(), "big integers stay on the fast path");
+    assert_eq!(fast, q.run_jaq(doc, &[]).ok());
     assert_eq!(
         p.run(br#"{"a":"ab","b":-1}"#, &[]).as_deref().ok(),
         Some(&b"null"[..])
