@@ -289,12 +289,12 @@ impl<'a> Reader<'a> {
                         self.ws();
                         let value = self.value()?;
                         if fields.len() < SCAN_KEYS {
-                            if self.rules.reject_duplicates
-                                && fields.iter().any(|(k, _)| k.as_str() == key.as_str())
-                            {
-                                return None;
+                            let same = fields.iter().position(|(k, _)| k.as_str() == key.as_str());
+                            match same {
+                                Some(_) if self.rules.reject_duplicates => return None,
+                                Some(i) => fields[i].1 = value,
+                                None => fields.push((key, value)),
                             }
-                            insert(&mut fields, key, value);
                         } else {
                             fields.push((key, value));
                         }

@@ -74,71 +74,57 @@ impl<'a> Check<'a> {
             Some(b'f') => self.word(b"false"),
             Some(b'"') => self.string().is_some(),
             Some(b'-' | b'0'..=b'9') => self.number(),
-            Some(b'[') => {
-                if !self.open() {
-                    return false;
-                }
-                self.ws();
-                if !self.eat(b']') {
-                    loop {
-                        self.ws();
-                        if !self.value() {
-                            return false;
-                        }
-                        self.ws();
-                        if self.eat(b',') {
-                            continue;
-                        }
-                        if self.eat(b']') {
-                            break;
-                        }
-                        return false;
-                    }
-                }
-                self.depth -= 1;
-                true
-            }
+            Some(b'[') => self.open() && self.items(b']', Self::value),
             Some(b'{') => {
                 if !self.open() {
                     return false;
                 }
                 let mut names: Vec<Name<'a>> = Vec::new();
-                self.ws();
-                if !self.eat(b'}') {
-                    loop {
-                        self.ws();
-                        if self.s.get(self.at) != Some(&b'"') {
-                            return false;
-                        }
-                        let Some(name) = self.string() else {
-                            return false;
-                        };
-                        if self.duplicates {
-                            names.push(name);
-                        }
-                        self.ws();
-                        if !self.eat(b':') {
-                            return false;
-                        }
-                        self.ws();
-                        if !self.value() {
-                            return false;
-                        }
-                        self.ws();
-                        if self.eat(b',') {
-                            continue;
-                        }
-                        if self.eat(b'}') {
-                            break;
-                        }
+                let members = self.items(b'}', |c| {
+                    if c.s.get(c.at) != Some(&b'"') {
                         return false;
                     }
-                }
-                self.depth -= 1;
-                !self.duplicates || distinct(&names)
+                    let Some(name) = c.string() else {
+                        return false;
+                    };
+                    if c.duplicates {
+                        names.push(name);
+                    }
+                    c.ws();
+                    if !c.eat(b':') {
+                        return false;
+                    }
+                    c.ws();
+                    c.value()
+                });
+                members && (!self.duplicates || distinct(&names))
             }
             _ => false,
         }
+    }
+
+    /// The items of a container after its opening bracket, each read by `item`, separated by
+    /// commas, up to `close`; leaves the container's depth.
+    fn items(&mut self, close: u8, mut item: impl FnMut(&mut Self) -> bool) -> bool {
+        self.ws();
+        if !self.eat(close) {
+            loop {
+                self.ws();
+                if !item(self) {
+                    return false;
+                }
+                self.ws();
+                if self.eat(b',') {
+                    continue;
+                }
+                if self.eat(close) {
+                    break;
+                }
+                return false;
+            }
+        }
+        self.depth -= 1;
+        true
     }
 
     /// A new container, within the depth limit.
