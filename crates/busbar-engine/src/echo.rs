@@ -50,7 +50,7 @@ impl Handler for EchoHandler {
 /// Answers one request.
 pub async fn handle(opts: &EchoOptions, req: Request<Incoming>) -> Response<ResponseBody> {
     if let Some(delay) = opts.delay {
-        tokio::time::sleep(delay).await;
+        crate::delay::sleep(delay).await;
     }
     let content_type = req.headers().get(CONTENT_TYPE).cloned();
     let catalog = if opts.catalog && req.method() == http::Method::GET {

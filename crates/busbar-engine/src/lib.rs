@@ -17,6 +17,7 @@
 pub mod access_log;
 pub mod admin;
 pub mod databases;
+pub mod delay;
 pub mod echo;
 pub mod endpoint;
 pub mod engine;
