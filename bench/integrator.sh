@@ -10,7 +10,8 @@
 #   binary and config; the fixed-JSON one cannot be verified) and the script stops on a failure.
 # Usage: bench/integrator.sh [seconds per cell, default 10]. Environment: ROUNDS (3), CONC (50),
 # PEERS ("nginx": the peers measured beside busbar, any of nginx and camel, e.g. "nginx camel"),
-# WARMUP (10: seconds of load on each Camel scenario before measuring; the JIT needs them).
+# WARMUP (10: seconds of load on each Camel scenario before measuring; the JIT needs them),
+# PARTS ("throughput latency": either or both).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 secs=${1:-10}
@@ -20,6 +21,8 @@ peers=" ${PEERS:-nginx} "
 peers=${peers//,/ }
 warmup=${WARMUP:-10}
 has() { [[ "$peers" == *" $1 "* ]]; }
+parts=" ${PARTS:-throughput latency} "
+part() { [[ "$parts" == *" $1 "* ]]; }
 scripts/setup.sh --bench >/dev/null
 cargo build --release --bin busbar
 bin=./target/release/busbar
@@ -130,60 +133,86 @@ if has camel; then
   echo "camel: ${warmup}s of warm-up per scenario"
   warm_camel "${scenarios[@]}"
 fi
-printf "%-16s %4s %10s %9s %9s\n" target c req/s p50 p99
-for _ in $(seq "$rounds"); do
-  cell echo-direct http://127.0.0.1:9010/echo "$conc" BODY="$tmp/passthrough.json"
-  if has nginx; then cell nginx http://127.0.0.1:8381/api/passthrough "$conc" BODY="$tmp/passthrough.json"; fi
-  for sc in "${scenarios[@]}"; do
-    read -r label path env <<<"$sc"
-    # shellcheck disable=SC2086
-    cell "$label" "$(busbar_url "$label" "$path")" "$conc" $env
-    # shellcheck disable=SC2086
-    if has camel; then cell "camel-$label" "http://127.0.0.1:8290$path" "$conc" $env; fi
+if part throughput; then
+  printf "%-16s %4s %10s %9s %9s\n" target c req/s p50 p99
+  for _ in $(seq "$rounds"); do
+    cell echo-direct http://127.0.0.1:9010/echo "$conc" BODY="$tmp/passthrough.json"
+    if has nginx; then cell nginx http://127.0.0.1:8381/api/passthrough "$conc" BODY="$tmp/passthrough.json"; fi
+    for sc in "${scenarios[@]}"; do
+      read -r label path env <<<"$sc"
+      # shellcheck disable=SC2086
+      cell "$label" "$(busbar_url "$label" "$path")" "$conc" $env
+      # shellcheck disable=SC2086
+      if has camel; then cell "camel-$label" "http://127.0.0.1:8290$path" "$conc" $env; fi
+    done
   done
-done
-mv "$tmp/results" "$tmp/throughput"
-# Other work on the machine shows here: 2 cores, and wrk alone takes one.
-echo "load average after the rounds: $(cut -d' ' -f1-3 /proc/loadavg)"
-echo
-echo "medians, and ratios to passthrough (and passthrough to nginx):"
-med() { awk -v t="$1" '$1==t {print $3}' "$tmp/throughput" | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
-pt=$(med passthrough)
-for t in echo-direct nginx passthrough cbr cbr-filter map transform scatter-gather json-to-soap; do
-  m=$(med "$t")
-  [[ -n $m ]] || continue
-  awk -v t="$t" -v m="$m" -v pt="$pt" -v ng="$(med nginx)" 'BEGIN {
-    r = m / pt; extra = (t == "passthrough" && ng > 0) ? sprintf("  (%.2fx nginx)", m / ng) : "";
-    printf "%-16s %10.0f  %.2fx passthrough%s\n", t, m, r, extra }'
-done
-if has camel; then
+  mv "$tmp/results" "$tmp/throughput"
+  # Other work on the machine shows here: 2 cores, and wrk alone takes one.
+  echo "load average after the rounds: $(cut -d' ' -f1-3 /proc/loadavg)"
   echo
-  echo "Camel 4.14.0 medians, their ratio to Camel's passthrough, and busbar's to Camel's:"
-  cpt=$(med camel-passthrough)
-  for sc in "${scenarios[@]}"; do
-    read -r label _ <<<"$sc"
-    awk -v t="$label" -v m="$(med "camel-$label")" -v cpt="$cpt" -v b="$(med "$label")" 'BEGIN {
-      printf "%-16s %10.0f  %.2fx passthrough  busbar %.2fx camel\n", t, m, m / cpt, b / m }'
+  echo "medians, and ratios to passthrough (and passthrough to nginx):"
+  med() { awk -v t="$1" '$1==t {print $3}' "$tmp/throughput" | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+  pt=$(med passthrough)
+  for t in echo-direct nginx passthrough cbr cbr-filter map transform scatter-gather json-to-soap; do
+    m=$(med "$t")
+    [[ -n $m ]] || continue
+    awk -v t="$t" -v m="$m" -v pt="$pt" -v ng="$(med nginx)" 'BEGIN {
+      r = m / pt; extra = (t == "passthrough" && ng > 0) ? sprintf("  (%.2fx nginx)", m / ng) : "";
+      printf "%-16s %10.0f  %.2fx passthrough%s\n", t, m, r, extra }'
   done
-fi
+  if has camel; then
+    echo
+    echo "Camel 4.14.0 medians, their ratio to Camel's passthrough, and busbar's to Camel's:"
+    cpt=$(med camel-passthrough)
+    for sc in "${scenarios[@]}"; do
+      read -r label _ <<<"$sc"
+      awk -v t="$label" -v m="$(med "camel-$label")" -v cpt="$cpt" -v b="$(med "$label")" 'BEGIN {
+        printf "%-16s %10.0f  %.2fx passthrough  busbar %.2fx camel\n", t, m, m / cpt, b / m }'
+    done
+  fi
 
+fi
+if ! part latency; then exit 0; fi
 echo
-echo "== latency: back ends answer after 5 ms"
+echo "== latency: back ends answer after 5 ms, in their own process on core 1"
+# The back ends run beside wrk, not on the proxy's core: there they would charge their own
+# work and wake-ups to the proxy's added latency. Every target calls the same ones.
 kill "${pid[a]}" "${pid[b]}" 2>/dev/null || true; sleep 1
-start_busbar a 127.0.0.1:8281 127.0.0.1:9912 9010 "$tmp/fixed.json" 5ms
+BUSBAR_LOG=warn BUSBAR_ECHO_JSON="$tmp/fixed.json" BUSBAR_ECHO_DELAY=5ms BUSBAR_ECHO=127.0.0.1:9009 \
+  taskset -c 1 $bin run bench/rounds/backends.yaml > "$tmp/backends.log" 2>&1 &
+pid[backends]=$!
+BUSBAR_ECHO_EMBEDDED=false start_busbar a 127.0.0.1:8281 127.0.0.1:9912 9010 "" 0ms
 latency=("${scenarios[0]}" "${scenarios[1]}" "${scenarios[5]}")
 if has camel; then
   # Camel's pooled connections to the first instance a are gone: a few seconds of load first.
   warmup=5 warm_camel "${latency[@]}"
 fi
 printf "%-16s %4s %10s %9s %9s\n" target c req/s p50 p99
-for c in 50 500; do
-  cell echo-direct http://127.0.0.1:9010/echo "$c" BODY="$tmp/passthrough.json"
-  for sc in "${latency[@]}"; do
-    read -r label path env <<<"$sc"
-    # shellcheck disable=SC2086
-    cell "$label" "http://127.0.0.1:8281$path" "$c" $env
-    # shellcheck disable=SC2086
-    if has camel; then cell "camel-$label" "http://127.0.0.1:8290$path" "$c" $env; fi
+for _ in $(seq "$rounds"); do
+  for c in 50 500; do
+    cell echo-direct http://127.0.0.1:9010/echo "$c" BODY="$tmp/passthrough.json"
+    for sc in "${latency[@]}"; do
+      read -r label path env <<<"$sc"
+      # shellcheck disable=SC2086
+      cell "$label" "http://127.0.0.1:8281$path" "$c" $env
+      # shellcheck disable=SC2086
+      if has camel; then cell "camel-$label" "http://127.0.0.1:8290$path" "$c" $env; fi
+    done
   done
+done
+mv "$tmp/results" "$tmp/latency"
+echo
+echo "medians over the rounds (ms), and p50 added over echo direct at c = 50:"
+# wrk prints latencies with a unit: us, ms or s.
+ms() { awk '{ v = $1; if (v ~ /us$/) v = v / 1000; else if (v ~ /ms$/) v = v + 0; else if (v ~ /s$/) v = v * 1000; print v }'; }
+lmed() { # label c column
+  awk -v t="$1" -v c="$2" -v k="$3" '$1==t && $2==c {print $k}' "$tmp/latency" | ms | sort -g \
+    | awk '{a[NR]=$1} END {if (NR) print a[int((NR+1)/2)]}'
+}
+base=$(lmed echo-direct 50 4)
+for t in echo-direct passthrough cbr scatter-gather camel-passthrough camel-cbr camel-scatter-gather; do
+  p50=$(lmed "$t" 50 4)
+  [[ -n $p50 ]] || continue
+  awk -v t="$t" -v p50="$p50" -v p99="$(lmed "$t" 500 5)" -v base="$base" 'BEGIN {
+    printf "%-22s c=50 p50 %7.2f (+%.2f)   c=500 p99 %7.2f\n", t, p50, p50 - base, p99 }'
 done
