@@ -170,7 +170,7 @@ impl<'d> Canon<'d, '_> {
         self.out.push(b'<');
         self.out.extend_from_slice(doc.qname(id).as_bytes());
         for &(p, uri) in &self.namespaces {
-            if self.rendered.get(p).unwrap_or("") == uri {
+            if same(self.rendered.get(p).unwrap_or(""), uri) {
                 continue;
             }
             self.rendered.bind(p, uri);
@@ -212,6 +212,13 @@ impl<'d> Canon<'d, '_> {
         self.out.extend_from_slice(self.doc.qname(id).as_bytes());
         self.out.push(b'>');
     }
+}
+
+/// String equality that skips the comparison for one string seen twice (namespace URIs are
+/// stored once per document) and for the empty string.
+#[inline]
+fn same(a: &str, b: &str) -> bool {
+    a.len() == b.len() && (a.is_empty() || std::ptr::eq(a.as_ptr(), b.as_ptr()) || a == b)
 }
 
 /// Canonical XML's failure on relative namespace URIs, applied to the namespace nodes of
