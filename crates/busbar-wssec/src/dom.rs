@@ -285,9 +285,32 @@ pub struct Document {
     root: u32,
 }
 
+/// Where a parse stood at a byte offset of its source (see [`Document::parse_marked`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Boundary {
+    /// Between two tokens, or within a run of character data, with this element the innermost
+    /// open one (`None`: outside the document element).
+    Between(Option<NodeId>),
+    /// Inside a tag, a comment, a CDATA section, a reference or another markup token, or past
+    /// the end of the source.
+    Inside,
+}
+
 impl Document {
     /// Parses UTF-8 XML, enforcing `limits` as it goes.
     pub fn parse(src: &[u8], limits: &Limits) -> Result<Document, XmlError> {
+        Self::parse_marked(src, limits, &[]).map(|(doc, _)| doc)
+    }
+
+    /// [`Document::parse`], also telling for each offset of `marks` where the parse stood
+    /// there. A run of bytes between two marks that are both [`Boundary::Between`] with the
+    /// same element is a balanced sequence of whole nodes of that element (text at its edges
+    /// may join the text around it).
+    pub fn parse_marked(
+        src: &[u8],
+        limits: &Limits,
+        marks: &[usize],
+    ) -> Result<(Document, Vec<Boundary>), XmlError> {
         // Offsets are stored as u32, and attribute text (names, values and namespace
         // URIs) can take up to about twice the input.
         if src.len() >= (u32::MAX / 2) as usize {
@@ -296,10 +319,15 @@ impl Document {
         let text =
             std::str::from_utf8(src).map_err(|e| malformed(e.valid_up_to(), "invalid UTF-8"))?;
         let mut builder = Builder::new(text, limits);
+        let mut order: Vec<(usize, usize)> = marks.iter().copied().zip(0..).collect();
+        order.sort_unstable();
+        builder.marks = order;
+        builder.boundaries = vec![Boundary::Inside; marks.len()];
         builder.run()?;
+        let boundaries = std::mem::take(&mut builder.boundaries);
         let root = builder.root.unwrap_or(0);
         let attrs = builder.finish_attributes();
-        Ok(Document {
+        let doc = Document {
             src: text.into(),
             nodes: builder.nodes,
             elements: builder.elements,
@@ -308,7 +336,8 @@ impl Document {
             arena: builder.arena,
             namespaces: builder.namespaces,
             root,
-        })
+        };
+        Ok((doc, boundaries))
     }
 
     pub fn source(&self) -> &[u8] {
@@ -613,6 +642,11 @@ struct Builder<'s> {
     pending: Option<PendingText>,
     root: Option<u32>,
     raw: Vec<RawAttr>,
+    /// Offsets to report on, ascending, each with its index in the caller's list.
+    marks: Vec<(usize, usize)>,
+    /// The first of `marks` not reached yet.
+    next_mark: usize,
+    boundaries: Vec<Boundary>,
 }
 
 impl<'s> Builder<'s> {
@@ -643,6 +677,9 @@ impl<'s> Builder<'s> {
             pending: None,
             root: None,
             raw: Vec::new(),
+            marks: Vec::new(),
+            next_mark: 0,
+            boundaries: Vec::new(),
         }
     }
 
@@ -661,6 +698,9 @@ impl<'s> Builder<'s> {
                 }
             };
             let end = self.base + reader.buffer_position() as usize;
+            if self.next_mark < self.marks.len() {
+                self.pass_marks(start, end, matches!(event, Event::Text(_) | Event::Eof));
+            }
             match event {
                 Event::Decl(decl) if first && start == self.base => check_decl(&decl, start)?,
                 Event::Decl(_) | Event::PI(_) => {
@@ -765,6 +805,25 @@ impl<'s> Builder<'s> {
         self.namespaces.push(uri.into());
         self.ns_ids.insert(uri.into(), id);
         id
+    }
+
+    /// Records the marks up to the token `start..end`: those at or before its start lie
+    /// between tokens; those inside it lie inside it, unless it is character data.
+    fn pass_marks(&mut self, start: usize, end: usize, character_data: bool) {
+        let open = self.open.last().map(|o| NodeId(o.node));
+        while let Some(&(at, index)) = self.marks.get(self.next_mark) {
+            let here = if at <= start || (character_data && at < end) {
+                Boundary::Between(open)
+            } else if at < end {
+                Boundary::Inside
+            } else {
+                break;
+            };
+            if let Some(b) = self.boundaries.get_mut(index) {
+                *b = here;
+            }
+            self.next_mark += 1;
+        }
     }
 
     fn start_element(
@@ -1460,6 +1519,44 @@ mod tests {
         doc.elements()
             .find(|e| doc.local_name(*e) == local)
             .unwrap()
+    }
+
+    #[test]
+    fn marks_tell_where_the_parse_stood() {
+        let src = "<r><a x=\"1\">te&amp;xt<!--c--><![CDATA[d]]></a><b/></r>";
+        let at = |needle: &str| src.find(needle).unwrap();
+        let marks = [
+            at("<a"),        // between tokens, in r
+            at("x=") + 1,    // inside a start tag
+            at("te") + 1,    // inside character data: between, in a
+            at("&amp;") + 2, // inside a reference
+            at("<!--") + 2,  // inside a comment
+            at("<![CDATA[") + 3,
+            at("</a>"),    // before a's end tag: still in a
+            at("<b/>"),    // after a's end tag: in r
+            src.len(),     // the end: outside the document element
+            src.len() + 1, // past the end
+            at("<a"),      // the same offset twice, out of order
+        ];
+        let (doc, b) = Document::parse_marked(src.as_bytes(), &Limits::default(), &marks).unwrap();
+        let (r, a) = (Some(find(&doc, "r")), Some(find(&doc, "a")));
+        use Boundary::{Between, Inside};
+        assert_eq!(
+            b,
+            [
+                Between(r),
+                Inside,
+                Between(a),
+                Inside,
+                Inside,
+                Inside,
+                Between(a),
+                Between(r),
+                Between(None),
+                Inside,
+                Between(r)
+            ]
+        );
     }
 
     const SOAP: &str = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n\

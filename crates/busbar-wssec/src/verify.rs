@@ -16,7 +16,7 @@ use sha2::Digest as _;
 use crate::c14n;
 use crate::cache::{KeyCache, ReplayCache};
 use crate::crypto::{self, BlockCipher, DigestAlg, KeyTransport, SignatureAlg};
-use crate::dom::{Document, Limits, NodeId};
+use crate::dom::{Boundary, Document, Limits, NodeId};
 use crate::error::{fail, FaultKind, WsseError};
 use crate::keys::{Certificate, Identity, TrustStore};
 use crate::ns;
@@ -170,8 +170,8 @@ impl Verifier {
             }
             (doc, env, found, false)
         } else {
-            let plain = self.decrypt(&doc, &env, &found)?;
-            let doc = parse(&plain, &p.limits)?;
+            let (plain, spliced) = self.decrypt(&doc, &env, &found)?;
+            let doc = parse_spliced(&plain, &p.limits, &spliced)?;
             let env = Envelope::find(&doc)?;
             let found = self.scan_header(&doc, &env)?;
             (doc, env, found, true)
@@ -350,8 +350,13 @@ impl Verifier {
     }
 
     /// Decrypts every EncryptedData an EncryptedKey of our header names; returns the
-    /// message with each spliced back.
-    fn decrypt(&self, doc: &Document, env: &Envelope, found: &Found) -> Result<Vec<u8>, WsseError> {
+    /// message with each spliced back, and where each decrypted text now lies in it.
+    fn decrypt(
+        &self,
+        doc: &Document,
+        env: &Envelope,
+        found: &Found,
+    ) -> Result<(Vec<u8>, Vec<Spliced>), WsseError> {
         let Some(identity) = &self.policy.decrypt else {
             return fail(
                 FaultKind::FailedCheck,
@@ -365,7 +370,7 @@ impl Verifier {
             );
         };
         let ids = id_map(doc)?;
-        let mut splices: Vec<(std::ops::Range<usize>, Vec<u8>)> = Vec::new();
+        let mut splices: Vec<(std::ops::Range<usize>, Vec<u8>, bool)> = Vec::new();
         for &ek in &found.encrypted_keys {
             let method = only_child(doc, ek, ns::XENC, "EncryptionMethod")?;
             let transport = self.key_transport(doc, method)?;
@@ -441,13 +446,12 @@ impl Verifier {
                         format!("EncryptedData Type '{kind}'"),
                     );
                 }
-                check_fragment(doc, t, &plain, kind == ns::ENC_ELEMENT, &self.policy.limits)?;
-                splices.push((doc.span(t), plain));
+                splices.push((doc.span(t), plain, kind == ns::ENC_ELEMENT));
             }
             self.remember(&cipher_value, &key);
         }
         // Anything still encrypted in the Body was addressed to no key we hold.
-        let spliced: Vec<usize> = splices.iter().map(|(r, _)| r.start).collect();
+        let spliced: Vec<usize> = splices.iter().map(|(r, ..)| r.start).collect();
         for ed in doc.descendants(env.body) {
             if doc.is(ed, ns::XENC, "EncryptedData") && !spliced.contains(&doc.span(ed).start) {
                 return fail(
@@ -456,11 +460,12 @@ impl Verifier {
                 );
             }
         }
-        splices.sort_by_key(|(r, _)| r.start);
+        splices.sort_by_key(|(r, ..)| r.start);
         let src = doc.source();
         let mut out = Vec::with_capacity(src.len());
+        let mut placed = Vec::with_capacity(splices.len());
         let mut at = 0;
-        for (range, plain) in splices {
+        for (range, plain, element) in splices {
             if range.start < at {
                 return fail(
                     FaultKind::InvalidSecurity,
@@ -468,11 +473,16 @@ impl Verifier {
                 );
             }
             out.extend_from_slice(&src[at..range.start]);
+            let start = out.len();
             out.extend_from_slice(&plain);
+            placed.push(Spliced {
+                at: start..out.len(),
+                element,
+            });
             at = range.end;
         }
         out.extend_from_slice(&src[at..]);
-        Ok(out)
+        Ok((out, placed))
     }
 
     fn key_transport(&self, doc: &Document, method: NodeId) -> Result<KeyTransport, WsseError> {
@@ -1073,53 +1083,52 @@ fn cipher_value_of(doc: &Document, ed: NodeId) -> Result<Vec<u8>, WsseError> {
         .map_err(|_| WsseError::new(FaultKind::FailedCheck, "unreadable CipherValue"))
 }
 
-/// Decrypted bytes must stand on their own as a balanced fragment in the EncryptedData's
-/// namespace context before they are spliced in: a plaintext that closes the Body and opens
-/// another would otherwise rewrite the envelope.
-fn check_fragment(
-    doc: &Document,
-    ed: NodeId,
+/// Where one EncryptedData's plain text lies in the decrypted message.
+#[derive(Debug)]
+struct Spliced {
+    at: std::ops::Range<usize>,
+    /// `Type` Element: the text must be one element (with only text beside it).
+    element: bool,
+}
+
+/// Parses the decrypted message. Each decrypted text must be a balanced run of whole nodes of
+/// the element that held its EncryptedData: a plaintext that closes the Body and opens another
+/// would otherwise rewrite the envelope. The original message parsed, so a decrypted message
+/// that does not is the plaintext's doing too.
+fn parse_spliced(
     plain: &[u8],
-    single_element: bool,
     limits: &Limits,
-) -> Result<(), WsseError> {
-    let mut wrapper = Vec::with_capacity(plain.len() + 256);
-    wrapper.extend_from_slice(b"<busbar-fragment");
-    let mut seen: Vec<&str> = Vec::new();
-    let mut node = doc.parent(ed);
-    while let Some(n) = node {
-        for (prefix, uri) in doc.ns_decls(n) {
-            if seen.contains(&prefix.as_str()) {
-                continue;
-            }
-            seen.push(prefix);
-            wrapper.extend_from_slice(b" xmlns");
-            if !prefix.is_empty() {
-                wrapper.push(b':');
-                wrapper.extend_from_slice(prefix.as_bytes());
-            }
-            wrapper.extend_from_slice(b"=\"");
-            let mut esc = String::new();
-            crate::soap::escape(&mut esc, uri);
-            wrapper.extend_from_slice(esc.as_bytes());
-            wrapper.push(b'"');
-        }
-        node = doc.parent(n);
-    }
-    wrapper.push(b'>');
-    wrapper.extend_from_slice(plain);
-    wrapper.extend_from_slice(b"</busbar-fragment>");
-    let frag = Document::parse(&wrapper, limits).map_err(|_| {
+    spliced: &[Spliced],
+) -> Result<Document, WsseError> {
+    let not_a_fragment = |detail: &str| {
         WsseError::new(
             FaultKind::FailedCheck,
-            "decrypted data is not a balanced XML fragment",
+            format!("decrypted data is not a balanced XML fragment{detail}"),
         )
-    })?;
-    if single_element && frag.element_children(frag.root()).count() != 1 {
-        return fail(
-            FaultKind::FailedCheck,
-            "decrypted Element data is not one element",
-        );
+    };
+    let marks: Vec<usize> = spliced
+        .iter()
+        .flat_map(|s| [s.at.start, s.at.end])
+        .collect();
+    let (doc, boundaries) = Document::parse_marked(plain, limits, &marks)
+        .map_err(|e| not_a_fragment(&format!(": {e}")))?;
+    for (s, ends) in spliced.iter().zip(boundaries.chunks(2)) {
+        let parent = match ends {
+            [Boundary::Between(Some(a)), Boundary::Between(Some(b))] if a == b => *a,
+            _ => return Err(not_a_fragment("")),
+        };
+        if s.element {
+            let elements = doc
+                .element_children(parent)
+                .filter(|&c| s.at.contains(&doc.span(c).start))
+                .count();
+            if elements != 1 {
+                return fail(
+                    FaultKind::FailedCheck,
+                    "decrypted Element data is not one element",
+                );
+            }
+        }
     }
-    Ok(())
+    Ok(doc)
 }
