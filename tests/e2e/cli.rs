@@ -408,3 +408,82 @@ fn version_names_the_commit() {
         }
     }
 }
+
+/// Environment values are data, not YAML: quotes, backslashes, `#` and braces in a value
+/// referenced inside a quoted scalar reach the message as they were set, and a line break where
+/// it would start a new key is refused when the config loads, naming the file, line and variable.
+#[test]
+fn environment_values_reach_the_config_as_data() {
+    let back_end = header_back_end(&["x-secret", "x-other"]);
+    let dir = temp_dir("env-data");
+    let mut checked = false;
+    let secret = r#"a"b\n 'c' #d: {e: [f]} \"#;
+    for _ in 0..3 {
+        let listen = free_port();
+        let file = dir.join("c.yaml");
+        std::fs::write(
+            &file,
+            format!(
+                "workers: 1\nadmin: {{ enabled: false }}\nlisteners:\n  http: {{ bind: \"127.0.0.1:{listen}\" }}\nendpoints:\n  b: {{ url: \"http://{back_end}/x\", timeout: 2s }}\nproxies:\n  P:\n    path: /p\n    in:\n      - set_header: {{ name: x-secret, value: \"${{SECRET}}\" }}\n      - set_header: {{ name: x-other, value: '${{SECRET}}' }}\n      - call: b\n"
+            ),
+        )
+        .expect("write");
+        let mut child = busbar()
+            .arg("run")
+            .arg(&file)
+            .env("SECRET", secret)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("run");
+        let addr: std::net::SocketAddr = format!("127.0.0.1:{listen}").parse().expect("addr");
+        let up = eventually(Duration::from_secs(10), || {
+            std::net::TcpStream::connect(addr).is_ok() || child.try_wait().ok().flatten().is_some()
+        });
+        if let Ok(Some(status)) = child.try_wait() {
+            let mut stderr = String::new();
+            if let Some(mut e) = child.stderr.take() {
+                let _ = std::io::Read::read_to_string(&mut e, &mut stderr);
+            }
+            if !stderr.contains("address in use") && !stderr.contains("Address already in use") {
+                panic!("busbar stopped ({status}): {stderr}");
+            }
+        }
+        if !up || child.try_wait().ok().flatten().is_some() {
+            // The free port was taken before busbar bound it: try another.
+            let _ = child.kill();
+            let _ = child.wait();
+            continue;
+        }
+        let resp = Client::connect(addr).get("/p");
+        let _ = child.kill();
+        let _ = child.wait();
+        let resp = resp.expect("GET /p");
+        assert_eq!(resp.status, 200, "{}", resp.text());
+        assert_eq!(resp.text(), format!("{secret}|{secret}"));
+        checked = true;
+        break;
+    }
+    assert!(checked, "busbar did not start listening");
+
+    let file = dir.join("lines.yaml");
+    let yaml = format!("{OK}      - set_header: {{ name: x-a, value: ${{SECRET}} }}\n");
+    std::fs::write(&file, &yaml).expect("write");
+    let out = busbar()
+        .arg("validate")
+        .arg(&file)
+        .env("SECRET", "x\nadmin: { bind: \"0.0.0.0:1\" }")
+        .output()
+        .expect("validate");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let line = yaml.lines().count();
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "{}:{line}: environment variable 'SECRET' holds a line break",
+            file.display()
+        )),
+        "{stderr}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

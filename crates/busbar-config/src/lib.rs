@@ -199,18 +199,23 @@ fn interpolate_text(
     file: &str,
     env: impl Fn(&str) -> Option<String>,
 ) -> Result<String, ConfigErrors> {
-    interpolate::interpolate(text, env).map_err(|missing| {
+    interpolate::interpolate(text, env).map_err(|bad| {
         ConfigErrors(
-            missing
-                .into_iter()
+            bad.into_iter()
                 .map(|m| ConfigError {
                     file: file.to_owned(),
                     line: Some(m.line as u64),
                     path: String::new(),
-                    message: format!(
-                        "environment variable '{}' is not set and has no default (write ${{{}:-default}})",
-                        m.name, m.name
-                    ),
+                    message: match m.problem {
+                        interpolate::Problem::Missing => format!(
+                            "environment variable '{}' is not set and has no default (write ${{{}:-default}})",
+                            m.name, m.name
+                        ),
+                        interpolate::Problem::LineBreak => format!(
+                            "environment variable '{}' holds a line break, which only a double-quoted value can take (write \"${{{}}}\")",
+                            m.name, m.name
+                        ),
+                    },
                 })
                 .collect(),
         )
