@@ -1087,7 +1087,7 @@ fn cipher_value_of(doc: &Document, ed: NodeId) -> Result<Vec<u8>, WsseError> {
 #[derive(Debug)]
 struct Spliced {
     at: std::ops::Range<usize>,
-    /// `Type` Element: the text must be one element (with only text beside it).
+    /// `Type` Element: the text must hold one element (text and comments may stand beside it).
     element: bool,
 }
 
