@@ -8,7 +8,9 @@
 # CONFIG (examples/esb-benchmark.yaml): the config this build serves, e.g.
 # examples/resilience.yaml for BalancedProxy (two URLs, round robin) against DirectProxy.
 # BASE (optional): another busbar binary (a previous commit's build) served beside this one on
-# :8290 (echo :9010, admin :9911); name its proxies `base:DirectProxy` in TARGETS.
+# :8290 (echo :9010, admin :9911); name its proxies `base:DirectProxy` in TARGETS. BASE_CONFIG
+# (examples/esb-benchmark.yaml): the config it serves, e.g. that build's own copy of the example
+# when today's has keys it does not know.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 secs=${1:-10}
@@ -29,7 +31,7 @@ BUSBAR_WORKERS=1 BUSBAR_LISTEN=127.0.0.1:8280 BUSBAR_ECHO=127.0.0.1:9000 BUSBAR_
   taskset -c 0 $bin run "${CONFIG:-examples/esb-benchmark.yaml}" > "$tmp/busbar.log" 2>&1 &
 if [ -n "${BASE:-}" ]; then
   BUSBAR_WORKERS=1 BUSBAR_LISTEN=127.0.0.1:8290 BUSBAR_ECHO=127.0.0.1:9010 BUSBAR_ADMIN=127.0.0.1:9911 \
-    BUSBAR_LOG=warn taskset -c 0 "$BASE" run examples/esb-benchmark.yaml > "$tmp/base.log" 2>&1 &
+    BUSBAR_LOG=warn taskset -c 0 "$BASE" run "${BASE_CONFIG:-examples/esb-benchmark.yaml}" > "$tmp/base.log" 2>&1 &
   for _ in $(seq 50); do curl -sf -o /dev/null -d x http://127.0.0.1:8290/service/DirectProxy && break; sleep 0.1; done
 fi
 mkdir -p /tmp/busbar-bench-nginx-body /tmp/busbar-bench-nginx-proxy
