@@ -409,48 +409,14 @@ impl<'a> Reader<'a> {
         Some(v)
     }
 
-    fn digits(&mut self) -> usize {
-        let start = self.at;
-        while let Some(b'0'..=b'9') = self.s.get(self.at) {
-            self.at += 1;
-        }
-        self.at - start
-    }
-
     fn number(&mut self) -> Option<Num<'a>> {
-        let start = self.at;
-        self.eat(b'-');
-        let int_start = self.at;
-        let n = self.digits();
-        if n == 0 || (n > 1 && self.s[int_start] == b'0') {
+        let t = busbar_json::number_token(self.s.get(self.at..).unwrap_or_default())?;
+        if self.rules.finite_numbers && !t.finite {
             return None;
         }
-        let mut integral = true;
-        if self.eat(b'.') {
-            integral = false;
-            if self.digits() == 0 {
-                return None;
-            }
-        }
-        if self.eat(b'e') || self.eat(b'E') {
-            integral = false;
-            if !self.eat(b'+') {
-                self.eat(b'-');
-            }
-            if self.digits() == 0 {
-                return None;
-            }
-        }
-        let text = &self.text[start..self.at];
-        // Beyond f64's range only with an exponent or more than 300 digits.
-        if self.rules.finite_numbers
-            && (!integral || text.len() > 300)
-            && (text.len() > 300 || text.bytes().any(|b| b == b'e' || b == b'E'))
-            && !text.parse::<f64>().is_ok_and(f64::is_finite)
-        {
-            return None;
-        }
-        if integral {
+        let text = self.text.get(self.at..self.at + t.len)?;
+        self.at += t.len;
+        if t.integral {
             Some(match text.parse() {
                 Ok(i) => Num::Int(i),
                 Err(_) => Num::Big(Str::Borrowed(text)),

@@ -188,48 +188,74 @@ impl<'a> Check<'a> {
         Some(v)
     }
 
-    fn digits(&mut self) -> usize {
-        let start = self.at;
-        while let Some(b'0'..=b'9') = self.s.get(self.at) {
-            self.at += 1;
-        }
-        self.at - start
-    }
-
     fn number(&mut self) -> bool {
-        let start = self.at;
-        self.eat(b'-');
-        let first = self.at;
-        let n = self.digits();
-        if n == 0 || (n > 1 && self.s[first] == b'0') {
-            return false;
-        }
-        if self.eat(b'.') && self.digits() == 0 {
-            return false;
-        }
-        let mut exponent = false;
-        if self.eat(b'e') || self.eat(b'E') {
-            exponent = true;
-            if !self.eat(b'+') {
-                self.eat(b'-');
+        match number_token(self.s.get(self.at..).unwrap_or_default()) {
+            Some(t) if t.finite => {
+                self.at += t.len;
+                true
             }
-            if self.digits() == 0 {
-                return false;
-            }
+            _ => false,
         }
-        // Beyond f64's range only with an exponent or hundreds of digits.
-        let text = &self.s[start..self.at];
-        if exponent || text.len() > 300 {
-            let finite = std::str::from_utf8(text)
-                .ok()
-                .and_then(|t| t.parse::<f64>().ok())
-                .is_some_and(f64::is_finite);
-            if !finite {
-                return false;
-            }
-        }
-        true
     }
+}
+
+/// A JSON number (RFC 8259's grammar) at the start of some bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NumberToken {
+    /// Its length in bytes.
+    pub len: usize,
+    /// No fraction and no exponent.
+    pub integral: bool,
+    /// Within f64's range.
+    pub finite: bool,
+}
+
+/// The JSON number at the start of `s`, if one is there (what follows it is not looked at).
+pub fn number_token(s: &[u8]) -> Option<NumberToken> {
+    let digits = |at: &mut usize| {
+        let start = *at;
+        while let Some(b'0'..=b'9') = s.get(*at) {
+            *at += 1;
+        }
+        *at - start
+    };
+    let mut at = usize::from(s.first() == Some(&b'-'));
+    let first = at;
+    let n = digits(&mut at);
+    if n == 0 || (n > 1 && s[first] == b'0') {
+        return None;
+    }
+    let mut integral = true;
+    if s.get(at) == Some(&b'.') {
+        at += 1;
+        integral = false;
+        if digits(&mut at) == 0 {
+            return None;
+        }
+    }
+    let mut exponent = false;
+    if let Some(b'e' | b'E') = s.get(at) {
+        at += 1;
+        integral = false;
+        exponent = true;
+        if let Some(b'+' | b'-') = s.get(at) {
+            at += 1;
+        }
+        if digits(&mut at) == 0 {
+            return None;
+        }
+    }
+    // Beyond f64's range only with an exponent or hundreds of digits.
+    let finite = !(exponent || at > 300)
+        || std::str::from_utf8(&s[..at])
+            .ok()
+            .and_then(|t| t.parse::<f64>().ok())
+            .is_some_and(f64::is_finite);
+    Some(NumberToken {
+        len: at,
+        integral,
+        finite,
+    })
 }
 
 /// True when no two names are equal once unescaped.

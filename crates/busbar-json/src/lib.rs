@@ -15,6 +15,8 @@ use std::collections::HashSet;
 
 mod fast;
 
+pub use fast::{number_token, NumberToken};
+
 /// Limits and checks of a scan.
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {
