@@ -5,23 +5,10 @@
 
 use busbar_jq::{Program, Strict};
 
-/// A small deterministic generator (xorshift64*), so a failure names a reproducible seed.
-struct Rng(u64);
+#[path = "../../../tests/shared/random.rs"]
+mod random;
 
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-    fn pick<'a>(&mut self, xs: &[&'a str]) -> &'a str {
-        xs[self.below(xs.len() as u64) as usize]
-    }
-}
+use random::Rng;
 
 const KEYS: &[&str] = &[
     "a", "b", "c", "n", "s", "items", "qty", "price", "tier", "id", "date", "x y", "é",
@@ -386,21 +373,9 @@ fn check(
     (fast, total)
 }
 
-fn seed() -> u64 {
-    std::env::var("BUSBAR_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(1, |d| d.as_nanos() as u64 | 1)
-        })
-}
-
 #[test]
 fn fast_answers_are_jaqs_on_random_documents() {
-    let seed = seed();
-    eprintln!("seed {seed} (BUSBAR_SEED={seed} repeats this run)");
+    let seed = random::seed();
     let (fast, total) = check(GENERIC, &random_doc, seed, 400);
     eprintln!("generic: {fast} of {total} runs answered by the fast interpreter");
     assert!(fast * 4 > total, "only {fast} of {total} fast");

@@ -5,22 +5,10 @@
 
 use busbar_json::{check, scan, Limits};
 
-struct Rng(u64);
+#[path = "../../../tests/shared/random.rs"]
+mod random;
 
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-    fn pick<'a>(&mut self, xs: &[&'a str]) -> &'a str {
-        xs[self.below(xs.len() as u64) as usize]
-    }
-}
+use random::Rng;
 
 const NAMES: &[&str] = &[
     "a",
@@ -142,10 +130,7 @@ fn mutate(r: &mut Rng, doc: &mut Vec<u8>) {
 
 #[test]
 fn the_quick_check_agrees_with_the_scanner() {
-    let seed = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(7, |d| d.as_nanos() as u64 | 1);
-    eprintln!("seed {seed}");
+    let seed = random::seed();
     let mut r = Rng(seed);
     let (mut valid, mut total) = (0, 0);
     for i in 0..30_000 {
