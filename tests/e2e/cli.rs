@@ -345,33 +345,50 @@ fn a_failed_call_is_logged_once_with_the_steps_config_path() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Writes `yaml(port)` for a free port into `dir`, starts `busbar run` on it with `env` and waits
+/// until it listens. `Err` with what it logged when it stopped first, or never listened.
+fn run_on_free_port(
+    dir: &Path,
+    yaml: impl Fn(u16) -> String,
+    env: &[(&str, &str)],
+) -> Result<(std::process::Child, std::net::SocketAddr), String> {
+    let listen = free_port();
+    let file = dir.join("c.yaml");
+    std::fs::write(&file, yaml(listen)).expect("write");
+    let log = dir.join("busbar.log");
+    let mut child = busbar()
+        .arg("run")
+        .arg(&file)
+        .envs(env.iter().copied())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).expect("log file"))
+        .spawn()
+        .expect("run");
+    let addr: std::net::SocketAddr = format!("127.0.0.1:{listen}").parse().expect("addr");
+    let up = eventually(Duration::from_secs(10), || {
+        std::net::TcpStream::connect(addr).is_ok() || child.try_wait().ok().flatten().is_some()
+    });
+    if up && child.try_wait().ok().flatten().is_none() {
+        return Ok((child, addr));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    Err(std::fs::read_to_string(&log).unwrap_or_default())
+}
+
 /// A SIGTERM sent as soon as the listener accepts connections stops the engine gracefully:
 /// the signal handlers are in place before anything listens.
 #[test]
 fn sigterm_right_after_start_is_a_graceful_stop() {
     let dir = temp_dir("early-term");
     for _ in 0..5 {
-        let listen = free_port();
-        let file = dir.join("c.yaml");
-        std::fs::write(
-            &file,
+        let yaml = |listen| {
             format!(
                 "workers: 1\nadmin: {{ enabled: false }}\nlisteners:\n  http: {{ bind: \"127.0.0.1:{listen}\" }}\nproxies:\n  P:\n    path: /p\n    in:\n      - respond: {{}}\n"
-            ),
-        )
-        .expect("write");
-        let mut child = busbar()
-            .arg("run")
-            .arg(&file)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("run");
-        let addr: std::net::SocketAddr = format!("127.0.0.1:{listen}").parse().expect("addr");
-        let up = eventually(Duration::from_secs(10), || {
-            std::net::TcpStream::connect(addr).is_ok()
-        });
-        assert!(up, "did not start listening");
+            )
+        };
+        let (mut child, _) = run_on_free_port(&dir, yaml, &[])
+            .unwrap_or_else(|log| panic!("did not start listening: {log}"));
         let _ = Command::new("kill")
             .arg("-TERM")
             .arg(child.id().to_string())
@@ -416,55 +433,27 @@ fn version_names_the_commit() {
 fn environment_values_reach_the_config_as_data() {
     let back_end = header_back_end(&["x-secret", "x-other"]);
     let dir = temp_dir("env-data");
-    let mut checked = false;
-    let secret = r#"a"b\n 'c' #d: {e: [f]} \"#;
-    for _ in 0..3 {
-        let listen = free_port();
-        let file = dir.join("c.yaml");
-        std::fs::write(
-            &file,
-            format!(
-                "workers: 1\nadmin: {{ enabled: false }}\nlisteners:\n  http: {{ bind: \"127.0.0.1:{listen}\" }}\nendpoints:\n  b: {{ url: \"http://{back_end}/x\", timeout: 2s }}\nproxies:\n  P:\n    path: /p\n    in:\n      - set_header: {{ name: x-secret, value: \"${{SECRET}}\" }}\n      - set_header: {{ name: x-other, value: '${{SECRET}}' }}\n      - call: b\n"
-            ),
+    let yaml = |listen| {
+        format!(
+            "workers: 1\nadmin: {{ enabled: false }}\nlisteners:\n  http: {{ bind: \"127.0.0.1:{listen}\" }}\nendpoints:\n  b: {{ url: \"http://{back_end}/x\", timeout: 2s }}\nproxies:\n  P:\n    path: /p\n    in:\n      - set_header: {{ name: x-secret, value: \"${{SECRET}}\" }}\n      - set_header: {{ name: x-other, value: '${{SECRET}}' }}\n      - call: b\n"
         )
-        .expect("write");
-        let mut child = busbar()
-            .arg("run")
-            .arg(&file)
-            .env("SECRET", secret)
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("run");
-        let addr: std::net::SocketAddr = format!("127.0.0.1:{listen}").parse().expect("addr");
-        let up = eventually(Duration::from_secs(10), || {
-            std::net::TcpStream::connect(addr).is_ok() || child.try_wait().ok().flatten().is_some()
-        });
-        if let Ok(Some(status)) = child.try_wait() {
-            let mut stderr = String::new();
-            if let Some(mut e) = child.stderr.take() {
-                let _ = std::io::Read::read_to_string(&mut e, &mut stderr);
-            }
-            if !stderr.contains("address in use") && !stderr.contains("Address already in use") {
-                panic!("busbar stopped ({status}): {stderr}");
-            }
+    };
+    let secret = r#"a"b\n 'c' #d: {e: [f]} \"#;
+    // A free port can be taken by a parallel test before busbar binds it: then another.
+    let mut started = Err(String::new());
+    for _ in 0..3 {
+        started = run_on_free_port(&dir, yaml, &[("SECRET", secret)]);
+        if !matches!(&started, Err(log) if log.contains("Address already in use")) {
+            break;
         }
-        if !up || child.try_wait().ok().flatten().is_some() {
-            // The free port was taken before busbar bound it: try another.
-            let _ = child.kill();
-            let _ = child.wait();
-            continue;
-        }
-        let resp = Client::connect(addr).get("/p");
-        let _ = child.kill();
-        let _ = child.wait();
-        let resp = resp.expect("GET /p");
-        assert_eq!(resp.status, 200, "{}", resp.text());
-        assert_eq!(resp.text(), format!("{secret}|{secret}"));
-        checked = true;
-        break;
     }
-    assert!(checked, "busbar did not start listening");
+    let (mut child, addr) = started.unwrap_or_else(|log| panic!("busbar did not start: {log}"));
+    let resp = Client::connect(addr).get("/p");
+    let _ = child.kill();
+    let _ = child.wait();
+    let resp = resp.expect("GET /p");
+    assert_eq!(resp.status, 200, "{}", resp.text());
+    assert_eq!(resp.text(), format!("{secret}|{secret}"));
 
     let file = dir.join("lines.yaml");
     let yaml = format!("{OK}      - set_header: {{ name: x-a, value: ${{SECRET}} }}\n");
