@@ -234,8 +234,9 @@ impl TraceContext {
         })
     }
 
-    /// Starts recording this exchange's server span (parented by the caller's span).
-    pub fn start_server_span(&self, name: impl Into<String>) -> Option<Recording> {
+    /// Starts recording this exchange's server span (parented by the caller's span); `name`
+    /// is asked for only when the span is recorded.
+    pub fn start_server_span(&self, name: impl FnOnce() -> String) -> Option<Recording> {
         let sink = self.sink.as_ref()?;
         Some(Recording {
             sink: sink.clone(),
@@ -244,7 +245,7 @@ impl TraceContext {
                 span_id: self.span_id,
                 parent: self.remote_parent,
                 remote_parent: self.remote_parent.is_some(),
-                name: name.into(),
+                name: name(),
                 kind: SpanKind::Server,
                 start: std::time::SystemTime::now(),
                 end: std::time::SystemTime::now(),

@@ -13,8 +13,17 @@ const HOP_BY_HOP: [HeaderName; 7] = [
     header::UPGRADE,
 ];
 
+/// True for a name that is hop-by-hop whatever the message says (`Connection` included).
+fn is_hop_by_hop(name: &HeaderName) -> bool {
+    HOP_BY_HOP.contains(name) || matches!(name.as_str(), "keep-alive" | "proxy-connection")
+}
+
 /// Removes hop-by-hop headers, including those a `Connection` header names.
 pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    // Most messages carry none: one pass over the names is cheaper than nine lookups.
+    if !headers.keys().any(is_hop_by_hop) {
+        return;
+    }
     if headers.contains_key(header::CONNECTION) {
         let named: Vec<HeaderName> = headers
             .get_all(header::CONNECTION)
@@ -56,5 +65,40 @@ mod tests {
         strip_hop_by_hop(&mut h);
         assert_eq!(h.len(), 1);
         assert!(h.contains_key(header::CONTENT_TYPE));
+    }
+
+    #[test]
+    fn each_hop_by_hop_name_alone_is_removed_and_other_headers_stay() {
+        let names = [
+            "connection",
+            "proxy-authenticate",
+            "proxy-authorization",
+            "te",
+            "trailer",
+            "transfer-encoding",
+            "upgrade",
+            "keep-alive",
+            "proxy-connection",
+            "Keep-Alive",
+        ];
+        for name in names {
+            let mut h = HeaderMap::new();
+            h.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/xml"));
+            h.append(header::ACCEPT, HeaderValue::from_static("a"));
+            h.append(header::ACCEPT, HeaderValue::from_static("b"));
+            h.insert(
+                HeaderName::from_bytes(name.as_bytes()).expect("name"),
+                HeaderValue::from_static("x"),
+            );
+            strip_hop_by_hop(&mut h);
+            assert_eq!(h.len(), 3, "{name}");
+            assert!(h.keys().all(|k| !k.as_str().eq_ignore_ascii_case(name)), "{name}");
+        }
+        let mut h = HeaderMap::new();
+        h.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/xml"));
+        h.insert("x-keep-alive", HeaderValue::from_static("1"));
+        let before = h.clone();
+        strip_hop_by_hop(&mut h);
+        assert_eq!(h, before);
     }
 }

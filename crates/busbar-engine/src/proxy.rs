@@ -112,7 +112,7 @@ pub async fn handle(
         }
     }
     let server_span = trace
-        .start_server_span(format!("{} {}", req.method(), proxy.name))
+        .start_server_span(|| format!("{} {}", req.method(), proxy.name))
         .map(|mut span| {
             span.set("http.request.method", req.method().as_str());
             span.set("url.path", req.uri().path());

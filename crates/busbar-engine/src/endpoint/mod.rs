@@ -72,10 +72,25 @@ pub struct Endpoint {
 /// cannot be sent again: a later call fails at once instead of sending a head whose
 /// Content-Length would lie.
 #[derive(Debug, Clone)]
-struct BodyGone {
-    why: Arc<str>,
+enum BodyGone {
+    /// A call to this endpoint sent it.
+    SentTo(Arc<str>),
     /// The client's body failed (it is the client's error, not busbar's).
-    client: bool,
+    Unreadable,
+    /// A failed call kept too little of it to send it again.
+    Lost(Arc<str>),
+}
+
+impl BodyGone {
+    fn why(&self) -> std::borrow::Cow<'_, str> {
+        match self {
+            BodyGone::SentTo(endpoint) => {
+                format!("the request body was already sent to endpoint '{endpoint}'").into()
+            }
+            BodyGone::Unreadable => "the request body could not be read".into(),
+            BodyGone::Lost(why) => (**why).into(),
+        }
+    }
 }
 
 /// Why an attempt failed, for the loop to decide what comes next.
@@ -246,8 +261,8 @@ impl Endpoint {
     /// current message.
     pub async fn call(self: &Arc<Self>, ex: &mut Exchange) -> Result<(), MediationError> {
         if let Some(gone) = ex.request.extensions.get::<BodyGone>() {
-            let reason = format!("Cannot call endpoint '{}': {}", self.name, gone.why);
-            return Err(if gone.client {
+            let reason = format!("Cannot call endpoint '{}': {}", self.name, gone.why());
+            return Err(if matches!(gone, BodyGone::Unreadable) {
                 MediationError::new(ErrorKind::ClientBody, Blame::Client, reason)
             } else {
                 MediationError::internal(reason)
@@ -265,23 +280,15 @@ impl Endpoint {
         ex.backend_time += started.elapsed();
         match result {
             Ok(response) => {
-                ex.request.extensions.insert(BodyGone {
-                    why: format!(
-                        "the request body was already sent to endpoint '{}'",
-                        self.name
-                    )
-                    .into(),
-                    client: false,
-                });
+                ex.request
+                    .extensions
+                    .insert(BodyGone::SentTo(self.name.clone()));
                 ex.response = Some(response);
                 Ok(())
             }
             // The client's body failed: what was kept of it is not the whole request.
             Err(e) if e.blame == Blame::Client => {
-                ex.request.extensions.insert(BodyGone {
-                    why: "the request body could not be read".into(),
-                    client: true,
-                });
+                ex.request.extensions.insert(BodyGone::Unreadable);
                 Err(e)
             }
             Err(e) => {
@@ -290,10 +297,7 @@ impl Endpoint {
                 match replay.body().await {
                     Ok(body) => ex.request_body = body,
                     Err(why) => {
-                        ex.request.extensions.insert(BodyGone {
-                            why: why.into(),
-                            client: false,
-                        });
+                        ex.request.extensions.insert(BodyGone::Lost(why.into()));
                     }
                 }
                 Err(e)
