@@ -367,7 +367,9 @@ impl Upstream {
                 reused: true,
                 _permit: permit,
             },
-            None => self.connect(permit).await?,
+            // Boxed: opening a connection (TCP, TLS, handshake) is the rare path, and its
+            // future would more than double the size of every call's.
+            None => Box::pin(self.connect(permit)).await?,
         };
         let response = loop {
             let Some(sender) = lease.sender.as_mut() else {
@@ -409,7 +411,7 @@ impl Upstream {
                         Some(req) if lease.reused => {
                             request = req;
                             let permit = lease._permit.take();
-                            lease = self.connect(permit).await?;
+                            lease = Box::pin(self.connect(permit)).await?;
                         }
                         unsent => {
                             let what = super::tls::alert_in(&cause)
