@@ -15,8 +15,30 @@ use http_body::{Frame, SizeHint};
 
 use crate::BoxError;
 
-/// A streaming body source: a hyper `Incoming`, or a wrapper around one.
-pub type Source = Pin<Box<dyn http_body::Body<Data = Bytes, Error = BoxError> + Send + 'static>>;
+/// A streaming body source (a hyper `Incoming`, or a wrapper around one), behind the one
+/// allocation of its [`Streamed`] state.
+trait Source: Send {
+    fn poll_source(&mut self, cx: &mut Context<'_>)
+        -> Poll<Option<Result<Frame<Bytes>, BoxError>>>;
+}
+
+/// An `http_body::Body` as a [`Source`]: its error boxed.
+struct Adapt<B>(B);
+
+impl<B> Source for Adapt<B>
+where
+    B: http_body::Body<Data = Bytes> + Unpin + Send,
+    B::Error: Into<BoxError>,
+{
+    fn poll_source(
+        &mut self,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        Pin::new(&mut self.0)
+            .poll_frame(cx)
+            .map(|f| f.map(|r| r.map_err(Into::into)))
+    }
+}
 
 /// Which side of the exchange a streamed body comes from; decides who is blamed when it fails.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -79,7 +101,8 @@ enum Kind {
     Stream(Box<Streamed>),
 }
 
-struct Streamed {
+/// A stream's state with its source last, so both live in one allocation.
+struct Streamed<S: ?Sized + Source = dyn Source> {
     /// Frames already read by a step, not yet handed on; replayed first.
     read: VecDeque<Bytes>,
     /// Bytes in `read` in total (what a step has seen so far).
@@ -88,10 +111,10 @@ struct Streamed {
     emitted: u64,
     /// The exact length announced by the peer (Content-Length), if any.
     exact_len: Option<u64>,
-    source: Source,
     origin: Origin,
     finished: bool,
     check: Option<Box<dyn TailCheck>>,
+    source: S,
 }
 
 impl Streamed {
@@ -149,26 +172,27 @@ impl Body {
     }
 
     /// A streamed body from `origin`, `exact_len` being its Content-Length when known.
+    /// A source that is not `Unpin` goes in as `Box::pin(source)`.
     pub fn stream<B>(source: B, exact_len: Option<u64>, origin: Origin) -> Self
     where
-        B: http_body::Body<Data = Bytes> + Send + 'static,
+        B: http_body::Body<Data = Bytes> + Unpin + Send + 'static,
         B::Error: Into<BoxError>,
     {
-        use http_body_util::BodyExt;
         if exact_len == Some(0) {
             return Self::empty();
         }
+        let streamed: Box<Streamed> = Box::new(Streamed {
+            read: VecDeque::new(),
+            read_len: 0,
+            emitted: 0,
+            exact_len,
+            origin,
+            finished: false,
+            check: None,
+            source: Adapt(source),
+        });
         Self {
-            kind: Kind::Stream(Box::new(Streamed {
-                read: VecDeque::new(),
-                read_len: 0,
-                emitted: 0,
-                exact_len,
-                source: Box::pin(source.map_err(Into::into)),
-                origin,
-                finished: false,
-                check: None,
-            })),
+            kind: Kind::Stream(streamed),
         }
     }
 
@@ -211,7 +235,7 @@ impl Body {
             return Ok(None);
         }
         loop {
-            let frame = std::future::poll_fn(|cx| s.source.as_mut().poll_frame(cx)).await;
+            let frame = std::future::poll_fn(|cx| s.source.poll_source(cx)).await;
             match frame {
                 None => {
                     s.finished = true;
@@ -312,7 +336,7 @@ impl http_body::Body for Body {
                     return Poll::Ready(None);
                 }
                 loop {
-                    match s.source.as_mut().poll_frame(cx) {
+                    match s.source.poll_source(cx) {
                         Poll::Pending => return Poll::Pending,
                         Poll::Ready(None) => {
                             s.finished = true;
