@@ -344,18 +344,21 @@ impl Endpoint {
         replay: &Replay,
     ) -> Result<Response<Body>, MediationError> {
         let n = self.members.len();
-        let mut tried = vec![false; n];
+        let mut tried = Tried::new(n);
         let mut retries_left = self.retries;
         let mut failover_from: Option<usize> = None;
         // The last failed attempt's error, answered when no URL is left for the next one.
         let mut last_error: Option<MediationError> = None;
         let mut attempt: u64 = 0;
-        self.budget.request();
+        if self.retries > 0 {
+            // Only an endpoint that retries needs the requests counted for its budget.
+            self.budget.request();
+        }
         loop {
             let Some((index, admit)) = self.choose(&tried, failover_from) else {
                 return Err(last_error.unwrap_or_else(|| self.unavailable()));
             };
-            tried[index] = true;
+            tried.set(index);
             let member = &self.members[index];
             let body = match replay.body().await {
                 Ok(b) => b,
@@ -530,15 +533,15 @@ impl Endpoint {
         }
     }
 
-    fn has_untried(&self, tried: &[bool]) -> bool {
+    fn has_untried(&self, tried: &Tried) -> bool {
         self.members
             .iter()
-            .zip(tried)
-            .any(|(m, t)| !t && m.breaker.as_ref().is_none_or(Breaker::available))
+            .enumerate()
+            .any(|(i, m)| !tried.get(i) && m.breaker.as_ref().is_none_or(Breaker::available))
     }
 
     /// The URL for the next attempt, admitted by its breaker.
-    fn choose(&self, tried: &[bool], failover_from: Option<usize>) -> Option<(usize, Admit)> {
+    fn choose(&self, tried: &Tried, failover_from: Option<usize>) -> Option<(usize, Admit)> {
         let n = self.members.len();
         let available = |i: usize| {
             self.members[i]
@@ -551,12 +554,12 @@ impl Endpoint {
                 // Failover goes to the next untried URL in the list.
                 Some(from) => (1..n)
                     .map(|k| (from + k) % n)
-                    .find(|i| !tried[*i] && available(*i)),
+                    .find(|i| !tried.get(*i) && available(*i)),
                 None => self
                     .balancer
                     .pick(
                         n,
-                        |i| !tried[i] && available(i),
+                        |i| !tried.get(i) && available(i),
                         |i| self.members[i].upstream.stats.pending.load(Relaxed),
                     )
                     .or_else(|| {
@@ -611,6 +614,36 @@ impl Endpoint {
             1
         };
         self.counters.breaker_state.store(state, Relaxed);
+    }
+}
+
+/// The URLs an exchange has tried: a bit each, in one word up to 64 URLs.
+enum Tried {
+    Word(u64),
+    Many(Vec<bool>),
+}
+
+impl Tried {
+    fn new(n: usize) -> Self {
+        if n <= 64 {
+            Tried::Word(0)
+        } else {
+            Tried::Many(vec![false; n])
+        }
+    }
+
+    fn get(&self, i: usize) -> bool {
+        match self {
+            Tried::Word(w) => w & (1 << i) != 0,
+            Tried::Many(v) => v[i],
+        }
+    }
+
+    fn set(&mut self, i: usize) {
+        match self {
+            Tried::Word(w) => *w |= 1 << i,
+            Tried::Many(v) => v[i] = true,
+        }
     }
 }
 
@@ -748,6 +781,19 @@ mod tests {
             format!("/svc?x=1|{addr}|Basic dTpw|hi").as_bytes()
         );
         assert_eq!(metrics.endpoint("svc").attempts.load(Relaxed), 1);
+    }
+
+    #[test]
+    fn tried_urls_are_kept_one_bit_each_at_any_count() {
+        for n in [1, 2, 63, 64, 65, 130] {
+            let mut t = Tried::new(n);
+            for i in (0..n).step_by(3) {
+                t.set(i);
+            }
+            for i in 0..n {
+                assert_eq!(t.get(i), i % 3 == 0, "n = {n}, i = {i}");
+            }
+        }
     }
 
     #[test]

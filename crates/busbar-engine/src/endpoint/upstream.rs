@@ -74,6 +74,8 @@ pub struct Upstream {
     connect_addr: String,
     host_header: HeaderValue,
     path: String,
+    /// `path` parsed: the request target when the call adds neither a path nor a query.
+    target: Uri,
     basic_auth: Option<HeaderValue>,
     tls: Option<TlsTarget>,
     settings: UpstreamSettings,
@@ -320,6 +322,10 @@ impl Upstream {
             },
             connect_addr: target.connect_addr,
             host_header: target.host_header,
+            target: target
+                .path
+                .parse()
+                .map_err(|e| format!("invalid path in '{shown}': {e}"))?,
             path: target.path,
             basic_auth: target.basic_auth,
             tls,
@@ -531,35 +537,13 @@ impl Upstream {
     }
 
     fn prepare(&self, parts: &mut http::request::Parts) -> Result<(), MediationError> {
-        // A shaped `call` appends its path to the URL's (before the URL's own query).
-        let base = match parts.extensions.get::<PathSuffix>() {
-            Some(suffix) => {
-                let (path, query) = match self.path.split_once('?') {
-                    Some((p, q)) => (p, Some(q)),
-                    None => (self.path.as_str(), None),
-                };
-                let joined = format!("{}{}", path.trim_end_matches('/'), suffix.0);
-                match query {
-                    Some(q) => format!("{joined}?{q}"),
-                    None => joined,
-                }
-            }
-            None => self.path.clone(),
-        };
-        let uri = match parts.uri.query() {
-            Some(q) if !q.is_empty() => {
-                let sep = if base.contains('?') { '&' } else { '?' };
-                format!("{base}{sep}{q}")
-            }
-            _ => base,
-        };
-        parts.uri = uri.parse().map_err(|e| {
-            MediationError::internal(format!(
-                "building the request for '{}' failed",
-                self.endpoint
-            ))
-            .with_source(e)
-        })?;
+        let suffix = parts.extensions.get::<PathSuffix>();
+        let query = parts.uri.query().filter(|q| !q.is_empty());
+        if suffix.is_none() && query.is_none() {
+            parts.uri = self.target.clone();
+        } else {
+            parts.uri = self.target_with(suffix, query)?;
+        }
         parts.version = Version::HTTP_11;
         let headers = &mut parts.headers;
         strip_hop_by_hop(headers);
@@ -573,6 +557,43 @@ impl Upstream {
             }
         }
         Ok(())
+    }
+
+    /// The request target when a shaped `call` adds a path, or the request has a query.
+    fn target_with(
+        &self,
+        suffix: Option<&PathSuffix>,
+        query: Option<&str>,
+    ) -> Result<Uri, MediationError> {
+        // A shaped `call` appends its path to the URL's (before the URL's own query).
+        let base = match suffix {
+            Some(suffix) => {
+                let (path, query) = match self.path.split_once('?') {
+                    Some((p, q)) => (p, Some(q)),
+                    None => (self.path.as_str(), None),
+                };
+                let joined = format!("{}{}", path.trim_end_matches('/'), suffix.0);
+                match query {
+                    Some(q) => format!("{joined}?{q}"),
+                    None => joined,
+                }
+            }
+            None => self.path.clone(),
+        };
+        let uri = match query {
+            Some(q) => {
+                let sep = if base.contains('?') { '&' } else { '?' };
+                format!("{base}{sep}{q}")
+            }
+            None => base,
+        };
+        uri.parse().map_err(|e| {
+            MediationError::internal(format!(
+                "building the request for '{}' failed",
+                self.endpoint
+            ))
+            .with_source(e)
+        })
     }
 
     async fn connect(&self, permit: Option<OwnedSemaphorePermit>) -> Result<Lease, MediationError> {
