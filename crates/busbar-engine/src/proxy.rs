@@ -37,8 +37,14 @@ pub struct ProxyHandler {
 }
 
 impl Handler for ProxyHandler {
-    async fn handle(&self, req: Request<Incoming>, conn: &ConnInfo) -> Response<ResponseBody> {
-        handle(&self.shared, self.index, self.body_timeout, req, conn.peer).await
+    fn handle(
+        &self,
+        req: Request<Incoming>,
+        conn: &ConnInfo,
+    ) -> impl std::future::Future<Output = Response<ResponseBody>> + Send {
+        // The request's future as is, not wrapped in one more: every wrapper is one more copy
+        // of it before it first runs.
+        handle(&self.shared, self.index, self.body_timeout, req, conn.peer)
     }
 
     fn tls(&self) -> Option<Arc<rustls::ServerConfig>> {
@@ -154,7 +160,9 @@ pub async fn handle(
     let timed = BodyTimeout::new(incoming, body_timeout, timed_out.clone());
     let counted = Metered::request(timed, proxy.counters.clone()).counting_into(bytes_in);
     let body = Body::stream(counted, exact, Origin::Client);
-    let mut ex = Exchange::new(parts, body, proxy.name.clone());
+    // Boxed: the exchange is the largest part of the request's state, and the future that
+    // holds it is moved a few times before it first runs.
+    let mut ex = Box::new(Exchange::new(parts, body, proxy.name.clone()));
     ex.params = params;
     ex.trace = trace;
     // Whoever read the body (a step, or the call streaming it to a back end), a client that
@@ -182,7 +190,8 @@ pub async fn handle(
         Err(e) => {
             proxy.counters.error(e.kind);
             log_error(&proxy, &ex, &e);
-            drain_small_body(&mut ex.request_body).await;
+            // Boxed: the error path's future stays out of every request's.
+            Box::pin(drain_small_body(&mut ex.request_body)).await;
             meter.set_backend(ex.backend_time);
             error_response(&e, ex.format, Some(meter))
         }
@@ -267,7 +276,8 @@ fn malformed<B>(req: &Request<B>) -> Option<MediationError> {
 /// `in`, then `out` unless a step answered; on an error, `on_error` decides the answer.
 async fn run_proxy(proxy: &Proxy, ex: &mut Exchange) -> Result<Response<Body>, MediationError> {
     if let Some(svc) = &proxy.process {
-        return crate::processes::serve(svc, ex, proxy.cx.max_body).await;
+        // Boxed: a process's future is larger than a proxy's, and most proxies run steps.
+        return Box::pin(crate::processes::serve(svc, ex, proxy.cx.max_body)).await;
     }
     let result = async {
         let flow = steps::run(&proxy.in_seq, ex, &proxy.cx).await?;
