@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# CPU cost of one DirectProxy exchange, counted rather than timed: each busbar build runs under
+# valgrind's callgrind (one worker) while `busbar bench load` sends first N1, then N2 requests of
+# 1 KB; the difference between the two runs, divided by N2 - N1, is what one request costs the
+# proxy in user space (start-up and shutdown cancel out). Instruction counts repeat to within
+# about 2 % whatever else the machine does, so builds can be compared on a noisy machine.
+# The back end is a separate busbar process (bench/rounds/backends.yaml) on core 1 with the load.
+# Usage: bench/cost.sh [BUSBAR_BINARY...] (default: this tree's release build).
+# Environment: CONC ("20 320": concurrent clients), N1 (1000), N2 (4000), SIZE (1024),
+# CACHE (0; 1 also simulates the caches and reports L1 instruction and data misses per request,
+# about twice as slow).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+command -v valgrind >/dev/null || { echo "cost.sh needs valgrind (apt-get install valgrind)" >&2; exit 1; }
+conc=${CONC:-20 320}
+n1=${N1:-1000}
+n2=${N2:-4000}
+size=${SIZE:-1024}
+cache=${CACHE:-0}
+if [ $# -eq 0 ]; then
+  cargo build --release --bin busbar
+  set -- ./target/release/busbar
+fi
+kit=./target/release/busbar
+[ -x "$kit" ] || cargo build --release --bin busbar
+tmp=$(mktemp -d)
+cleanup() { kill $(jobs -p) 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$tmp"; }
+trap cleanup EXIT
+url=http://127.0.0.1:8280/service/DirectProxy
+cat > "$tmp/proxy.yaml" <<'EOF'
+workers: 1
+log:
+  level: warn
+admin:
+  bind: "127.0.0.1:9901"
+listeners:
+  http:
+    bind: "127.0.0.1:8280"
+endpoints:
+  echo:
+    url: "http://127.0.0.1:9000/service/EchoService"
+proxies:
+  DirectProxy:
+    path: /service/DirectProxy
+    in:
+      - call: echo
+EOF
+$kit bench payload --size "$size" > "$tmp/body"
+BUSBAR_WORKERS=1 BUSBAR_LOG=warn taskset -c 1 $kit run bench/rounds/backends.yaml > "$tmp/backends.log" 2>&1 &
+for _ in $(seq 50); do curl -sf -o /dev/null -d x http://127.0.0.1:9000/service/EchoService && break; sleep 0.1; done
+
+# Events counted in one run of BIN with N requests at C clients: "Ir [I1mr D1mr D1mw]".
+events() {
+  local bin=$1 n=$2 c=$3 out="$tmp/callgrind.out"
+  local sim=()
+  [ "$cache" = 1 ] && sim=(--cache-sim=yes)
+  valgrind --tool=callgrind "${sim[@]}" --callgrind-out-file="$out" "$bin" run "$tmp/proxy.yaml" \
+    > "$tmp/valgrind.log" 2>&1 &
+  local vg=$!
+  for _ in $(seq 300); do curl -sf -o /dev/null -d x "$url" && break; sleep 0.2; done
+  taskset -c 1 $kit bench load -n "$n" -c "$c" --body "$tmp/body" "$url" > "$tmp/load.log" 2>&1 \
+    || { cat "$tmp/load.log" >&2; exit 1; }
+  grep -q " $n ok" "$tmp/load.log" || { echo "not every request succeeded:" >&2; cat "$tmp/load.log" >&2; exit 1; }
+  kill -TERM $vg
+  wait $vg || true
+  # events: Ir Dr Dw I1mr D1mr D1mw ILmr DLmr DLmw (with the cache simulation), or Ir alone.
+  awk '/^summary:/ { if (NF > 2) print $2, $5, $6, $7; else print $2 }' "$out"
+}
+
+if [ "$cache" = 1 ]; then
+  printf "%-40s %5s %12s %10s %10s %10s\n" build c instructions I1-misses D1r-misses D1w-misses
+else
+  printf "%-40s %5s %12s\n" build c instructions
+fi
+for c in $conc; do
+  for bin in "$@"; do
+    read -r -a a <<<"$(events "$bin" "$n1" "$c")"
+    read -r -a b <<<"$(events "$bin" "$n2" "$c")"
+    per() { echo $(( (b[$1] - a[$1]) / (n2 - n1) )); }
+    if [ "$cache" = 1 ]; then
+      printf "%-40s %5s %12s %10s %10s %10s\n" "$bin" "$c" "$(per 0)" "$(per 1)" "$(per 2)" "$(per 3)"
+    else
+      printf "%-40s %5s %12s\n" "$bin" "$c" "$(per 0)"
+    fi
+  done
+done
