@@ -92,7 +92,10 @@ mod tests {
             );
             strip_hop_by_hop(&mut h);
             assert_eq!(h.len(), 3, "{name}");
-            assert!(h.keys().all(|k| !k.as_str().eq_ignore_ascii_case(name)), "{name}");
+            assert!(
+                h.keys().all(|k| !k.as_str().eq_ignore_ascii_case(name)),
+                "{name}"
+            );
         }
         let mut h = HeaderMap::new();
         h.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/xml"));
