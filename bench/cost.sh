@@ -76,6 +76,8 @@ for c in $conc; do
   for bin in "$@"; do
     read -r -a a <<<"$(events "$bin" "$n1" "$c")"
     read -r -a b <<<"$(events "$bin" "$n2" "$c")"
+    # A failed run has printed why; its counts are missing.
+    [ "${#a[@]}" -gt 0 ] && [ "${#b[@]}" -gt 0 ] || exit 1
     per() { echo $(( (b[$1] - a[$1]) / (n2 - n1) )); }
     if [ "$cache" = 1 ]; then
       printf "%-40s %5s %12s %10s %10s %10s\n" "$bin" "$c" "$(per 0)" "$(per 1)" "$(per 2)" "$(per 3)"
