@@ -73,8 +73,8 @@ pub struct Upstream {
     suffix: String,
     connect_addr: String,
     host_header: HeaderValue,
-    path: String,
-    /// `path` parsed: the request target when the call adds neither a path nor a query.
+    /// The URL's path and query: the request target when the call adds neither a path nor a
+    /// query.
     target: Uri,
     basic_auth: Option<HeaderValue>,
     tls: Option<TlsTarget>,
@@ -326,7 +326,6 @@ impl Upstream {
                 .path
                 .parse()
                 .map_err(|e| format!("invalid path in '{shown}': {e}"))?,
-            path: target.path,
             basic_auth: target.basic_auth,
             tls,
             pools: Arc::new(Pools {
@@ -373,9 +372,7 @@ impl Upstream {
                 reused: true,
                 _permit: permit,
             },
-            // Boxed: opening a connection (TCP, TLS, handshake) is the rare path, and its
-            // future would more than double the size of every call's.
-            None => Box::pin(self.connect(permit)).await?,
+            None => self.connect(permit).await?,
         };
         let response = loop {
             let Some(sender) = lease.sender.as_mut() else {
@@ -417,7 +414,7 @@ impl Upstream {
                         Some(req) if lease.reused => {
                             request = req;
                             let permit = lease._permit.take();
-                            lease = Box::pin(self.connect(permit)).await?;
+                            lease = self.connect(permit).await?;
                         }
                         unsent => {
                             let what = super::tls::alert_in(&cause)
@@ -568,17 +565,13 @@ impl Upstream {
         // A shaped `call` appends its path to the URL's (before the URL's own query).
         let base = match suffix {
             Some(suffix) => {
-                let (path, query) = match self.path.split_once('?') {
-                    Some((p, q)) => (p, Some(q)),
-                    None => (self.path.as_str(), None),
-                };
-                let joined = format!("{}{}", path.trim_end_matches('/'), suffix.0);
-                match query {
+                let joined = format!("{}{}", self.target.path().trim_end_matches('/'), suffix.0);
+                match self.target.query() {
                     Some(q) => format!("{joined}?{q}"),
                     None => joined,
                 }
             }
-            None => self.path.clone(),
+            None => self.target.to_string(),
         };
         let uri = match query {
             Some(q) => {
@@ -596,7 +589,19 @@ impl Upstream {
         })
     }
 
-    async fn connect(&self, permit: Option<OwnedSemaphorePermit>) -> Result<Lease, MediationError> {
+    /// Boxed: opening a connection (TCP, TLS, handshake) is the rare path, and inline its
+    /// future would more than double the size of every call's.
+    fn connect(
+        &self,
+        permit: Option<OwnedSemaphorePermit>,
+    ) -> Pin<Box<dyn std::future::Future<Output = Result<Lease, MediationError>> + Send + '_>> {
+        Box::pin(self.open_lease(permit))
+    }
+
+    async fn open_lease(
+        &self,
+        permit: Option<OwnedSemaphorePermit>,
+    ) -> Result<Lease, MediationError> {
         let opened = tokio::time::timeout(self.settings.connect_timeout, self.open()).await;
         let sender_conn = match opened {
             Err(_) => {
