@@ -250,7 +250,12 @@ fn parse_target(url: &str, shown: &str) -> Result<Target, String> {
     };
     // `[::1]` connects as `[::1]:port`; other hosts as `host:port`.
     let connect_addr = format!("{host}:{port}");
-    let path = uri.path_and_query().map_or("/", |p| p.as_str()).to_owned();
+    // A URL with a query and no path (`http://host?x=1`) asks for `/` with that query.
+    let path = match uri.path_and_query().map(|p| p.as_str()) {
+        None | Some("") => "/".to_owned(),
+        Some(p) if p.starts_with('?') => format!("/{p}"),
+        Some(p) => p.to_owned(),
+    };
     Ok(Target {
         connect_addr,
         host_header,
@@ -973,6 +978,14 @@ use std::future::Future as _;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_url_without_a_path_asks_for_the_root_with_its_query() {
+        let path = |url| parse_target(url, "shown").map(|t| t.path);
+        assert_eq!(path("http://h:1"), Ok("/".to_owned()));
+        assert_eq!(path("http://h:1?x=1"), Ok("/?x=1".to_owned()));
+        assert_eq!(path("http://h:1/?x=1"), Ok("/?x=1".to_owned()));
+    }
 
     #[test]
     fn url_credentials_become_basic_auth_and_stay_out_of_host() {
