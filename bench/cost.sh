@@ -8,7 +8,9 @@
 # Usage: bench/cost.sh [BUSBAR_BINARY...] (default: this tree's release build).
 # Environment: CONC ("20 320": concurrent clients), N1 (1000), N2 (4000), SIZE (1024),
 # CACHE (0; 1 also simulates the caches and reports L1 instruction and data misses per request,
-# about twice as slow).
+# and data misses of a 1 MiB, 8-way second level, this CPU's L2; about twice as slow),
+# TOP (0; with CACHE=1, N > 0 also lists the N functions with the most L2 data misses of the
+# last run, per request, start-up included).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v valgrind >/dev/null || { echo "cost.sh needs valgrind (apt-get install valgrind)" >&2; exit 1; }
@@ -17,6 +19,7 @@ n1=${N1:-1000}
 n2=${N2:-4000}
 size=${SIZE:-1024}
 cache=${CACHE:-0}
+top=${TOP:-0}
 if [ $# -eq 0 ]; then
   cargo build --release --bin busbar
   set -- ./target/release/busbar
@@ -53,7 +56,9 @@ for _ in $(seq 50); do curl -sf -o /dev/null -d x http://127.0.0.1:9000/service/
 events() {
   local bin=$1 n=$2 c=$3 out="$tmp/callgrind.out"
   local sim=()
-  [ "$cache" = 1 ] && sim=(--cache-sim=yes)
+  # valgrind's last level stands for this CPU's per-core L2 (1 MiB, 8-way): a working set that
+  # outgrows it is what makes an exchange slower at hundreds of connections.
+  [ "$cache" = 1 ] && sim=(--cache-sim=yes --LL=1048576,8,64 --compress-strings=no --compress-pos=no)
   valgrind --tool=callgrind "${sim[@]}" --callgrind-out-file="$out" "$bin" run "$tmp/proxy.yaml" \
     > "$tmp/valgrind.log" 2>&1 &
   local vg=$!
@@ -64,11 +69,23 @@ events() {
   kill -TERM $vg
   wait $vg || true
   # events: Ir Dr Dw I1mr D1mr D1mw ILmr DLmr DLmw (with the cache simulation), or Ir alone.
-  awk '/^summary:/ { if (NF > 2) print $2, $5, $6, $7; else print $2 }' "$out"
+  awk '/^summary:/ { if (NF > 2) print $2, $5, $6, $7, $9 + $10; else print $2 }' "$out"
+}
+
+# The TOP functions of the last run by their own L2 data misses (read + write), per request.
+# A cost line after `calls=` is the callee's, so it is not the caller's own.
+top_functions() {
+  awk -v n="$1" '
+    /^fn=/ { fn = substr($0, 4); next }
+    /^calls=/ { callee = 1; next }
+    /^[0-9+*-]/ { if (callee) { callee = 0; next } ir[fn] += $2; miss[fn] += $9 + $10 }
+    END { for (f in miss) if (miss[f] > 0) printf "%10.1f %8.0f  %s\n", miss[f] / n, ir[f] / n, f }
+  ' "$tmp/callgrind.out" | sort -rn |
+    awk -v top="$top" 'NR <= top { printf "    L2 misses %s  instructions %s  ", $1, $2; $1 = ""; $2 = ""; print substr($0, 3) }'
 }
 
 if [ "$cache" = 1 ]; then
-  printf "%-40s %5s %12s %10s %10s %10s\n" build c instructions I1-misses D1r-misses D1w-misses
+  printf "%-40s %5s %12s %10s %10s %10s %10s\n" build c instructions I1-misses D1r-misses D1w-misses L2-misses
 else
   printf "%-40s %5s %12s\n" build c instructions
 fi
@@ -80,7 +97,9 @@ for c in $conc; do
     [ "${#a[@]}" -gt 0 ] && [ "${#b[@]}" -gt 0 ] || exit 1
     per() { echo $(( (b[$1] - a[$1]) / (n2 - n1) )); }
     if [ "$cache" = 1 ]; then
-      printf "%-40s %5s %12s %10s %10s %10s\n" "$bin" "$c" "$(per 0)" "$(per 1)" "$(per 2)" "$(per 3)"
+      printf "%-40s %5s %12s %10s %10s %10s %10s\n" "$bin" "$c" "$(per 0)" "$(per 1)" "$(per 2)" \
+        "$(per 3)" "$(per 4)"
+      [ "$top" -gt 0 ] && top_functions "$n2"
     else
       printf "%-40s %5s %12s\n" "$bin" "$c" "$(per 0)"
     fi
