@@ -246,3 +246,41 @@ fn a_full_xpath_route_refuses_an_element_with_fifty_thousand_attributes() {
     );
     assert!(seen.lock().expect("lock").is_empty(), "forwarded");
 }
+
+#[test]
+fn a_nul_character_after_the_root_is_refused_by_full_xpath_routes_and_never_forwarded() {
+    // libxml2 takes a NUL for the end of its input; the bytes after it must not ride along
+    // unchecked to the back end.
+    let (backend, seen) = recording_back_end();
+    let h = engine(&format!(
+        "endpoints:\n  echo: {{ url: \"http://{backend}/e\" }}\nproxies:\n  Full:\n    path: /full\n    in:\n      - route:\n          - when: {{ xpath: \"//order[1]/symbol = 'IBM' and true()\" }}\n            then: [ {{ call: echo }} ]\n          - otherwise: [ {{ fault: {{ status: 500, reason: other }} }} ]\n"
+    ));
+    let good = buy_stocks(1024, Variant::Plain).expect("payload");
+    let r = Client::connect(h.http())
+        .post("/full", &[SOAP11], &good)
+        .expect("r");
+    assert_eq!(r.status, 200, "{}", r.text());
+    let mut body = good.clone();
+    body.extend_from_slice(b"\0<unclosed><x>&bogus;");
+    let r = Client::connect(h.http())
+        .post("/full", &[SOAP11], &body)
+        .expect("r");
+    let text = r.text();
+    assert_eq!(r.status, 500, "{text}");
+    assert!(
+        text.contains("<faultcode>soapenv:Client</faultcode>"),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!(
+            "a NUL character (byte {}) is not allowed in XML",
+            good.len()
+        )),
+        "{text}"
+    );
+    assert_eq!(
+        seen.lock().expect("lock").len(),
+        1,
+        "only the good request was forwarded"
+    );
+}

@@ -64,15 +64,16 @@ impl Default for ParseLimits {
 /// [`ErrorKind::Parse`] when it declares an encoding the scan cannot follow.
 pub(crate) fn check(bytes: &[u8], limits: &ParseLimits) -> Result<(), LibxmlError> {
     let narrowed;
-    let units: &[u8] = match layout(bytes) {
+    // Where the units start in `bytes`, and how many bytes each one takes.
+    let (units, skip, width): (&[u8], usize, usize) = match layout(bytes) {
         Layout::Bytes(skip) => {
             check_declared(&bytes[skip..], false)?;
-            &bytes[skip..]
+            (&bytes[skip..], skip, 1)
         }
         Layout::Utf16 { big_endian, skip } => {
             narrowed = narrow(&bytes[skip..], big_endian);
             check_declared(&narrowed, true)?;
-            &narrowed
+            (&narrowed, skip, 2)
         }
         Layout::Other(what) => {
             return Err(LibxmlError::new(
@@ -83,6 +84,17 @@ pub(crate) fn check(bytes: &[u8], limits: &ParseLimits) -> Result<(), LibxmlErro
             ))
         }
     };
+    // XML has no NUL character (XML 1.0 section 2.2), and libxml2 takes one for the end of
+    // its input: whatever followed it would pass unread, and go on to the back end unchecked.
+    if let Some(at) = memchr(0, units) {
+        return Err(LibxmlError::new(
+            ErrorKind::Parse,
+            format!(
+                "a NUL character (byte {}) is not allowed in XML",
+                skip + at * width
+            ),
+        ));
+    }
     Scan::new(limits).run(units)
 }
 
@@ -492,6 +504,49 @@ mod tests {
         assert_eq!(kind(b"<a x='1 y='' z='' w=''<b/>"), limit);
         // A stray end tag first, then a tag over the limit.
         assert_eq!(kind(b"</x><a w='' x='' y='' z=''/>"), limit);
+    }
+
+    #[test]
+    fn a_nul_character_anywhere_is_refused_in_every_encoding() {
+        let message = |doc: &[u8]| check(doc, &small()).err().map(|e| (e.kind, e.message));
+        let utf16 = |s: &str, big: bool| -> Vec<u8> {
+            s.encode_utf16()
+                .flat_map(|u| {
+                    if big {
+                        u.to_be_bytes()
+                    } else {
+                        u.to_le_bytes()
+                    }
+                })
+                .collect()
+        };
+        // After the root (libxml2 would stop there and accept the document), inside text,
+        // inside a tag, after a byte order mark.
+        for (doc, at) in [
+            (&b"<a>x</a>\0<unclosed>&bogus;"[..], 8),
+            (b"<a>x\0y</a>", 4),
+            (b"<a\0 b='1'/>", 2),
+            (b"\xEF\xBB\xBF<a/>\0", 7),
+        ] {
+            assert_eq!(
+                message(doc),
+                Some((
+                    ErrorKind::Parse,
+                    format!("a NUL character (byte {at}) is not allowed in XML")
+                )),
+                "{doc:?}"
+            );
+        }
+        for big in [false, true] {
+            let mut doc = utf16("<?xml version='1.0'?><a>x</a>", big);
+            assert_eq!(message(&doc), None);
+            doc.extend([0, 0]);
+            doc.extend(utf16("<b>", big));
+            assert_eq!(message(&doc).map(|m| m.0), Some(ErrorKind::Parse));
+        }
+        // UTF-16 characters with a zero byte (every ASCII one) are not NUL characters.
+        assert_eq!(message(&utf16("\u{FEFF}<a>é\u{100}</a>", false)), None);
+        assert_eq!(message(&utf16("\u{FEFF}<a>é\u{100}</a>", true)), None);
     }
 
     #[test]
