@@ -284,3 +284,31 @@ fn the_fast_jq_path_refuses_what_the_json_check_refuses_and_survives_a_huge_repe
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(seen.lock().expect("lock").len(), 1);
 }
+
+#[test]
+fn a_program_that_nests_a_value_without_end_fails_its_request_and_busbar_goes_on() {
+    let h = engine(
+        "proxies:\n  Deep:\n    path: /deep\n    in:\n      - jq: 'reduce range(0; .n) as $i (null; [.])'\n      - respond: {}\n  DeepJaq:\n    path: /deep-jaq\n    in:\n      - jq: 'reduce .items[] as $i (null; {next: ., v: $i}) | getpath([])'\n      - respond: {}\n  Inf:\n    path: /inf\n    in:\n      - jq: '{total: (.price * .volume), ratio: (.x | sqrt)}'\n      - respond: {}\n",
+    );
+    let mut c = Client::connect(h.http());
+    let items = format!("{{\"items\":[{}0]}}", "0,".repeat(200_000));
+    for (path, body) in [("/deep", r#"{"n":5000}"#.to_owned()), ("/deep-jaq", items)] {
+        let r = c.post(path, &[JSON], body.as_bytes()).expect("answer");
+        assert_eq!(r.status, 500, "{path}: {}", r.text());
+        assert!(
+            r.text().contains("nested deeper than 1024 levels"),
+            "{path}: {}",
+            r.text()
+        );
+    }
+    let r = c.post("/deep", &[JSON], br#"{"n":3}"#).expect("answer");
+    assert_eq!((r.status, r.text()), (200, "[[[null]]]".to_owned()));
+    // JSON has no Infinity or NaN: written as jq writes them, and the answer is JSON.
+    let r = c
+        .post("/inf", &[JSON], br#"{"price":1e308,"volume":10,"x":-1}"#)
+        .expect("answer");
+    assert_eq!(r.status, 200, "{}", r.text());
+    let v: Value = serde_json::from_slice(&r.body).expect("JSON");
+    assert_eq!(v["total"].as_f64(), Some(f64::MAX));
+    assert!(v["ratio"].is_null(), "{v}");
+}

@@ -18,7 +18,7 @@ use jaq_core::load::parse::{BinaryOp, Def, Pattern, Term as Ast};
 use jaq_core::ops::{Cmp, Math};
 use jaq_core::path::{Opt, Part};
 
-use crate::value::{self, insert, num_cmp, num_op, write, Num, Rules, Str, V};
+use crate::value::{self, arr, insert, num_cmp, num_op, obj, write, Num, Rules, Str, MAX_DEPTH, V};
 
 /// Why a run stops early.
 #[derive(Debug)]
@@ -28,6 +28,15 @@ pub(crate) enum Bail {
     /// The run fails here and must not go to jaq: jaq would exhaust memory (it aborts the
     /// process when a string is repeated a huge number of times).
     Error(String),
+}
+
+/// A value a program built, or the error that it would nest deeper than jq values may here.
+fn built(v: Option<V<'_>>) -> Result<V<'_>, Bail> {
+    v.ok_or_else(|| {
+        Bail::Error(format!(
+            "the program built a value nested deeper than {MAX_DEPTH} levels"
+        ))
+    })
 }
 
 /// The largest string `string * number` may build (jaq has no limit).
@@ -513,8 +522,8 @@ fn rank(v: &V<'_>) -> u8 {
         V::Bool(_) => 1,
         V::Num(_) => 2,
         V::Str(_) => 3,
-        V::Arr(_) => 4,
-        V::Obj(_) => 5,
+        V::Arr(..) => 4,
+        V::Obj(..) => 5,
     }
 }
 
@@ -524,7 +533,7 @@ fn compare(l: &V<'_>, r: &V<'_>) -> Result<Ordering, Bail> {
         (V::Bool(x), V::Bool(y)) => x.cmp(y),
         (V::Num(x), V::Num(y)) => num_cmp(x, y).ok_or(Bail::Jaq)?,
         (V::Str(x), V::Str(y)) => x.as_str().as_bytes().cmp(y.as_str().as_bytes()),
-        (V::Arr(_), V::Arr(_)) | (V::Obj(_), V::Obj(_)) => return Err(Bail::Jaq),
+        (V::Arr(..), V::Arr(..)) | (V::Obj(..), V::Obj(..)) => return Err(Bail::Jaq),
         (l, r) => rank(l).cmp(&rank(r)),
     })
 }
@@ -548,17 +557,17 @@ fn math<'a>(op: u8, l: V<'a>, r: V<'a>) -> Result<V<'a>, Bail> {
         (b'+', V::Null, x) | (b'+', x, V::Null) => x,
         (_, V::Num(x), V::Num(y)) => V::Num(num_op(op, &x, &y).ok_or(Bail::Jaq)?),
         (b'+', V::Str(x), V::Str(y)) => V::string([x.as_str(), y.as_str()].concat()),
-        (b'+', V::Arr(x), V::Arr(y)) => {
+        (b'+', V::Arr(x, _), V::Arr(y, _)) => {
             let mut items = Rc::unwrap_or_clone(x);
             items.extend(y.iter().cloned());
-            V::Arr(Rc::new(items))
+            built(arr(items))?
         }
-        (b'+', V::Obj(x), V::Obj(y)) => {
+        (b'+', V::Obj(x, _), V::Obj(y, _)) => {
             let mut fields = Rc::unwrap_or_clone(x);
             for (k, v) in y.iter() {
                 insert(&mut fields, k.clone(), v.clone());
             }
-            V::Obj(Rc::new(fields))
+            built(obj(fields))?
         }
         (b'/', V::Str(x), V::Str(y)) => split(x.as_str(), y.as_str()),
         (b'*', V::Str(s), V::Num(n)) | (b'*', V::Num(n), V::Str(s)) => match n {
@@ -597,7 +606,7 @@ fn split<'a>(s: &str, sep: &str) -> V<'a> {
     } else {
         s.split(sep).map(|p| V::string(p.to_owned())).collect()
     };
-    V::Arr(Rc::new(items))
+    V::Arr(Rc::new(items), 1)
 }
 
 /// jaq's rounding: integers unchanged, other numbers rounded to an integer when in range.
@@ -668,14 +677,14 @@ impl Fast {
                 }
                 V::string(s)
             }
-            T::Arr(None) => V::Arr(Rc::new(Vec::new())),
+            T::Arr(None) => V::Arr(Rc::new(Vec::new()), 1),
             T::Arr(Some(t)) => {
                 let mut items = Vec::new();
                 self.each(t, input, env, &mut |v, _| {
                     items.push(v);
                     Ok(())
                 })?;
-                V::Arr(Rc::new(items))
+                built(arr(items))?
             }
             T::Obj(entries) => {
                 let mut fields: Vec<(Str<'a>, V<'a>)> = Vec::with_capacity(entries.len());
@@ -690,7 +699,7 @@ impl Fast {
                     let value = self.one(v, input, env)?;
                     insert(&mut fields, key, value);
                 }
-                V::Obj(Rc::new(fields))
+                built(obj(fields))?
             }
             T::Neg(t) => match self.one(t, input, env)? {
                 V::Num(Num::Int(i)) => V::Num(
@@ -868,13 +877,13 @@ impl Fast {
                 }
             }
             PathPart::Iter => match v {
-                V::Arr(items) => {
+                V::Arr(items, _) => {
                     for x in items.iter() {
                         self.path(rest, root, x.clone(), env, out)?;
                     }
                     Ok(())
                 }
-                V::Obj(fields) => {
+                V::Obj(fields, _) => {
                     for (_, x) in fields.iter() {
                         self.path(rest, root, x.clone(), env, out)?;
                     }
@@ -891,8 +900,8 @@ impl Fast {
 fn index<'a>(v: &V<'a>, key: &V<'a>) -> Result<Option<V<'a>>, Bail> {
     Ok(match (v, key) {
         (V::Null, _) => Some(V::Null),
-        (V::Obj(_), V::Str(k)) => Some(v.get(k.as_str()).cloned().unwrap_or(V::Null)),
-        (V::Arr(items), V::Num(Num::Int(i))) => {
+        (V::Obj(..), V::Str(k)) => Some(v.get(k.as_str()).cloned().unwrap_or(V::Null)),
+        (V::Arr(items, _), V::Num(Num::Int(i))) => {
             let at = if *i < 0 {
                 items.len().checked_sub(i.unsigned_abs())
             } else {
@@ -900,7 +909,7 @@ fn index<'a>(v: &V<'a>, key: &V<'a>) -> Result<Option<V<'a>>, Bail> {
             };
             Some(at.and_then(|at| items.get(at)).cloned().unwrap_or(V::Null))
         }
-        (V::Obj(_) | V::Arr(_), _) => return Err(Bail::Jaq),
+        (V::Obj(..) | V::Arr(..), _) => return Err(Bail::Jaq),
         _ => None,
     })
 }
@@ -919,8 +928,8 @@ fn builtin<'a>(b: Builtin, v: &V<'a>, arg: Option<V<'a>>) -> Result<V<'a>, Bail>
             V::Num(Num::Big(_)) => return Err(Bail::Jaq),
             V::Num(n) => Num::Float(n.as_f64().abs()),
             V::Str(s) => Num::Int(s.as_str().chars().count() as isize),
-            V::Arr(a) => Num::Int(a.len() as isize),
-            V::Obj(o) => Num::Int(o.len() as isize),
+            V::Arr(a, _) => Num::Int(a.len() as isize),
+            V::Obj(o, _) => Num::Int(o.len() as isize),
             V::Bool(_) => return Err(Bail::Jaq),
         }),
         Builtin::ToString => into_string(v.clone()),
@@ -951,31 +960,31 @@ fn builtin<'a>(b: Builtin, v: &V<'a>, arg: Option<V<'a>>) -> Result<V<'a>, Bail>
             V::Bool(_) => "boolean",
             V::Num(_) => "number",
             V::Str(_) => "string",
-            V::Arr(_) => "array",
-            V::Obj(_) => "object",
+            V::Arr(..) => "array",
+            V::Obj(..) => "object",
         })),
         Builtin::Keys => match v {
-            V::Obj(o) => {
+            V::Obj(o, _) => {
                 let mut keys: Vec<Str<'a>> = o.iter().map(|(k, _)| k.clone()).collect();
                 keys.sort_by(|x, y| x.as_str().as_bytes().cmp(y.as_str().as_bytes()));
-                V::Arr(Rc::new(keys.into_iter().map(V::Str).collect()))
+                V::Arr(Rc::new(keys.into_iter().map(V::Str).collect()), 1)
             }
-            V::Arr(a) => V::Arr(Rc::new(
-                (0..a.len()).map(|i| V::Num(Num::Int(i as isize))).collect(),
-            )),
+            V::Arr(a, _) => V::Arr(
+                Rc::new((0..a.len()).map(|i| V::Num(Num::Int(i as isize))).collect()),
+                1,
+            ),
             _ => return Err(Bail::Jaq),
         },
         Builtin::ToEntries => match v {
-            V::Obj(o) => V::Arr(Rc::new(
-                o.iter()
-                    .map(|(k, x)| {
-                        V::Obj(Rc::new(vec![
-                            (Str::Borrowed("key"), V::Str(k.clone())),
-                            (Str::Borrowed("value"), x.clone()),
-                        ]))
-                    })
-                    .collect(),
-            )),
+            V::Obj(o, _) => built(arr(o
+                .iter()
+                .map(|(k, x)| {
+                    built(obj(vec![
+                        (Str::Borrowed("key"), V::Str(k.clone())),
+                        (Str::Borrowed("value"), x.clone()),
+                    ]))
+                })
+                .collect::<Result<_, _>>()?))?,
             _ => return Err(Bail::Jaq),
         },
         Builtin::Split => {
@@ -983,7 +992,7 @@ fn builtin<'a>(b: Builtin, v: &V<'a>, arg: Option<V<'a>>) -> Result<V<'a>, Bail>
             split(&s, &sep)
         }
         Builtin::Join => match (v, &arg) {
-            (V::Arr(items), Some(sep @ (V::Str(_) | V::Null))) => {
+            (V::Arr(items, _), Some(sep @ (V::Str(_) | V::Null))) => {
                 let sep = match sep {
                     V::Str(s) => s.as_str(),
                     _ => "",
@@ -1023,7 +1032,7 @@ fn builtin<'a>(b: Builtin, v: &V<'a>, arg: Option<V<'a>>) -> Result<V<'a>, Bail>
             })
         }
         Builtin::Has => match (v, &arg) {
-            (V::Obj(_), Some(V::Str(k))) => V::Bool(v.get(k.as_str()).is_some()),
+            (V::Obj(..), Some(V::Str(k))) => V::Bool(v.get(k.as_str()).is_some()),
             _ => return Err(Bail::Jaq),
         },
     })

@@ -247,15 +247,21 @@ impl Program {
     }
 
     fn run_slow(&self, input: &[u8], vars: &[&[u8]]) -> Result<Vec<u8>, RunError> {
-        // jaq panics on some impossible sizes (a string repeated past `isize::MAX` bytes): a
-        // failed run, not a lost connection.
-        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            self.run_jaq_inner(input, vars)
-        }))
-        .unwrap_or_else(|_| {
-            Err(RunError::Program(
-                "the program failed inside jaq (a value too large to build)".to_owned(),
-            ))
+        // jaq walks values recursively (reading `fromjson`'s text, comparing, writing and
+        // dropping them): a value a program nests a few thousand levels deep would overflow a
+        // worker thread's stack and abort the process. Its runs get a stack of their own, large
+        // enough for values far deeper than any output may be (JAQ_STACK).
+        stacker::grow(JAQ_STACK, || {
+            // jaq panics on some impossible sizes (a string repeated past `isize::MAX`
+            // bytes): a failed run, not a lost connection.
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                self.run_jaq_inner(input, vars)
+            }))
+            .unwrap_or_else(|_| {
+                Err(RunError::Program(
+                    "the program failed inside jaq (a value too large to build)".to_owned(),
+                ))
+            })
         })
     }
 
@@ -289,7 +295,101 @@ impl Program {
         if extra > 0 {
             return Err(RunError::Outputs(1 + extra));
         }
+        if nesting(&first) > usize::from(value::MAX_DEPTH) {
+            dismantle(first);
+            return Err(RunError::Program(format!(
+                "the program built a value nested deeper than {} levels",
+                value::MAX_DEPTH
+            )));
+        }
+        let first = if nesting_any(
+            &first,
+            |n| matches!(n, jaq_json::Num::Float(x) if !x.is_finite()),
+        ) {
+            finite(first)
+        } else {
+            first
+        };
         Ok(first.to_string().into_bytes())
+    }
+}
+
+/// Whether a number of `v` (nested no deeper than [`value::MAX_DEPTH`]) is one `is`.
+fn nesting_any(v: &Val, is: impl Fn(&jaq_json::Num) -> bool + Copy) -> bool {
+    match v {
+        Val::Num(n) => is(n),
+        Val::Arr(items) => items.iter().any(|v| nesting_any(v, is)),
+        Val::Obj(fields) => fields.values().any(|v| nesting_any(v, is)),
+        _ => false,
+    }
+}
+
+/// `v` with JSON in place of the numbers JSON has no text for, as jq writes them: NaN as
+/// `null`, infinities as the largest finite numbers. (`v` nests no deeper than
+/// [`value::MAX_DEPTH`].)
+fn finite(v: Val) -> Val {
+    use jaq_json::{Num, Rc};
+    match v {
+        Val::Num(Num::Float(x)) if x.is_nan() => Val::Null,
+        Val::Num(Num::Float(x)) if x.is_infinite() => {
+            Val::Num(Num::Float(if x > 0.0 { f64::MAX } else { f64::MIN }))
+        }
+        Val::Arr(items) => Val::Arr(Rc::new(
+            Rc::unwrap_or_clone(items).into_iter().map(finite).collect(),
+        )),
+        Val::Obj(fields) => Val::Obj(Rc::new(
+            Rc::unwrap_or_clone(fields)
+                .into_iter()
+                .map(|(k, v)| (k, finite(v)))
+                .collect(),
+        )),
+        v => v,
+    }
+}
+
+/// The stack jaq runs on: at a few hundred bytes per level of the deepest recursion, room for
+/// values about a million levels deep.
+const JAQ_STACK: usize = 256 * 1024 * 1024;
+
+/// How deeply `v` nests (0 for a scalar), without recursion. A value shared in several places
+/// is walked once per place, but only as deep as [`value::MAX_DEPTH`] + 1.
+fn nesting(v: &Val) -> usize {
+    let limit = usize::from(value::MAX_DEPTH) + 1;
+    let mut deepest = 0;
+    let mut stack: Vec<(&Val, usize)> = vec![(v, 0)];
+    while let Some((v, depth)) = stack.pop() {
+        let children: Box<dyn Iterator<Item = &Val>> = match v {
+            Val::Arr(items) => Box::new(items.iter()),
+            Val::Obj(fields) => Box::new(fields.values()),
+            _ => continue,
+        };
+        let depth = depth + 1;
+        deepest = deepest.max(depth);
+        if depth >= limit {
+            return depth;
+        }
+        stack.extend(children.map(|c| (c, depth)));
+    }
+    deepest
+}
+
+/// Drops `v` without recursion: a deep value's own drop would recurse once per level.
+fn dismantle(v: Val) {
+    let mut stack = vec![v];
+    while let Some(v) = stack.pop() {
+        match v {
+            Val::Arr(items) => {
+                if let Ok(items) = jaq_json::Rc::try_unwrap(items) {
+                    stack.extend(items);
+                }
+            }
+            Val::Obj(fields) => {
+                if let Ok(fields) = jaq_json::Rc::try_unwrap(fields) {
+                    stack.extend(fields.into_iter().flat_map(|(k, v)| [k, v]));
+                }
+            }
+            _ => {}
+        }
     }
 }
 
@@ -327,6 +427,68 @@ mod tests {
         assert!(matches!(run(".a.b", "[1]"), Err(RunError::Program(_))));
         assert!(matches!(run("error(\"no\")", "1"), Err(RunError::Program(m)) if m.contains("no")));
         assert!(matches!(run(".", "{"), Err(RunError::Input(_))));
+    }
+
+    #[test]
+    fn values_nested_past_the_limit_fail_the_run_instead_of_the_process() {
+        let too_deep = format!(
+            "the program built a value nested deeper than {} levels",
+            value::MAX_DEPTH
+        );
+        let fails = |src: &str, input: &str| match run(src, input) {
+            Err(RunError::Program(m)) => assert_eq!(m, too_deep, "{src}"),
+            other => panic!("{src}: {other:?}"),
+        };
+        // One level per step, from an 11-byte request: on the fast interpreter, and on jaq
+        // (`getpath` is not in the fast subset).
+        fails("reduce range(0; .n) as $i (null; [.])", r#"{"n":5000}"#);
+        fails(
+            "reduce range(0; .n) as $i (null; [.]) | getpath([])",
+            r#"{"n":5000}"#,
+        );
+        let items = format!("{{\"items\":[{}0]}}", "0,".repeat(200_000));
+        fails("reduce .items[] as $i (null; {next: ., v: $i})", &items);
+        fails(
+            "reduce .items[] as $i (null; {next: ., v: $i}) | getpath([])",
+            &items,
+        );
+        // Up to the limit, values are built and written out.
+        let at_limit = run(
+            "reduce range(0; .n) as $i (null; [.])",
+            &format!("{{\"n\":{}}}", value::MAX_DEPTH),
+        )
+        .expect("at the limit");
+        assert_eq!(at_limit.matches('[').count(), usize::from(value::MAX_DEPTH));
+        // jaq works on deep values inside a run (on its own stack) as long as its one output
+        // is within the limit.
+        let deep_text = format!("{}{}", "[".repeat(100_000), "]".repeat(100_000));
+        let input = serde_json::json!({ "s": deep_text }).to_string();
+        assert_eq!(
+            run(".s | fromjson | type", &input).as_deref(),
+            Ok("\"array\"")
+        );
+        assert_eq!(
+            run(
+                "reduce .items[] as $i (null; {next: ., v: $i}) | getpath([]) | type",
+                &items
+            )
+            .as_deref(),
+            Ok("\"object\"")
+        );
+    }
+
+    #[test]
+    fn numbers_json_has_no_text_for_are_written_as_jq_writes_them() {
+        for src in [
+            "[.a * .b, -.a * .b, (-1 | sqrt)]",
+            "[.a * .b, -.a * .b, (-1 | sqrt)] | getpath([])",
+        ] {
+            assert_eq!(
+                run(src, r#"{"a":1e308,"b":10}"#).as_deref(),
+                Ok("[1.7976931348623157e308,-1.7976931348623157e308,null]"),
+                "{src}"
+            );
+        }
     }
 
     #[test]

@@ -65,12 +65,40 @@ pub(crate) enum V<'a> {
     Bool(bool),
     Num(Num<'a>),
     Str(Str<'a>),
-    Arr(Rc<Vec<V<'a>>>),
+    /// The items, and the array's nesting ([`V::depth`]).
+    Arr(Rc<Vec<V<'a>>>, u16),
     /// Keys in insertion order; a key set again keeps its first position (as jaq's map does).
-    Obj(Rc<Vec<(Str<'a>, V<'a>)>>),
+    /// With the object's nesting.
+    Obj(Rc<Vec<(Str<'a>, V<'a>)>>, u16),
+}
+
+/// The deepest nesting a value may have, read or built by a program. Every walk of a value
+/// (writing it out, dropping it) recurses once per level; this keeps the deepest within a
+/// thread's stack, where a program building a list one level per `reduce` step would
+/// otherwise overflow it and abort the process.
+pub(crate) const MAX_DEPTH: u16 = 1024;
+
+/// An array of `items`; `None` when it would nest deeper than [`MAX_DEPTH`].
+pub(crate) fn arr(items: Vec<V<'_>>) -> Option<V<'_>> {
+    let depth = 1 + items.iter().map(V::depth).max().unwrap_or(0);
+    (depth <= MAX_DEPTH).then(|| V::Arr(Rc::new(items), depth))
+}
+
+/// An object of `fields`; `None` when it would nest deeper than [`MAX_DEPTH`].
+pub(crate) fn obj<'a>(fields: Vec<(Str<'a>, V<'a>)>) -> Option<V<'a>> {
+    let depth = 1 + fields.iter().map(|(_, v)| v.depth()).max().unwrap_or(0);
+    (depth <= MAX_DEPTH).then(|| V::Obj(Rc::new(fields), depth))
 }
 
 impl<'a> V<'a> {
+    /// Nesting: 0 for a scalar, 1 for an array or object of scalars (or an empty one).
+    pub(crate) fn depth(&self) -> u16 {
+        match self {
+            V::Arr(_, d) | V::Obj(_, d) => *d,
+            _ => 0,
+        }
+    }
+
     pub(crate) fn truthy(&self) -> bool {
         !matches!(self, V::Null | V::Bool(false))
     }
@@ -82,7 +110,7 @@ impl<'a> V<'a> {
     /// `.[key]` on an object.
     pub(crate) fn get(&self, key: &str) -> Option<&V<'a>> {
         match self {
-            V::Obj(o) => o.iter().find(|(k, _)| k.as_str() == key).map(|(_, v)| v),
+            V::Obj(o, _) => o.iter().find(|(k, _)| k.as_str() == key).map(|(_, v)| v),
             _ => None,
         }
     }
@@ -166,7 +194,7 @@ pub(crate) struct Rules {
 
 /// The rules for values jaq reads itself (variables, `tonumber`).
 const LENIENT: Rules = Rules {
-    max_depth: MAX_DEPTH,
+    max_depth: READ_MAX_DEPTH,
     reject_duplicates: false,
     finite_numbers: false,
 };
@@ -184,7 +212,7 @@ pub(crate) fn parse_with(text: &str, rules: Rules) -> Option<V<'_>> {
         at: 0,
         depth: 0,
         rules: Rules {
-            max_depth: rules.max_depth.min(MAX_DEPTH),
+            max_depth: rules.max_depth.min(READ_MAX_DEPTH),
             ..rules
         },
     };
@@ -203,7 +231,7 @@ pub(crate) fn parse_number(text: &str) -> Option<Num<'_>> {
 }
 
 /// How deep the reader nests before giving up (jaq would read on; the caller falls back).
-const MAX_DEPTH: usize = 256;
+const READ_MAX_DEPTH: usize = 256;
 
 /// Objects larger than this are checked for duplicate keys with a set rather than a scan.
 const SCAN_KEYS: usize = 16;
@@ -268,7 +296,7 @@ impl<'a> Reader<'a> {
                     }
                 }
                 self.depth -= 1;
-                Some(V::Arr(Rc::new(items)))
+                arr(items)
             }
             b'{' => {
                 self.deeper()?;
@@ -316,7 +344,7 @@ impl<'a> Reader<'a> {
                     }
                 }
                 self.depth -= 1;
-                Some(V::Obj(Rc::new(fields)))
+                obj(fields)
             }
             _ => None,
         }
@@ -435,7 +463,7 @@ pub(crate) fn write(out: &mut Vec<u8>, v: &V<'_>) {
         V::Bool(false) => out.extend_from_slice(b"false"),
         V::Num(n) => write_num(out, n),
         V::Str(s) => write_str(out, s.as_str()),
-        V::Arr(items) => {
+        V::Arr(items, _) => {
             out.push(b'[');
             for (i, item) in items.iter().enumerate() {
                 if i > 0 {
@@ -445,7 +473,7 @@ pub(crate) fn write(out: &mut Vec<u8>, v: &V<'_>) {
             }
             out.push(b']');
         }
-        V::Obj(fields) => {
+        V::Obj(fields, _) => {
             out.push(b'{');
             for (i, (k, item)) in fields.iter().enumerate() {
                 if i > 0 {
@@ -463,12 +491,13 @@ pub(crate) fn write(out: &mut Vec<u8>, v: &V<'_>) {
 pub(crate) fn write_num(out: &mut Vec<u8>, n: &Num<'_>) {
     match n {
         Num::Int(i) => out.extend_from_slice(itoa::Buffer::new().format(*i).as_bytes()),
-        Num::Float(f) if f.is_nan() => out.extend_from_slice(b"NaN"),
-        Num::Float(f) if f.is_infinite() => out.extend_from_slice(if *f > 0.0 {
-            b"Infinity".as_slice()
-        } else {
-            b"-Infinity".as_slice()
-        }),
+        // JSON has no text for these; jq writes NaN as null and the infinities as the
+        // largest finite numbers.
+        Num::Float(f) if f.is_nan() => out.extend_from_slice(b"null"),
+        Num::Float(f) if f.is_infinite() => {
+            let max = if *f > 0.0 { f64::MAX } else { f64::MIN };
+            out.extend_from_slice(ryu::Buffer::new().format_finite(max).as_bytes());
+        }
         Num::Float(f) => out.extend_from_slice(ryu::Buffer::new().format_finite(*f).as_bytes()),
         Num::Dec(s) | Num::Big(s) => out.extend_from_slice(s.as_str().as_bytes()),
     }
