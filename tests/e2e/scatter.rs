@@ -110,6 +110,8 @@ fn back_end(slow: Duration) -> Back {
                         ("500 Internal Server Error", b"{\"error\":1}".to_vec())
                     } else if path.starts_with("/notjson") {
                         ("200 OK", b"<html/>".to_vec())
+                    } else if path.starts_with("/dup") {
+                        ("200 OK", b"{\"a\":1,\"a\":2}".to_vec())
                     } else if path.starts_with("/echo") {
                         (
                             "200 OK",
@@ -171,6 +173,7 @@ fn fail_answers_502_naming_the_branch_and_cancels_the_slow_one() {
         ("b:/failslow/{id}", "answered 500"),
         ("dead:/x", "refused"),
         ("b:/notjson", "not JSON"),
+        ("b:/dup", "duplicate"),
     ] {
         let yaml = sg_yaml(
             back.addr,

@@ -882,9 +882,20 @@ impl Query {
     }
 }
 
-/// Parses a whole document after checking it strictly with `limits` (nesting, and duplicate
-/// names when refused): serde_json alone keeps the last of duplicate names and nests to 128.
+/// The deepest nesting a whole document may have ([`parse_strict`]): serde_json's own limit.
+/// Its reader, and every walk of the tree it builds (queries, conversion, writing, dropping),
+/// recurse once per level, and its limit keeps them well within a thread's stack.
+pub const WHOLE_MAX_DEPTH: usize = 127;
+
+/// Parses a whole document after checking it strictly with `limits` (nesting up to
+/// `limits.max_depth` and at most [`WHOLE_MAX_DEPTH`], and duplicate names when refused):
+/// serde_json alone keeps the last of duplicate names, and its own depth error names neither
+/// the limit nor where the document broke it.
 pub fn parse_strict(doc: &[u8], limits: Limits) -> Result<serde_json::Value, JsonError> {
+    let limits = Limits {
+        max_depth: limits.max_depth.min(WHOLE_MAX_DEPTH),
+        ..limits
+    };
     check(doc, limits)?;
     serde_json::from_slice(doc).map_err(|e| JsonError {
         offset: 0,

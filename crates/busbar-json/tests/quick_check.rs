@@ -188,3 +188,32 @@ fn the_quick_check_refuses_what_the_rules_refuse() {
     }
     assert!(check(br#"{"a":1,"b":{"a":2}}"#, strict).is_ok());
 }
+
+#[test]
+fn whole_documents_parse_to_127_levels_and_deeper_ones_get_the_limit_and_its_place() {
+    let limits = |max_depth| busbar_json::Limits {
+        max_depth,
+        ..busbar_json::Limits::default()
+    };
+    let nested = |depth: usize| format!("{}1{}", "[".repeat(depth), "]".repeat(depth));
+    for depth in [1, 64, 127] {
+        let doc = nested(depth);
+        let v = busbar_json::parse_strict(doc.as_bytes(), limits(1024))
+            .unwrap_or_else(|e| panic!("{depth}: {}", e.message));
+        assert_eq!(serde_json::to_string(&v).expect("text"), doc);
+    }
+    // Past serde_json's 127 levels, whatever the configured limit: the limit named, at the
+    // bracket that broke it (serde_json's own error said "recursion limit exceeded" at byte 0).
+    for configured in [128, 1024] {
+        let e = busbar_json::parse_strict(nested(300).as_bytes(), limits(configured))
+            .expect_err("past 127");
+        assert!(
+            e.message.contains("deeper than 127 levels"),
+            "{}",
+            e.message
+        );
+        assert_eq!(e.offset, 127);
+    }
+    let e = busbar_json::parse_strict(nested(65).as_bytes(), limits(64)).expect_err("past 64");
+    assert!(e.message.contains("deeper than 64 levels"), "{}", e.message);
+}

@@ -86,7 +86,8 @@ impl JsonToXmlStep {
 }
 
 /// Text with `<`, `>`, `&` (and in attributes `"`) escaped, and control characters XML 1.0
-/// cannot hold refused.
+/// cannot hold refused. In attributes a tab and a line feed are written as references too:
+/// written raw, every XML parser reads them back as spaces (attribute-value normalisation).
 fn escape(out: &mut String, text: &str, attr: bool) -> Result<(), String> {
     for c in text.chars() {
         match c {
@@ -95,6 +96,8 @@ fn escape(out: &mut String, text: &str, attr: bool) -> Result<(), String> {
             '&' => out.push_str("&amp;"),
             '"' if attr => out.push_str("&quot;"),
             '\r' => out.push_str("&#13;"),
+            '\t' if attr => out.push_str("&#9;"),
+            '\n' if attr => out.push_str("&#10;"),
             '\t' | '\n' => out.push(c),
             c if (c as u32) < 0x20 || c == '\u{fffe}' || c == '\u{ffff}' => {
                 return Err(format!(
@@ -222,6 +225,15 @@ impl JsonToXmlStep {
             (Some(root), v) => element(&mut body, root, v, &ns, &mut nil)?,
             (None, Value::Object(m)) if m.len() == 1 => {
                 let (k, v) = m.iter().next().ok_or("empty object")?;
+                if let Value::Array(items) = v {
+                    if items.len() != 1 {
+                        // Each item would be a root element of its own.
+                        return Err(format!(
+                            "the JSON's one member '{k}' is an array of {} items, which would make as many root elements, and the step has no 'root'",
+                            items.len()
+                        ));
+                    }
+                }
                 element(&mut body, k, v, &ns, &mut nil)?;
             }
             (None, _) => {
@@ -439,6 +451,32 @@ mod tests {
             // "007" stays a string: leading zeros never make a number.
             assert!(same_json(&got, doc), "{doc}\n -> {got}");
         }
+    }
+
+    #[test]
+    fn attribute_values_keep_their_tabs_and_line_breaks_through_a_round_trip() {
+        let doc = r##"{"r":{"@note":"line1\nline2\tx\r\ny","#text":"a\nb\tc"}}"##;
+        let yaml = "sequences:\n  s:\n    - json_to_xml: {}\n    - xml_to_json: { root: keep }\n";
+        let xml = run("sequences:\n  s:\n    - json_to_xml: {}\n", doc).expect("xml");
+        assert!(
+            xml.contains(r#"note="line1&#10;line2&#9;x&#13;&#10;y""#),
+            "{xml}"
+        );
+        let back = run(yaml, doc).expect("round trip");
+        assert!(same_json(&back, doc), "{doc}\n -> {back}");
+    }
+
+    #[test]
+    fn a_root_member_holding_several_items_needs_a_root_name() {
+        let yaml = "sequences:\n  s:\n    - json_to_xml: {}\n";
+        let e = run(yaml, r#"{"order":[{"s":"IBM"},{"s":"MSFT"}]}"#)
+            .err()
+            .unwrap_or_default();
+        assert!(e.contains("array of 2 items"), "{e}");
+        let e = run(yaml, r#"{"order":[]}"#).err().unwrap_or_default();
+        assert!(e.contains("array of 0 items"), "{e}");
+        let one = run(yaml, r#"{"order":[{"s":"IBM"}]}"#).expect("one item");
+        assert!(one.ends_with("<order><s>IBM</s></order>"), "{one}");
     }
 
     #[test]

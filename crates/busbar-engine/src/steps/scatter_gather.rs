@@ -152,11 +152,9 @@ impl ScatterGatherStep {
                     timed_out: false,
                 });
             }
-            let limits = busbar_json::Limits {
-                max_depth: cx.proxy.json_max_depth,
-                reject_duplicates: false,
-            };
-            busbar_json::check(&bytes, limits).map_err(|e| BranchFailure {
+            // Checked as every JSON body is: an answer with a name twice would be embedded as
+            // it came, and each reader of the aggregate would pick its own of the two values.
+            busbar_json::check(&bytes, super::json::limits(cx)).map_err(|e| BranchFailure {
                 status: Some(status.as_u16()),
                 reason: format!("its answer is not JSON: {e}"),
                 timed_out: false,
