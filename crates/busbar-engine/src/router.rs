@@ -195,6 +195,12 @@ fn has_dot_segment(path: &str) -> bool {
 
 /// Percent-decoding of a query component (`+` is a space), lossy for invalid UTF-8.
 pub(crate) fn query_decode(s: &str) -> String {
+    String::from_utf8_lossy(&query_decode_bytes(s)).into_owned()
+}
+
+/// The bytes of a query string component: `+` as a space, `%XX` escapes decoded, a malformed
+/// escape kept as written.
+pub(crate) fn query_decode_bytes(s: &str) -> Vec<u8> {
     let b = s.as_bytes();
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;
@@ -215,7 +221,7 @@ pub(crate) fn query_decode(s: &str) -> String {
         }
         i += 1;
     }
-    String::from_utf8_lossy(&out).into_owned()
+    out
 }
 
 /// Decodes `%XX` escapes; `None` when an escape is malformed or the result is not UTF-8.

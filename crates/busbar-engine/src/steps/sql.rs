@@ -290,10 +290,19 @@ impl Param {
     fn value(&self, ex: &Exchange, body: Option<&Json>) -> Result<Value, MediationError> {
         let raw: Option<Value> = match &self.source {
             Source::Path(p) => ex.param(p).map(|v| Value::Text(v.to_owned())),
-            Source::Query(q) => query_param(ex, q).map(Value::Text),
+            // Text is UTF-8: other bytes are refused, never replaced (two different values
+            // would bind as the same one).
+            Source::Query(q) => match query_param(ex, q) {
+                Some(v) => Some(Value::Text(
+                    String::from_utf8(v).map_err(|_| self.bad("is not UTF-8 text"))?,
+                )),
+                None => None,
+            },
             Source::Header(h) => match ex.request.headers.get(h) {
                 Some(v) => Some(Value::Text(
-                    v.to_str().map_err(|_| self.bad("is not text"))?.to_owned(),
+                    std::str::from_utf8(v.as_bytes())
+                        .map_err(|_| self.bad("is not UTF-8 text"))?
+                        .to_owned(),
                 )),
                 None => None,
             },
@@ -422,12 +431,12 @@ impl Source {
     }
 }
 
-/// The first value of query parameter `name`, percent-decoded.
-fn query_param(ex: &Exchange, name: &str) -> Option<String> {
+/// The bytes of the first value of query parameter `name`, percent-decoded.
+fn query_param(ex: &Exchange, name: &str) -> Option<Vec<u8>> {
     let q = ex.request.uri.query()?;
     q.split('&').find_map(|pair| {
         let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-        (crate::router::query_decode(k) == name).then(|| crate::router::query_decode(v))
+        (crate::router::query_decode(k) == name).then(|| crate::router::query_decode_bytes(v))
     })
 }
 
@@ -552,6 +561,46 @@ mod tests {
             min: None,
             max: None,
         }
+    }
+
+    #[test]
+    fn query_and_header_text_must_be_utf8_and_is_never_replaced() {
+        let mut ex = exchange(&[], b"");
+        let text = |ex: &Exchange, source: Source| {
+            param(source, SqlType::Any)
+                .value(ex, None)
+                .map_err(|e| e.reason.to_string())
+        };
+        for (query, want) in [
+            ("q=%C3%A9t%C3%A9+x", Ok(Value::Text("été x".into()))),
+            (
+                "q=%FF",
+                Err("Parameter 'p' is not UTF-8 text (query parameter 'q')".to_owned()),
+            ),
+            (
+                "q=%FE",
+                Err("Parameter 'p' is not UTF-8 text (query parameter 'q')".to_owned()),
+            ),
+            (
+                "q=%C3%28",
+                Err("Parameter 'p' is not UTF-8 text (query parameter 'q')".to_owned()),
+            ),
+        ] {
+            ex.request.uri = format!("/p?{query}").parse().expect("uri");
+            assert_eq!(text(&ex, Source::Query("q".into())), want, "{query}");
+        }
+        let utf8 = http::HeaderValue::from_bytes("Zoë".as_bytes()).expect("value");
+        ex.request.headers.insert("x-a", utf8);
+        assert_eq!(
+            text(&ex, Source::Header(http::HeaderName::from_static("x-a"))),
+            Ok(Value::Text("Zoë".into()))
+        );
+        let latin1 = http::HeaderValue::from_bytes(b"Zo\xEB").expect("value");
+        ex.request.headers.insert("x-a", latin1);
+        assert_eq!(
+            text(&ex, Source::Header(http::HeaderName::from_static("x-a"))),
+            Err("Parameter 'p' is not UTF-8 text (header 'x-a')".to_owned())
+        );
     }
 
     #[test]
