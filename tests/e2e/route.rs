@@ -284,3 +284,26 @@ fn a_nul_character_after_the_root_is_refused_by_full_xpath_routes_and_never_forw
         "only the good request was forwarded"
     );
 }
+
+#[test]
+fn validate_reports_compile_errors_beside_a_misspelt_key_elsewhere() {
+    let dir = temp_dir("hidden-compile-errors");
+    let (code, err) = validate_in(
+        &dir,
+        "listeners:\n  http: { bind: \"127.0.0.1:0\" }\nendpoints:\n  echo: { url: \"http://127.0.0.1:9/\", timout: 30s }\nproxies:\n  A:\n    path: /a\n    in:\n      - route:\n          - when: { xpath: \"//a[\" }\n            then: [ { call: echo } ]\n  B: { path: /b, in: [ { jq: '{a: .b' } ] }\n  C: { path: /c, in: [ { xslt: { stylesheet: missing.xsl } } ] }\n",
+    );
+    assert_eq!(code, Some(1));
+    for (line, what) in [
+        (":4: ", "unknown field `timout`"),
+        (":10: proxies.A.in[0].route[0].when.xpath:", "invalid XPath"),
+        (":12: proxies.B.in[0].jq:", "expected closing brace"),
+        (":13: proxies.C.in[0].xslt.stylesheet:", "file not found"),
+    ] {
+        assert!(
+            err.lines().any(|l| l.contains(line) && l.contains(what)),
+            "{line} {what}:\n{err}"
+        );
+    }
+    assert!(err.contains("4 problem(s)"), "one line per problem:\n{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

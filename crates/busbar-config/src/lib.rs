@@ -113,15 +113,72 @@ pub fn line_of<T>(s: &Spanned<T>) -> Option<u64> {
 
 /// Reads, interpolates, parses and validates the config at `file`: every problem at once.
 pub fn load(file: &Path) -> Result<LoadedConfig, ConfigErrors> {
-    let text = std::fs::read_to_string(file).map_err(|e| {
-        ConfigErrors(vec![ConfigError {
-            file: file.display().to_string(),
-            line: None,
-            path: String::new(),
-            message: format!("cannot read config: {e}"),
-        }])
-    })?;
-    load_text(&text, file, |k| std::env::var(k).ok())
+    load_attempt(file).into_result()
+}
+
+/// What loading a config found, problems and all: the config as recovery left it (each bad
+/// part replaced by a placeholder), so that a check can go on and compile the rest, and the
+/// errors so far. See [`load_text`].
+#[derive(Debug)]
+pub struct Attempt {
+    /// The config, when the text parsed at all (with placeholders where it had problems).
+    pub loaded: Option<LoadedConfig>,
+    /// Every problem found so far, in the order of the file.
+    pub errors: Vec<ConfigError>,
+    recovered: Option<recover::Recovered>,
+}
+
+impl Attempt {
+    /// The config, or every problem found.
+    pub fn into_result(self) -> Result<LoadedConfig, ConfigErrors> {
+        match self.loaded {
+            Some(loaded) if self.errors.is_empty() => Ok(loaded),
+            _ => Err(ConfigErrors(self.errors)),
+        }
+    }
+
+    /// Adds problems found later (compiling the config): those about a placeholder are not
+    /// the user's and are dropped, as are those about a key already reported (a stylesheet
+    /// file that is missing is not also unreadable), lines are the original file's, and all
+    /// are kept in the order of the file.
+    pub fn add_later(&mut self, later: Vec<ConfigError>) {
+        let had = !self.errors.is_empty();
+        for mut e in later {
+            if let Some(r) = &self.recovered {
+                if r.hides(&e.path) {
+                    continue;
+                }
+                e.line = e.line.and_then(|l| r.original_line(l));
+            }
+            let known = self
+                .errors
+                .iter()
+                .any(|x| x == &e || (!e.path.is_empty() && x.path == e.path));
+            if !known {
+                self.errors.push(e);
+            }
+        }
+        if had {
+            self.errors.sort_by_key(|e| e.line.unwrap_or(u64::MAX));
+        }
+    }
+}
+
+/// Reads, interpolates, parses and validates `file`, going on after problems ([`Attempt`]).
+pub fn load_attempt(file: &Path) -> Attempt {
+    match std::fs::read_to_string(file) {
+        Ok(text) => attempt_text(&text, file, |k| std::env::var(k).ok()),
+        Err(e) => Attempt {
+            loaded: None,
+            errors: vec![ConfigError {
+                file: file.display().to_string(),
+                line: None,
+                path: String::new(),
+                message: format!("cannot read config: {e}"),
+            }],
+            recovered: None,
+        },
+    }
 }
 
 /// Interpolates, parses and validates config `text`, read from `file`.
@@ -133,12 +190,29 @@ pub fn load_text(
     file: &Path,
     env: impl Fn(&str) -> Option<String>,
 ) -> Result<LoadedConfig, ConfigErrors> {
+    attempt_text(text, file, env).into_result()
+}
+
+fn attempt_text(text: &str, file: &Path, env: impl Fn(&str) -> Option<String>) -> Attempt {
     let name = file.display().to_string();
-    let text = interpolate_text(text, &name, env)?;
+    let text = match interpolate_text(text, &name, env) {
+        Ok(t) => t,
+        Err(e) => {
+            return Attempt {
+                loaded: None,
+                errors: e.0,
+                recovered: None,
+            }
+        }
+    };
     let parsed = recover::parse_all(&text, plain_message);
     let mut errors = parse_errors(&parsed, &name);
     let Some(mut config) = parsed.config.clone() else {
-        return Err(ConfigErrors(errors));
+        return Attempt {
+            loaded: None,
+            errors,
+            recovered: None,
+        };
     };
     // A back end that is not started is not part of the config the engine builds.
     if config.echo.as_ref().is_some_and(|e| !e.enabled) {
@@ -171,10 +245,10 @@ pub fn load_text(
         // Both kinds together, in the order of the file.
         errors.sort_by_key(|e| e.line.unwrap_or(u64::MAX));
     }
-    if errors.is_empty() {
-        Ok(loaded)
-    } else {
-        Err(ConfigErrors(errors))
+    Attempt {
+        loaded: Some(loaded),
+        errors,
+        recovered: Some(parsed),
     }
 }
 

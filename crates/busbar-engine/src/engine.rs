@@ -178,9 +178,21 @@ fn workers_of(cfg: &busbar_config::Config) -> usize {
 
 /// Loads and builds `file` without serving: what `busbar validate` runs.
 pub fn check(file: &Path) -> Result<Runtime, ConfigErrors> {
-    let loaded = busbar_config::load(file)?;
+    let mut attempt = busbar_config::load_attempt(file);
+    let Some(loaded) = &attempt.loaded else {
+        return Err(ConfigErrors(attempt.errors));
+    };
     let workers = workers_of(&loaded.config);
-    Runtime::build(&loaded, &Registry::default(), workers).map_err(ConfigErrors)
+    let built = Runtime::build(loaded, &Registry::default(), workers);
+    if attempt.errors.is_empty() {
+        return built.map_err(ConfigErrors);
+    }
+    // A config with problems is still compiled, as far as it goes: a bad XPath, jq program or
+    // stylesheet is reported in the same run as a misspelt key elsewhere.
+    if let Err(later) = built {
+        attempt.add_later(later);
+    }
+    Err(ConfigErrors(attempt.errors))
 }
 
 fn addr(loaded: &LoadedConfig, path: &str, text: &str) -> Result<SocketAddr, ConfigErrors> {
