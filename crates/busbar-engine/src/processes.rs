@@ -380,7 +380,14 @@ pub async fn serve(
             "the service's port type is not defined",
         ));
     };
-    let req = match soap::decode_request(&iface, action.as_deref(), &bytes) {
+    let decoded = soap::decode_request(&iface, action.as_deref(), &bytes).and_then(|r| {
+        // The envelope's version must be the one the Content-Type announces.
+        match soap::version_mismatch(fallback, r.version) {
+            Some(e) => Err(e),
+            None => Ok(r),
+        }
+    });
+    let req = match decoded {
         Ok(r) => r,
         Err(e) => {
             tracing::debug!(folder = &*svc.folder, "{e}");

@@ -95,6 +95,8 @@ pub enum Unread {
     Client,
     /// `MustUnderstand`: a header with `mustUnderstand` on, addressed to us.
     MustUnderstand,
+    /// `VersionMismatch`: the envelope is not of the SOAP version its Content-Type announces.
+    VersionMismatch,
 }
 
 fn err(msg: impl Into<String>) -> SoapError {
@@ -245,10 +247,69 @@ fn open(bytes: &[u8]) -> Result<(Doc, Version, NodeId), SoapError> {
             name.clark()
         )));
     };
-    let body = doc
-        .child(root, version.ns(), "Body")
-        .ok_or_else(|| err("the SOAP envelope has no Body"))?;
+    let body = envelope_body(&doc, root, version)?;
     Ok((doc, version, body))
+}
+
+/// The one Body of an envelope, after checking its children: an optional Header first, then
+/// one Body (SOAP 1.1 allows qualified elements after it; SOAP 1.2 nothing). A second Body or
+/// Header would leave the message open to two readings.
+fn envelope_body(doc: &Doc, root: NodeId, version: Version) -> Result<NodeId, SoapError> {
+    let kids: Vec<NodeId> = doc.child_elements(root).collect();
+    let is = |n: NodeId, local: &str| doc.name(n).is_some_and(|x| x.is(version.ns(), local));
+    let bodies: Vec<NodeId> = kids.iter().copied().filter(|k| is(*k, "Body")).collect();
+    let headers = kids.iter().filter(|k| is(**k, "Header")).count();
+    let body = match bodies.as_slice() {
+        [] => return Err(err("the SOAP envelope has no Body")),
+        [one] => *one,
+        more => {
+            return Err(err(format!(
+                "the SOAP envelope has {} Body elements; it must have one",
+                more.len()
+            )))
+        }
+    };
+    if headers > 1 {
+        return Err(err(format!(
+            "the SOAP envelope has {headers} Header elements; it may have one"
+        )));
+    }
+    let at = kids.iter().position(|k| *k == body).unwrap_or(0);
+    let before = &kids[..at];
+    if before.len() > usize::from(headers == 1) || (headers == 1 && !is(kids[0], "Header")) {
+        return Err(err(
+            "the SOAP envelope's Header must be its first element and the Body come next",
+        ));
+    }
+    if let Some(after) = kids.get(at + 1) {
+        let name = doc.name(*after).map(Name::clark).unwrap_or_default();
+        let qualified = doc.name(*after).is_some_and(|n| !n.ns.is_empty());
+        if version == Version::V12 || !qualified || is(*after, "Header") {
+            return Err(err(format!(
+                "unexpected element {name} after the SOAP Body"
+            )));
+        }
+    }
+    Ok(body)
+}
+
+/// The fault for a request whose envelope is of another SOAP version than its Content-Type
+/// announces (`announced`), or `None` when they agree.
+pub fn version_mismatch(announced: Version, envelope: Version) -> Option<SoapError> {
+    (announced != envelope).then(|| {
+        let name = |v: Version| match v {
+            Version::V11 => "SOAP 1.1 (text/xml)",
+            Version::V12 => "SOAP 1.2 (application/soap+xml)",
+        };
+        SoapError(
+            format!(
+                "the Content-Type announces {} but the envelope is {}",
+                name(announced),
+                name(envelope)
+            ),
+            Unread::VersionMismatch,
+        )
+    })
 }
 
 /// Reads a request to the service `iface`: which operation, and the message.
@@ -514,6 +575,7 @@ enum Top {
     Client,
     Server,
     MustUnderstand,
+    VersionMismatch,
 }
 
 fn fault_envelope(
@@ -557,6 +619,7 @@ fn fault_envelope(
                             Top::Client => "Client",
                             Top::Server => "Server",
                             Top::MustUnderstand => "MustUnderstand",
+                            Top::VersionMismatch => "VersionMismatch",
                         }
                     ),
                 ),
@@ -576,10 +639,11 @@ fn fault_envelope(
                         Top::Client => "Sender",
                         Top::Server => "Receiver",
                         Top::MustUnderstand => "MustUnderstand",
+                        Top::VersionMismatch => "VersionMismatch",
                     }
                 ),
             );
-            if let Some(n) = code.filter(|_| top != Top::MustUnderstand) {
+            if let Some(n) = code.filter(|_| top == Top::Client || top == Top::Server) {
                 let sc = out.append_element(c, Name::new(env, "Subcode").with_prefix(p));
                 let sv = out.append_element(sc, Name::new(env, "Value").with_prefix(p));
                 qname(&mut out, sv, n);
@@ -638,6 +702,7 @@ pub fn unread_fault(version: Version, e: &SoapError) -> Vec<u8> {
     match e.1 {
         Unread::Client => client_fault(version, &e.0),
         Unread::MustUnderstand => fault_envelope(version, None, Top::MustUnderstand, &e.0, None),
+        Unread::VersionMismatch => fault_envelope(version, None, Top::VersionMismatch, &e.0, None),
     }
 }
 
@@ -930,6 +995,63 @@ mod tests {
             "{out}"
         );
         assert!(!out.contains("Subcode"), "{out}");
+        // An envelope open to two readings: two Bodies, two Headers, a Header after the Body,
+        // anything after a SOAP 1.2 Body.
+        let env =
+            |ns: &str, inner: &str| format!(r#"<s:Envelope xmlns:s="{ns}">{inner}</s:Envelope>"#);
+        let body = format!("<s:Body>{call}</s:Body>");
+        for (ns, inner, why) in [
+            (SOAP11_ENV, format!("{body}{body}"), "2 Body elements"),
+            (
+                SOAP11_ENV,
+                format!("<s:Header/><s:Header/>{body}"),
+                "2 Header elements",
+            ),
+            (
+                SOAP11_ENV,
+                format!("{body}<s:Header/>"),
+                "Header must be its first",
+            ),
+            (
+                SOAP11_ENV,
+                format!("<x xmlns='urn:x'/>{body}"),
+                "Header must be its first",
+            ),
+            (
+                SOAP11_ENV,
+                format!("{body}<plain/>"),
+                "unexpected element plain",
+            ),
+            (
+                SOAP12_ENV,
+                format!("{body}<x:y xmlns:x='urn:x'/>"),
+                "unexpected element {urn:x}y",
+            ),
+        ] {
+            let e = decode_request(&i, None, env(ns, &inner).as_bytes()).unwrap_err();
+            assert_eq!(e.1, Unread::Client, "{inner}");
+            assert!(e.0.contains(why), "{inner}: {e}");
+        }
+        // SOAP 1.1 allows qualified elements after the Body.
+        let extra = env(
+            SOAP11_ENV,
+            &format!("<s:Header/>{body}<x:y xmlns:x='urn:x'/>"),
+        );
+        assert!(decode_request(&i, None, extra.as_bytes()).is_ok());
+        // An envelope of the other version than the Content-Type announces.
+        assert!(version_mismatch(Version::V11, Version::V11).is_none());
+        let e = version_mismatch(Version::V11, Version::V12).unwrap();
+        let out = String::from_utf8(unread_fault(Version::V11, &e)).unwrap();
+        assert!(
+            out.contains("<faultcode>soapenv:VersionMismatch</faultcode>"),
+            "{out}"
+        );
+        let e = version_mismatch(Version::V12, Version::V11).unwrap();
+        let out = String::from_utf8(unread_fault(Version::V12, &e)).unwrap();
+        assert!(
+            out.contains("<env:Value>env:VersionMismatch</env:Value>"),
+            "{out}"
+        );
         let bad = decode_request(&i, None, b"nope").unwrap_err();
         let out = String::from_utf8(unread_fault(Version::V11, &bad)).unwrap();
         assert!(
