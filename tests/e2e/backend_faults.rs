@@ -488,3 +488,83 @@ fn a_call_abandoned_by_its_client_leaves_no_request_in_progress() {
         )
     );
 }
+
+/// A back end that reads each request whole and answers with `answer(path)`, keeping the
+/// connection open; an empty answer closes it instead.
+fn answering(answer: fn(&str) -> String) -> SocketAddr {
+    scripted(move |mut r| loop {
+        let mut line = String::new();
+        if r.read_line(&mut line).unwrap_or(0) == 0 {
+            return;
+        }
+        let path = line.split_whitespace().nth(1).unwrap_or("").to_owned();
+        let mut length = 0;
+        loop {
+            let mut h = String::new();
+            if r.read_line(&mut h).unwrap_or(0) == 0 {
+                return;
+            }
+            let h = h.trim_end().to_ascii_lowercase();
+            if h.is_empty() {
+                break;
+            }
+            if let Some(v) = h.strip_prefix("content-length:") {
+                length = v.trim().parse().unwrap_or(0);
+            }
+        }
+        let mut body = vec![0; length];
+        let answer = answer(&path);
+        if std::io::Read::read_exact(&mut r, &mut body).is_err()
+            || answer.is_empty()
+            || r.get_mut().write_all(answer.as_bytes()).is_err()
+        {
+            return;
+        }
+    })
+}
+
+#[test]
+fn an_answer_with_status_101_or_past_599_is_a_bad_gateway_naming_the_status() {
+    // The status is the last segment of the path the back end is called with.
+    let addr = answering(|path| {
+        let status = path.rsplit('/').next().unwrap_or("200");
+        match status {
+            "102" | "103" => format!(
+                "HTTP/1.1 {status} Wait\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
+            ),
+            _ => format!("HTTP/1.1 {status} Odd\r\nContent-Length: 2\r\n\r\nok"),
+        }
+    });
+    let h = engine(&format!(
+        "endpoints:\n  svc:\n    url: \"http://{addr}/e\"\nproxies:\n  P:\n    path: /p/{{status}}\n    in:\n      - call: {{ endpoint: svc, path: \"/{{status}}\" }}\n"
+    ));
+    let mut c = Client::connect(h.http());
+    for status in ["101", "600", "999"] {
+        let r = c
+            .post(&format!("/p/{status}"), &[JSON], b"{}")
+            .expect("response");
+        assert_eq!(r.status, 502, "{status}: {}", r.text());
+        assert!(
+            r.text().contains(&format!(
+                "Endpoint 'svc' answered with an invalid status {status}"
+            )),
+            "{status}: {}",
+            r.text()
+        );
+    }
+    // Informational answers before the final one are skipped.
+    for status in ["102", "103"] {
+        let r = c
+            .post(&format!("/p/{status}"), &[JSON], b"{}")
+            .expect("response");
+        assert_eq!(r.status, 200, "{status}: {}", r.text());
+        assert_eq!(r.text(), "ok", "{status}");
+    }
+    assert_eq!(
+        metric(
+            h.admin(),
+            "busbar_endpoint_errors_total{endpoint=\"svc\",kind=\"upstream_reset\"}"
+        ),
+        Some(3.0)
+    );
+}

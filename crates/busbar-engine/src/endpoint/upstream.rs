@@ -24,7 +24,7 @@ use busbar_core::metrics::{Counters, UpstreamCounters};
 use busbar_core::{Blame, Body, BodyError, BoxError, ErrorKind, MediationError};
 use bytes::Bytes;
 use http::header::{HeaderValue, AUTHORIZATION, CONTENT_LENGTH, EXPECT, HOST, TRANSFER_ENCODING};
-use http::{Method, Request, Response, Uri, Version};
+use http::{Method, Request, Response, StatusCode, Uri, Version};
 use http_body::{Frame, SizeHint};
 use hyper::body::Incoming;
 use hyper::client::conn::http1;
@@ -433,6 +433,19 @@ impl Upstream {
                 }
             }
         };
+        // RFC 9110 15: a status is 100 to 599, and a 101 switches to the protocol an `Upgrade`
+        // asked for, which busbar never sends (hop-by-hop). Forwarded, either would leave the
+        // client reading a connection in a state it cannot know; the back end's connection is
+        // closed with the lease.
+        let status = response.status();
+        if status == StatusCode::SWITCHING_PROTOCOLS || status.as_u16() >= 600 {
+            return Err(self
+                .error(
+                    ErrorKind::UpstreamReset,
+                    format_args!("answered with an invalid status {}", status.as_u16()),
+                )
+                .retryable(replayable_after_send));
+        }
         let (mut parts, incoming) = response.into_parts();
         // RFC 9112 6.3: with Transfer-Encoding, a Content-Length is wrong (hyper decoded the
         // body by the encoding); forwarded, it would cut the client's copy at its count.
