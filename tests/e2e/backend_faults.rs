@@ -568,3 +568,57 @@ fn an_answer_with_status_101_or_past_599_is_a_bad_gateway_naming_the_status() {
         Some(3.0)
     );
 }
+
+#[test]
+fn a_malformed_answer_is_reported_as_such_and_a_close_as_a_close() {
+    // The case is the last segment of the path the back end is called with.
+    let addr = answering(|path| match path.rsplit('/').next().unwrap_or("") {
+        "fold" => "HTTP/1.1 200 OK\r\nX-A: one\r\n two\r\nContent-Length: 2\r\n\r\nok".to_owned(),
+        "nul" => "HTTP/1.1 200 OK\r\nX-A: o\0ne\r\nContent-Length: 2\r\n\r\nok".to_owned(),
+        "status" => "HTTP/1.1 2x0 OK\r\nContent-Length: 2\r\n\r\nok".to_owned(),
+        "fields" => {
+            let fields: String = (0..101).map(|i| format!("X-{i}: v\r\n")).collect();
+            format!("HTTP/1.1 200 OK\r\n{fields}Content-Length: 2\r\n\r\nok")
+        }
+        "fields100" => {
+            let fields: String = (0..99).map(|i| format!("X-{i}: v\r\n")).collect();
+            format!("HTTP/1.1 200 OK\r\n{fields}Content-Length: 2\r\n\r\nok")
+        }
+        // Nothing: the connection closes at the end of the script.
+        _ => String::new(),
+    });
+    let h = engine(&format!(
+        "endpoints:\n  svc:\n    url: \"http://{addr}/e\"\nproxies:\n  P:\n    path: /p/{{case}}\n    in:\n      - call: {{ endpoint: svc, path: \"/{{case}}\" }}\n"
+    ));
+    let mut c = Client::connect(h.http());
+    for (case, cause) in [
+        ("fold", "invalid HTTP header parsed"),
+        ("nul", "invalid HTTP header parsed"),
+        ("status", "invalid HTTP status-code parsed"),
+        ("fields", "more than 100 header fields"),
+    ] {
+        let r = c
+            .post(&format!("/p/{case}"), &[JSON], b"{}")
+            .expect("response");
+        assert_eq!(r.status, 502, "{case}: {}", r.text());
+        let text = r.text();
+        assert!(
+            text.contains("Endpoint 'svc' sent a malformed answer") && text.contains(cause),
+            "{case}: {text}"
+        );
+    }
+    let r = c.post("/p/fields100", &[JSON], b"{}").expect("response");
+    assert_eq!(
+        r.status,
+        200,
+        "100 header fields are accepted: {}",
+        r.text()
+    );
+    let r = c.post("/p/close", &[JSON], b"{}").expect("response");
+    assert_eq!(r.status, 502, "{}", r.text());
+    assert!(
+        r.text().contains("Endpoint 'svc' closed the connection"),
+        "{}",
+        r.text()
+    );
+}

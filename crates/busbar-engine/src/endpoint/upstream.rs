@@ -422,8 +422,8 @@ impl Upstream {
                             lease = self.connect(permit).await?;
                         }
                         unsent => {
-                            let what = super::tls::alert_in(&cause)
-                                .unwrap_or_else(|| "closed the connection".to_owned());
+                            let what =
+                                super::tls::alert_in(&cause).unwrap_or_else(|| no_answer(&cause));
                             return Err(self
                                 .error(ErrorKind::UpstreamReset, what)
                                 .retryable(unsent.is_some() || replayable_after_send)
@@ -864,6 +864,25 @@ fn client_body_error(failure: BoxError) -> MediationError {
             "Reading the request body failed",
         )
         .with_source(cause),
+    }
+}
+
+/// Most header fields hyper's client takes in an answer head (its default), and the most bytes.
+const ANSWER_HEADER_FIELDS: usize = 100;
+const ANSWER_HEAD_KIB: usize = 408;
+
+/// What the back end did, from hyper's error on a request that got no answer: an answer hyper
+/// could not parse (with its reason), or a connection closed or reset before one.
+fn no_answer(e: &hyper::Error) -> String {
+    if e.is_parse_too_large() {
+        format!(
+            "sent a malformed answer (its head has more than {ANSWER_HEADER_FIELDS} header fields or {ANSWER_HEAD_KIB} KiB: {})",
+            with_causes(e)
+        )
+    } else if e.is_parse() {
+        format!("sent a malformed answer ({})", with_causes(e))
+    } else {
+        "closed the connection".to_owned()
     }
 }
 
