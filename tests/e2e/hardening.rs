@@ -174,6 +174,13 @@ fn a_request_without_host_or_with_two_is_refused() {
     for (req, status) in [
         ("GET /p HTTP/1.1\r\n\r\n", 400),
         ("GET /p HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", 400),
+        ("GET /p HTTP/1.1\r\nHost: a b\r\n\r\n", 400),
+        ("GET /p HTTP/1.1\r\nHost: x/y\r\n\r\n", 400),
+        ("GET /p HTTP/1.1\r\nHost: x@y\r\n\r\n", 400),
+        ("GET /p HTTP/1.1\r\nHost: x:99999\r\n\r\n", 400),
+        ("GET /p HTTP/1.1\r\nHost: [::1\r\n\r\n", 400),
+        ("GET /p HTTP/1.1\r\nHost: [::1]:8080\r\n\r\n", 200),
+        ("GET /p HTTP/1.1\r\nHost: my-host_1.example:\r\n\r\n", 200),
         ("GET /p HTTP/1.0\r\n\r\n", 200),
         ("GET /p HTTP/1.1\r\nHost: a\r\n\r\n", 200),
     ] {

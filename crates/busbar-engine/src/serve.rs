@@ -90,16 +90,95 @@ impl Default for ConnSettings {
 }
 
 /// A request that RFC 9112 §3.2 says to refuse with 400: an HTTP/1.1 request without a `Host`
-/// header, or any request with more than one. The reason, if so.
+/// header, any request with more than one, or one whose value is not a host (a name, an IPv4
+/// address or a bracketed IPv6 literal, RFC 3986 §3.2.2) with an optional port. The reason, if so.
 pub fn host_problem<B>(req: &Request<B>) -> Option<&'static str> {
-    let hosts = req.headers().get_all(http::header::HOST).iter().count();
-    if hosts > 1 {
-        Some("The request has more than one Host header")
-    } else if hosts == 0 && req.version() >= http::Version::HTTP_11 {
-        Some("The request has no Host header")
-    } else {
-        None
+    let mut hosts = req.headers().get_all(http::header::HOST).iter();
+    match (hosts.next(), hosts.next()) {
+        (Some(_), Some(_)) => Some("The request has more than one Host header"),
+        (None, _) if req.version() >= http::Version::HTTP_11 => {
+            Some("The request has no Host header")
+        }
+        (Some(host), None) if !valid_host(host.as_bytes()) => {
+            Some("The request's Host header is not a host name or address with an optional port")
+        }
+        _ => None,
     }
+}
+
+/// `uri-host [ ":" port ]` (RFC 9112 §3.2, RFC 3986 §3.2.2): a reg-name (unreserved
+/// characters, sub-delims and `%XX` escapes; it may be empty), an IPv4 address (a reg-name's
+/// characters cover it) or `[` IPv6 or IPvFuture `]`, then a port of at most 65535, whose
+/// digits may be left out.
+fn valid_host(value: &[u8]) -> bool {
+    let (host, port) = match value.strip_prefix(b"[") {
+        Some(rest) => {
+            let Some(end) = rest.iter().position(|&b| b == b']') else {
+                return false;
+            };
+            if !valid_ip_literal(&rest[..end]) {
+                return false;
+            }
+            (&[][..], &rest[end + 1..])
+        }
+        None => {
+            let end = value.iter().position(|&b| b == b':').unwrap_or(value.len());
+            (&value[..end], &value[end..])
+        }
+    };
+    let port_ok = match port {
+        [] | [b':'] => true,
+        [b':', digits @ ..] => {
+            digits.iter().all(u8::is_ascii_digit)
+                && std::str::from_utf8(digits).is_ok_and(|d| d.parse::<u16>().is_ok())
+        }
+        _ => false,
+    };
+    port_ok && valid_reg_name(host)
+}
+
+/// Unreserved characters, sub-delims and `%XX` escapes (RFC 3986 §3.2.2 `reg-name`).
+fn valid_reg_name(name: &[u8]) -> bool {
+    let mut i = 0;
+    while i < name.len() {
+        match name[i] {
+            b'%' => {
+                if !name
+                    .get(i + 1..i + 3)
+                    .is_some_and(|h| h.iter().all(u8::is_ascii_hexdigit))
+                {
+                    return false;
+                }
+                i += 3;
+                continue;
+            }
+            b if b.is_ascii_alphanumeric() || b"-._~!$&'()*+,;=".contains(&b) => {}
+            _ => return false,
+        }
+        i += 1;
+    }
+    true
+}
+
+/// The inside of `[...]`: an IPv6 address, or an IPvFuture (`v` HEXDIG+ `.` then unreserved,
+/// sub-delims or `:`).
+fn valid_ip_literal(inside: &[u8]) -> bool {
+    if let Some(future) = inside
+        .strip_prefix(b"v")
+        .or_else(|| inside.strip_prefix(b"V"))
+    {
+        let Some(dot) = future.iter().position(|&b| b == b'.') else {
+            return false;
+        };
+        let (version, rest) = (&future[..dot], &future[dot + 1..]);
+        return !version.is_empty()
+            && version.iter().all(u8::is_ascii_hexdigit)
+            && !rest.is_empty()
+            && rest
+                .iter()
+                .all(|&b| b.is_ascii_alphanumeric() || b"-._~!$&'()*+,;=:".contains(&b));
+    }
+    std::str::from_utf8(inside).is_ok_and(|s| s.parse::<std::net::Ipv6Addr>().is_ok())
 }
 
 /// A connection's stream that fails a write the client has not made room for within `limit`
@@ -886,5 +965,38 @@ mod tests {
         assert!(host_problem(&req(http::Version::HTTP_10, &["a", "b"])).is_some());
         assert!(host_problem(&req(http::Version::HTTP_11, &["a"])).is_none());
         assert!(host_problem(&req(http::Version::HTTP_10, &[])).is_none());
+    }
+
+    #[test]
+    fn host_must_be_a_host_with_an_optional_port() {
+        let problem = |host: &str| {
+            let req = Request::builder()
+                .uri("/")
+                .header(http::header::HOST, host)
+                .body(())
+                .unwrap_or_default();
+            host_problem(&req)
+        };
+        for good in [
+            "example.com",
+            "example.com:8080",
+            "host:",
+            "",
+            "127.0.0.1:80",
+            "[::1]",
+            "[::1]:8080",
+            "[v1.fe80::a+en1]",
+            "my-host_1~x",
+            "caf%C3%A9.example",
+            "a!$&'()*+,;=b",
+        ] {
+            assert_eq!(problem(good), None, "{good:?}");
+        }
+        for bad in [
+            "a b", "x/y", "x@y", "x:99999", "x:8o", "x:1:2", "[::1", "[::1]x", "[x]", "x\ty",
+            "%zz", "%4", "a?b", "a#b",
+        ] {
+            assert!(problem(bad).is_some(), "{bad:?}");
+        }
     }
 }
