@@ -414,3 +414,44 @@ fn the_drain_timeout_bounds_the_stop_even_with_a_transform_stuck() {
     assert!(log.contains("abandoned"), "{log}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn an_answer_sent_before_the_whole_request_body_says_the_connection_closes() {
+    let echo = echo(busbar_engine::echo::EchoOptions::default());
+    let h = engine(&format!(
+        "endpoints:\n  echo: {{ url: \"http://{}/e\" }}\nproxies:\n  Direct:\n    path: /direct\n    in: [ {{ call: echo }} ]\n  Header:\n    path: /header\n    in:\n      - route:\n          - when: {{ header: x-route, equals: yes }}\n            then: [ {{ call: echo }} ]\n          - otherwise: [ {{ fault: {{ status: 500, reason: no route }} }} ]\n",
+        echo.addr
+    ));
+    let small = vec![b'a'; 1024];
+    let large = vec![b'b'; 200 * 1024];
+    // Small unread bodies are read and dropped: the connection carries the next request.
+    let mut c = Client::connect(h.http());
+    for path in ["/nope", "/header", "/direct"] {
+        let r = c.post(path, &[], &small).expect("answer");
+        assert_ne!(
+            r.header("connection"),
+            Some("close"),
+            "{path}: {}",
+            r.status
+        );
+    }
+    let r = c
+        .post("/direct", &[], &small)
+        .expect("the same connection goes on");
+    assert_eq!((r.status, r.body.len()), (200, small.len()));
+    // Large unread bodies are not read: the answer says the connection ends, and it does.
+    for path in ["/nope", "/header"] {
+        let mut c = Client::connect(h.http());
+        let r = c.post(path, &[], &large).expect("answer");
+        assert!(r.status == 404 || r.status == 500, "{path}: {}", r.status);
+        assert_eq!(r.header("connection"), Some("close"), "{path}");
+    }
+    // A body streamed whole to the back end leaves the connection open.
+    let mut c = Client::connect(h.http());
+    for _ in 0..2 {
+        let r = c.post("/direct", &[], &large).expect("answer");
+        assert_eq!((r.status, r.body.len()), (200, large.len()));
+        assert_ne!(r.header("connection"), Some("close"));
+    }
+    echo.stop();
+}

@@ -3,8 +3,8 @@
 //! answer, rendered in one place ([`MediationError::render`]).
 
 use std::net::SocketAddr;
+use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering::Relaxed;
-use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -21,7 +21,8 @@ use crate::headers::strip_hop_by_hop;
 use crate::router::Match;
 use crate::runtime::Proxy;
 use crate::serve::{
-    host_problem, BodyTimeout, ConnInfo, Handler, Meter, Metered, PendingAccess, ResponseBody,
+    host_problem, BodyOutcome, BodyTimeout, ConnInfo, Handler, Meter, Metered, PendingAccess,
+    ResponseBody,
 };
 use crate::steps;
 
@@ -64,14 +65,17 @@ pub async fn handle(
     shared: &Shared,
     index: usize,
     body_timeout: Duration,
-    req: Request<Incoming>,
+    mut req: Request<Incoming>,
     peer: Option<SocketAddr>,
 ) -> Response<ResponseBody> {
     if let Some(e) = malformed(&req) {
         tracing::debug!(path = req.uri().path(), "{e}");
         let format = MessageFormat::from_request_headers(req.headers());
-        let resp = error_response(&e, format, None);
+        let mut resp = error_response(&e, format, None);
         log_unserved(shared, &req, peer, "-", &resp);
+        if !Box::pin(drain_incoming(req.body_mut())).await {
+            close_after(&mut resp);
+        }
         return resp;
     }
     let runtime = shared.runtime.load_full();
@@ -91,6 +95,9 @@ pub async fn handle(
                 resp.headers_mut().insert(ALLOW, allow);
             }
             log_unserved(shared, &req, peer, &target.name, &resp);
+            if !Box::pin(drain_incoming(req.body_mut())).await {
+                close_after(&mut resp);
+            }
             return resp;
         }
         Match::NotFound => {
@@ -100,8 +107,11 @@ pub async fn handle(
                 format!("No service at {}", req.uri().path()),
             );
             let format = MessageFormat::from_request_headers(req.headers());
-            let resp = error_response(&e, format, None);
+            let mut resp = error_response(&e, format, None);
             log_unserved(shared, &req, peer, "-", &resp);
+            if !Box::pin(drain_incoming(req.body_mut())).await {
+                close_after(&mut resp);
+            }
             return resp;
         }
     };
@@ -156,8 +166,11 @@ pub async fn handle(
         .with_span(server_span);
     let (parts, incoming) = req.into_parts();
     let exact = http_body::Body::size_hint(&incoming).exact();
-    let timed_out = Arc::new(AtomicBool::new(false));
-    let timed = BodyTimeout::new(incoming, body_timeout, timed_out.clone());
+    let outcome = Arc::new(BodyOutcome::default());
+    if exact == Some(0) || http_body::Body::is_end_stream(&incoming) {
+        outcome.ended.store(true, Relaxed);
+    }
+    let timed = BodyTimeout::new(incoming, body_timeout, outcome.clone());
     let counted = Metered::request(timed, proxy.counters.clone()).counting_into(bytes_in);
     let body = Body::stream(counted, exact, Origin::Client);
     // Boxed: the exchange is the largest part of the request's state, and the future that
@@ -168,7 +181,7 @@ pub async fn handle(
     // Whoever read the body (a step, or the call streaming it to a back end), a client that
     // stalled its body gets 408, and the connection closes.
     let result = match run_proxy(&proxy, &mut ex).await {
-        Err(e) if timed_out.load(Relaxed) => {
+        Err(e) if outcome.timed_out.load(Relaxed) => {
             let mut stalled = MediationError::new(
                 ErrorKind::ClientBody,
                 Blame::Client,
@@ -180,7 +193,7 @@ pub async fn handle(
         }
         other => other,
     };
-    match result {
+    let mut resp = match result {
         Ok(mut resp) => {
             strip_hop_by_hop(resp.headers_mut());
             meter.set_status(resp.status().as_u16());
@@ -190,12 +203,30 @@ pub async fn handle(
         Err(e) => {
             proxy.counters.error(e.kind);
             log_error(&proxy, &ex, &e);
-            // Boxed: the error path's future stays out of every request's.
-            Box::pin(drain_small_body(&mut ex.request_body)).await;
             meter.set_backend(ex.backend_time);
             error_response(&e, ex.format, Some(meter))
         }
+    };
+    // Answered while the exchange still holds an unread request body (a `respond` before any
+    // read, a header route's fault): a small rest is read so the connection can carry the
+    // next request; a larger one is not, and the answer says the connection ends. A body a
+    // call took is the back-end connection's to finish (an echo answers while it uploads).
+    if !outcome.ended.load(Relaxed) && !http_body::Body::is_end_stream(&ex.request_body) {
+        // Boxed: this path's future stays out of every request's.
+        Box::pin(drain_small_body(&mut ex.request_body)).await;
+        if !outcome.ended.load(Relaxed) {
+            close_after(&mut resp);
+        }
     }
+    resp
+}
+
+/// Marks an answer as the connection's last: sent while the request body is not read to its
+/// end (answered early, too large to drain, given up by a call), the connection cannot carry
+/// another request, and the client is told so rather than finding it closed.
+fn close_after<B>(resp: &mut Response<B>) {
+    resp.headers_mut()
+        .insert(CONNECTION, HeaderValue::from_static("close"));
 }
 
 /// Access-logs a request answered before any proxy ran (malformed, no such path, wrong
@@ -315,6 +346,40 @@ async fn run_proxy(proxy: &Proxy, ex: &mut Exchange) -> Result<Response<Body>, M
 /// Largest unread request body read and discarded before an error answer, so the client's
 /// keep-alive connection survives a fault (larger ones close the connection instead).
 const DRAIN_MAX: u64 = 64 * 1024;
+
+/// Reads and discards a small request body answered before any proxy ran; true when it was
+/// read to its end (or had none), so the connection can carry the next request.
+async fn drain_incoming(body: &mut Incoming) -> bool {
+    use http_body_util::BodyExt as _;
+    if http_body::Body::is_end_stream(body) {
+        return true;
+    }
+    if http_body::Body::size_hint(body)
+        .exact()
+        .is_some_and(|n| n > DRAIN_MAX)
+    {
+        return false;
+    }
+    let drain = async {
+        let mut read = 0u64;
+        loop {
+            match body.frame().await {
+                None => return true,
+                Some(Ok(frame)) => {
+                    read += frame.data_ref().map_or(0, |d| d.len() as u64);
+                    if read > DRAIN_MAX {
+                        return false;
+                    }
+                }
+                Some(Err(_)) => return false,
+            }
+        }
+    };
+    // A client that stops sending mid-body must not hold the answer back for long.
+    tokio::time::timeout(Duration::from_secs(1), drain)
+        .await
+        .unwrap_or(false)
+}
 
 /// Reads and discards the rest of a small request body that no step consumed.
 async fn drain_small_body(body: &mut Body) {

@@ -288,24 +288,34 @@ impl std::fmt::Display for BodyTimedOut {
 
 impl std::error::Error for BodyTimedOut {}
 
+/// What became of a request body, for the answer: whoever read it (a step, or a call
+/// streaming it to a back end).
+#[derive(Debug, Default)]
+pub struct BodyOutcome {
+    /// The client stalled longer than the limit: the answer is a 408.
+    pub timed_out: AtomicBool,
+    /// The body was read to its end: the connection can carry the client's next request.
+    pub ended: AtomicBool,
+}
+
 /// A request body that fails when the client sends nothing for `limit` while it is read
-/// (`Expect: 100-continue` included: the wait starts when the body is first asked for). The
-/// flag turns true when it fired, so the answer can be a 408 whoever was reading the body.
+/// (`Expect: 100-continue` included: the wait starts when the body is first asked for), and
+/// tells its [`BodyOutcome`] whether it timed out or was read to its end.
 pub struct BodyTimeout<B> {
     inner: B,
     limit: Duration,
     stalled: Option<Pin<Box<tokio::time::Sleep>>>,
-    fired: Arc<AtomicBool>,
+    outcome: Arc<BodyOutcome>,
 }
 
 impl<B> BodyTimeout<B> {
-    /// Wraps `inner`; `fired` turns true if the timeout ends the body.
-    pub fn new(inner: B, limit: Duration, fired: Arc<AtomicBool>) -> Self {
+    /// Wraps `inner`, reporting to `outcome`.
+    pub fn new(inner: B, limit: Duration, outcome: Arc<BodyOutcome>) -> Self {
         Self {
             inner,
             limit,
             stalled: None,
-            fired,
+            outcome,
         }
     }
 }
@@ -330,13 +340,21 @@ where
                     .stalled
                     .get_or_insert_with(|| Box::pin(tokio::time::sleep(limit)));
                 if timer.as_mut().poll(cx).is_ready() {
-                    this.fired.store(true, Relaxed);
+                    this.outcome.timed_out.store(true, Relaxed);
                     return Poll::Ready(Some(Err(Box::new(BodyTimedOut(limit)))));
                 }
                 Poll::Pending
             }
             Poll::Ready(frame) => {
                 this.stalled = None;
+                let ended = match &frame {
+                    None => true,
+                    Some(Ok(_)) => this.inner.is_end_stream(),
+                    Some(Err(_)) => false,
+                };
+                if ended {
+                    this.outcome.ended.store(true, Relaxed);
+                }
                 Poll::Ready(frame.map(|r| r.map_err(Into::into)))
             }
         }
