@@ -622,3 +622,44 @@ fn a_malformed_answer_is_reported_as_such_and_a_close_as_a_close() {
         r.text()
     );
 }
+
+#[test]
+fn a_client_gone_while_an_echo_streams_its_answer_is_the_clients_error() {
+    // The echo answers while the request still uploads; the client leaves (closes, or resets)
+    // mid-body, which cuts the answer: counted as the client's, not as a back-end reset.
+    let echo = echo(busbar_engine::echo::EchoOptions::default());
+    let h = engine(&proxy_yaml(&format!(
+        "    url: \"http://{}/e\"\n",
+        echo.addr
+    )));
+    let admin = h.admin();
+    for reset in [false, true] {
+        let mut s = TcpStream::connect(h.http()).expect("connect");
+        s.write_all(b"POST /p HTTP/1.1\r\nHost: t\r\nContent-Type: text/plain\r\nContent-Length: 100000\r\n\r\n")
+            .expect("head");
+        s.write_all(&[b'y'; 30_000]).expect("part of the body");
+        // The echo's answer is under way.
+        std::thread::sleep(Duration::from_millis(300));
+        if reset {
+            socket2::SockRef::from(&s)
+                .set_linger(Some(Duration::ZERO))
+                .expect("linger");
+        }
+        drop(s);
+    }
+    let kind = |k: &str| {
+        metric(
+            admin,
+            &format!("busbar_proxy_errors_total{{proxy=\"P\",kind=\"{k}\"}}"),
+        )
+        .unwrap_or(0.0)
+    };
+    assert!(
+        eventually(Duration::from_secs(5), || kind("client_body") == 2.0),
+        "client_body {}, upstream_reset {}",
+        kind("client_body"),
+        kind("upstream_reset")
+    );
+    assert_eq!(kind("upstream_reset"), 0.0);
+    echo.stop();
+}

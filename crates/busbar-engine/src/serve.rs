@@ -288,6 +288,23 @@ impl std::fmt::Display for BodyTimedOut {
 
 impl std::error::Error for BodyTimedOut {}
 
+/// A back end's answer cut because the client's request body failed while it still went out
+/// (the back end had answered early, an echo does): the client's error, not the back end's.
+#[derive(Debug)]
+pub struct ClientBodyFailed(pub BoxError);
+
+impl std::fmt::Display for ClientBodyFailed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "the client's request body failed: {}", self.0)
+    }
+}
+
+impl std::error::Error for ClientBodyFailed {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&*self.0)
+    }
+}
+
 /// What became of a request body, for the answer: whoever read it (a step, or a call
 /// streaming it to a back end).
 #[derive(Debug, Default)]
@@ -848,6 +865,28 @@ pub struct Metered<B> {
 /// The response body sent to clients.
 pub type ResponseBody = Metered<Body>;
 
+/// True when `e`, or an error it wraps, is the client's: its request body failed (reset,
+/// malformed, stalled past `client_body_timeout`).
+fn client_caused(e: &BoxError) -> bool {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(e.as_ref());
+    while let Some(c) = cause {
+        if c.is::<BodyTimedOut>()
+            || c.is::<ClientBodyFailed>()
+            || matches!(
+                c.downcast_ref::<busbar_core::BodyError>(),
+                Some(busbar_core::BodyError::Read {
+                    origin: busbar_core::body::Origin::Client,
+                    ..
+                })
+            )
+        {
+            return true;
+        }
+        cause = c.source();
+    }
+    false
+}
+
 impl ResponseBody {
     /// A body not tied to any metrics (admin, echo, unknown paths).
     pub fn plain(inner: Body) -> Self {
@@ -896,16 +935,15 @@ impl<B> Metered<B> {
 
 impl<B> http_body::Body for Metered<B>
 where
-    B: http_body::Body<Data = Bytes> + Unpin,
-    B::Error: std::fmt::Display,
+    B: http_body::Body<Data = Bytes, Error = BoxError> + Unpin,
 {
     type Data = Bytes;
-    type Error = B::Error;
+    type Error = BoxError;
 
     fn poll_frame(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         let this = &mut *self;
         let polled = Pin::new(&mut this.inner).poll_frame(cx);
         if let Some(counters) = &this.counters {
@@ -935,9 +973,16 @@ where
                     if let Some(m) = this._meter.as_mut() {
                         m.body_end(true);
                     }
-                    counters.error(ErrorKind::UpstreamReset);
                     // Where a streamed answer's failure is handled: the client's copy is cut.
-                    tracing::warn!(kind = "upstream_reset", "response cut mid-body: {e}");
+                    // A back end that answered while the client was still uploading loses its
+                    // connection when the client's body fails: that is the client's doing.
+                    if client_caused(e) {
+                        counters.error(ErrorKind::ClientBody);
+                        tracing::debug!(kind = "client_body", "response cut mid-body: {e}");
+                    } else {
+                        counters.error(ErrorKind::UpstreamReset);
+                        tracing::warn!(kind = "upstream_reset", "response cut mid-body: {e}");
+                    }
                 }
                 _ => {}
             }

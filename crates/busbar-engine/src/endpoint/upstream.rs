@@ -967,7 +967,9 @@ impl http_body::Body for LeasedBody {
                     this.lease = None;
                     this.timer = None;
                     this.cut = true;
-                    return Poll::Ready(Some(Err(failure)));
+                    return Poll::Ready(Some(Err(Box::new(crate::serve::ClientBodyFailed(
+                        failure,
+                    )))));
                 }
                 this.counters.error(ErrorKind::UpstreamReset);
                 let what = format!("broke off ({})", with_causes(&e));
