@@ -31,6 +31,8 @@ pub mod xslt;
 
 pub use error::{CompileError, XmlError};
 pub use matcher::{evaluate, Matcher, WellFormed, MAX_VALUE};
-pub use path::{compile, Namespaces, StreamPath, Test, SOAP11_ENV_NS, SOAP12_ENV_NS, XML_NS};
+pub use path::{
+    compile, is_ncname, Namespaces, StreamPath, Test, SOAP11_ENV_NS, SOAP12_ENV_NS, XML_NS,
+};
 pub use reader::{MAX_DEPTH, MAX_REFERENCE, MAX_TOKEN};
 pub use soap::{sniff_envelope, Sniff, SoapVersion};

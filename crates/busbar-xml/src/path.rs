@@ -248,7 +248,8 @@ fn is_name_char(c: char) -> bool {
         || matches!(c as u32, 0xB7 | 0x300..=0x36F | 0x203F..=0x2040)
 }
 
-pub(crate) fn is_ncname(s: &str) -> bool {
+/// An XML name without a colon (Namespaces in XML's NCName, on XML 1.0's name characters).
+pub fn is_ncname(s: &str) -> bool {
     let mut cs = s.chars();
     matches!(cs.next(), Some(c) if is_name_start(c)) && cs.all(is_name_char)
 }

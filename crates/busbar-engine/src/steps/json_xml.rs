@@ -43,16 +43,10 @@ pub struct XmlToJsonStep {
     infer: bool,
 }
 
-/// An XML name (NCName: no prefix) as the convention needs: a letter or `_`, then letters,
-/// digits, `-`, `_` or `.`; never starting with `xml`.
+/// An XML name as the convention needs: an NCName (XML 1.0's name characters, no colon: a
+/// prefix would need a namespace), never starting with `xml` (reserved).
 fn is_name(s: &str) -> bool {
-    let mut chars = s.chars();
-    let Some(first) = chars.next() else {
-        return false;
-    };
-    (first.is_alphabetic() || first == '_')
-        && chars.all(|c| c.is_alphanumeric() || matches!(c, '-' | '_' | '.'))
-        && !s.to_ascii_lowercase().starts_with("xml")
+    busbar_xml::is_ncname(s) && !s.to_ascii_lowercase().starts_with("xml")
 }
 
 impl JsonToXmlStep {
@@ -480,9 +474,23 @@ mod tests {
     }
 
     #[test]
+    fn every_xml_name_character_is_accepted() {
+        let yaml = "sequences:\n  s:\n    - json_to_xml: { root: r }\n";
+        // U+00B7, a combining mark, U+203F: name characters after the first.
+        let doc = r#"{"a·b":1,"e\u0301":2,"a‿b":3,"Ωμέγα":4,"_x-1.2":5}"#;
+        let xml = run(yaml, doc).expect("names");
+        assert!(
+            xml.ends_with("<r><a·b>1</a·b><e\u{301}>2</e\u{301}><a‿b>3</a‿b><Ωμέγα>4</Ωμέγα><_x-1.2>5</_x-1.2></r>"),
+            "{xml}"
+        );
+    }
+
+    #[test]
     fn names_that_are_not_xml_names_and_control_characters_are_400() {
         for (doc, want) in [
             (r#"{"a b":1}"#, "not an XML name"),
+            (r#"{"a:b":1}"#, "not an XML name"),
+            (r#"{"·a":1}"#, "not an XML name"),
             (r#"{"1a":1}"#, "not an XML name"),
             (r#"{"a":"\u0001"}"#, "cannot be written in XML"),
             (r#"{"a":[[1]]}"#, "array in an array"),
