@@ -859,7 +859,8 @@ pub struct Query {
 impl Query {
     /// Compiles `text`; the error says what is wrong with it.
     pub fn compile(text: &str) -> Result<Query, String> {
-        let path = serde_json_path::JsonPath::parse(text).map_err(|e| e.to_string())?;
+        let path = serde_json_path::JsonPath::parse(&upper_hex_escapes(text))
+            .map_err(|e| e.to_string())?;
         Ok(Query {
             path,
             simple: SimplePath::parse(text),
@@ -880,6 +881,34 @@ impl Query {
     pub fn first<'a>(&self, value: &'a serde_json::Value) -> Option<&'a serde_json::Value> {
         self.path.query(value).all().into_iter().next()
     }
+}
+
+/// `text` with the hex digits of its `\uXXXX` escapes in upper case: RFC 9535's are
+/// case-insensitive, and the parser takes a surrogate pair only in upper case.
+fn upper_hex_escapes(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text.contains('\\') {
+        return text.into();
+    }
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        out.push(c);
+        if c != '\\' {
+            continue;
+        }
+        match chars.next() {
+            Some('u') => {
+                out.push('u');
+                for h in chars.by_ref().take(4) {
+                    out.push(h.to_ascii_uppercase());
+                }
+            }
+            // `\\` and every other escape: the next character is the escape's own.
+            Some(other) => out.push(other),
+            None => {}
+        }
+    }
+    out.into()
 }
 
 /// The deepest nesting a whole document may have ([`parse_strict`]): serde_json's own limit.

@@ -217,3 +217,24 @@ fn whole_documents_parse_to_127_levels_and_deeper_ones_get_the_limit_and_its_pla
     let e = busbar_json::parse_strict(nested(65).as_bytes(), limits(64)).expect_err("past 64");
     assert!(e.message.contains("deeper than 64 levels"), "{}", e.message);
 }
+
+#[test]
+fn jsonpath_escapes_take_hex_digits_in_either_case() {
+    let doc: serde_json::Value =
+        serde_json::from_str(r#"{"😀":1,"é":2,"a\\ud83d":3}"#).expect("doc");
+    for (path, want) in [
+        (r#"$['\ud83d\ude00']"#, 1),
+        (r#"$['\uD83D\uDE00']"#, 1),
+        (r#"$["\ud83D\uDe00"]"#, 1),
+        (r#"$['\u00e9']"#, 2),
+        // An escaped backslash before `u` is not an escape.
+        (r#"$['a\\ud83d']"#, 3),
+    ] {
+        let q = busbar_json::Query::compile(path).unwrap_or_else(|e| panic!("{path}: {e}"));
+        assert_eq!(q.all(&doc), vec![&serde_json::json!(want)], "{path}");
+    }
+    assert!(
+        busbar_json::Query::compile(r#"$['\ud83d']"#).is_err(),
+        "a lone surrogate"
+    );
+}
