@@ -307,3 +307,30 @@ fn validate_reports_compile_errors_beside_a_misspelt_key_elsewhere() {
     assert!(err.contains("4 problem(s)"), "one line per problem:\n{err}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn validate_names_a_database_problem_once_with_its_line() {
+    let dir = temp_dir("db-diagnostics");
+    // A database that does not open: its own line, and no "unknown database" at the step.
+    let (code, err) = validate_in(
+        &dir,
+        "listeners:\n  http: { bind: \"127.0.0.1:0\" }\ndatabases:\n  d: { path: /nonexistent/dir/x.sqlite }\nproxies:\n  A:\n    path: /a\n    in:\n      - sql:\n          database: d\n          query: \"SELECT :a\"\n          params: { a: { query: a, type: int } }\n",
+    );
+    assert_eq!(code, Some(1));
+    assert!(
+        err.contains(":4: databases.d: cannot open SQLite database"),
+        "{err}"
+    );
+    assert!(!err.contains("unknown database"), "{err}");
+    assert!(err.contains("1 problem(s)"), "{err}");
+    // A statement that does not parse: its error alone, not also its parameters as unused.
+    let (code, err) = validate_in(
+        &dir,
+        &format!("listeners:\n  http: {{ bind: \"127.0.0.1:0\" }}\ndatabases:\n  d: {{ path: {}/ok.sqlite }}\nproxies:\n  A:\n    path: /a\n    in:\n      - sql:\n          database: d\n          query: \"SELECT :a FROM t WHERE x = 'unterminated\"\n          params: {{ a: {{ query: a, type: int }} }}\n", dir.display()),
+    );
+    assert_eq!(code, Some(1));
+    assert!(err.contains("unterminated string literal"), "{err}");
+    assert!(!err.contains("no statement has a parameter"), "{err}");
+    assert!(err.contains("1 problem(s)"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -126,6 +126,8 @@ pub struct Attempt {
     /// Every problem found so far, in the order of the file.
     pub errors: Vec<ConfigError>,
     recovered: Option<recover::Recovered>,
+    /// The text parsed (after interpolation, with the file's lines), to find a key's line.
+    text: Option<String>,
 }
 
 impl Attempt {
@@ -149,6 +151,9 @@ impl Attempt {
                     continue;
                 }
                 e.line = e.line.and_then(|l| r.original_line(l));
+            }
+            if let Some(text) = &self.text {
+                fill_line(&mut e, text);
             }
             let known = self
                 .errors
@@ -177,6 +182,7 @@ pub fn load_attempt(file: &Path) -> Attempt {
                 message: format!("cannot read config: {e}"),
             }],
             recovered: None,
+            text: None,
         },
     }
 }
@@ -202,6 +208,7 @@ fn attempt_text(text: &str, file: &Path, env: impl Fn(&str) -> Option<String>) -
                 loaded: None,
                 errors: e.0,
                 recovered: None,
+                text: None,
             }
         }
     };
@@ -212,6 +219,7 @@ fn attempt_text(text: &str, file: &Path, env: impl Fn(&str) -> Option<String>) -
             loaded: None,
             errors,
             recovered: None,
+            text: Some(text),
         };
     };
     // A back end that is not started is not part of the config the engine builds.
@@ -245,10 +253,22 @@ fn attempt_text(text: &str, file: &Path, env: impl Fn(&str) -> Option<String>) -
         // Both kinds together, in the order of the file.
         errors.sort_by_key(|e| e.line.unwrap_or(u64::MAX));
     }
+    for e in &mut errors {
+        fill_line(e, &text);
+    }
     Attempt {
         loaded: Some(loaded),
         errors,
         recovered: Some(parsed),
+        text: Some(text),
+    }
+}
+
+/// Gives a problem found from a value the parser kept no position for (a database that does
+/// not open, a file that is missing) the line of its key in `text`.
+fn fill_line(e: &mut ConfigError, text: &str) {
+    if e.line.is_none() && !e.path.is_empty() {
+        e.line = recover::key_line(text, &e.path);
     }
 }
 
@@ -1600,7 +1620,7 @@ mod tests {
         let mut errs = load_errors(&yaml);
         assert_eq!(
             errs.pop().as_deref(),
-            Some("t.yaml: proxies.P.in[1].route[0].when: give exactly one of 'header', 'xpath' or 'json'")
+            Some("t.yaml:11: proxies.P.in[1].route[0].when: give exactly one of 'header', 'xpath' or 'json'")
         );
         let expect = [
             (

@@ -350,6 +350,30 @@ impl Candidate {
     }
 }
 
+/// The 1-based line of `text` where the node at key path `path` (`databases.d`,
+/// `proxies.A.in[0].sql`) is written, or its nearest written ancestor's; `None` when the text
+/// is not YAML or nothing on the path is in it.
+pub(crate) fn key_line(text: &str, path: &str) -> Option<u64> {
+    let tree = Tree::build(text)?;
+    let mut want = path;
+    loop {
+        if let Some(node) = tree
+            .nodes
+            .iter()
+            .find(|n| n.path == want && matches!(n.role, Role::Key(_) | Role::Item))
+        {
+            let before = text.get(..node.start)?;
+            return Some(before.matches('\n').count() as u64 + 1);
+        }
+        // The parent: up to the last `.` or `[` outside the last segment.
+        let cut = want.rfind(['.', '['])?;
+        want = &want[..cut];
+        if want.is_empty() {
+            return None;
+        }
+    }
+}
+
 /// The node tree of a YAML text, flattened, with byte ranges and key paths.
 struct Tree {
     nodes: Vec<Node>,

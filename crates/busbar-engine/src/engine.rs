@@ -183,16 +183,16 @@ pub fn check(file: &Path) -> Result<Runtime, ConfigErrors> {
         return Err(ConfigErrors(attempt.errors));
     };
     let workers = workers_of(&loaded.config);
-    let built = Runtime::build(loaded, &Registry::default(), workers);
-    if attempt.errors.is_empty() {
-        return built.map_err(ConfigErrors);
-    }
     // A config with problems is still compiled, as far as it goes: a bad XPath, jq program or
     // stylesheet is reported in the same run as a misspelt key elsewhere.
-    if let Err(later) = built {
-        attempt.add_later(later);
+    match Runtime::build(loaded, &Registry::default(), workers) {
+        Ok(rt) if attempt.errors.is_empty() => Ok(rt),
+        Ok(_) => Err(ConfigErrors(attempt.errors)),
+        Err(later) => {
+            attempt.add_later(later);
+            Err(ConfigErrors(attempt.errors))
+        }
     }
-    Err(ConfigErrors(attempt.errors))
 }
 
 fn addr(loaded: &LoadedConfig, path: &str, text: &str) -> Result<SocketAddr, ConfigErrors> {
@@ -260,7 +260,16 @@ fn echo_options(
 impl Engine {
     /// Loads `file`, binds every listener and starts serving on worker threads.
     pub fn start(file: &Path) -> Result<RunningEngine, ConfigErrors> {
-        let engine = Engine::build(busbar_config::load(file)?)?;
+        let mut attempt = busbar_config::load_attempt(file);
+        let loaded = match attempt.loaded.take() {
+            Some(loaded) if attempt.errors.is_empty() => loaded,
+            _ => return Err(ConfigErrors(attempt.errors)),
+        };
+        let engine = Engine::build(loaded).map_err(|e| {
+            // Each with its line in the file.
+            attempt.add_later(e.0);
+            ConfigErrors(std::mem::take(&mut attempt.errors))
+        })?;
         let listeners = engine.bind()?;
         let loaded = engine.loaded.clone();
         engine

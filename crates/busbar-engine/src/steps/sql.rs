@@ -79,6 +79,10 @@ impl SqlStep {
         let line = line_of(config);
         let c = &config.value;
         let Some(db) = cx.databases.get(&c.database).cloned() else {
+            if cx.loaded.config.databases.contains_key(&c.database) {
+                // Declared, and not open: its own error (at `databases.NAME`) says why.
+                return Err(Failed);
+            }
             return Err(cx.fail(
                 line,
                 format!("{here}.database"),
@@ -105,6 +109,7 @@ impl SqlStep {
                 .collect(),
         };
         let mut failed = false;
+        let mut unparsed = false;
         for (at, text, own) in list {
             let Some(sql) = text.for_kind(db.kind()) else {
                 cx.fail(
@@ -120,6 +125,7 @@ impl SqlStep {
                 Err(e) => {
                     cx.fail(line, at, e);
                     failed = true;
+                    unparsed = true;
                     continue;
                 }
             };
@@ -159,7 +165,8 @@ impl SqlStep {
             statements.push(Arc::new(statement));
             binds.push(positions);
         }
-        for name in step_params.keys() {
+        // A statement that did not parse names no parameters: its error is the one to fix.
+        for name in step_params.keys().filter(|_| !unparsed) {
             if !used.contains(name) {
                 cx.fail(
                     line,
