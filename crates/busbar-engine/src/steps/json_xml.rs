@@ -314,9 +314,9 @@ impl XmlToJsonStep {
         Value::String(text.to_owned())
     }
 
-    fn value(&self, doc: &Document, id: NodeId) -> Value {
+    fn value(&self, doc: &Document, id: NodeId) -> Result<Value, String> {
         if doc.attr(id, XSI, "nil") == Some("true") {
-            return Value::Null;
+            return Ok(Value::Null);
         }
         let children: Vec<NodeId> = doc.element_children(id).collect();
         let attrs = doc.attributes(id);
@@ -327,18 +327,28 @@ impl XmlToJsonStep {
             .collect();
         let plain_attrs: Vec<_> = attrs.iter().filter(|a| a.namespace() != XSI).collect();
         if children.is_empty() && plain_attrs.is_empty() {
-            return self.scalar(&own_text);
+            return Ok(self.scalar(&own_text));
         }
         let mut map = Map::new();
         for a in plain_attrs {
-            map.insert(format!("@{}", a.local_name()), self.scalar(a.value()));
+            let name = format!("@{}", a.local_name());
+            if map.contains_key(&name) {
+                // Two attributes of one local name in different namespaces: one JSON member
+                // could hold only one of them.
+                return Err(format!(
+                    "element '{}' has two attributes named '{}' (in different namespaces), and JSON names attributes by local name",
+                    doc.local_name(id),
+                    a.local_name()
+                ));
+            }
+            map.insert(name, self.scalar(a.value()));
         }
         if !own_text.trim().is_empty() {
             map.insert("#text".into(), self.scalar(&own_text));
         }
         for c in children {
             let name = doc.local_name(c).to_owned();
-            let v = self.value(doc, c);
+            let v = self.value(doc, c)?;
             match map.get_mut(&name) {
                 Some(Value::Array(items)) => items.push(v),
                 Some(existing) => {
@@ -354,7 +364,7 @@ impl XmlToJsonStep {
                 }
             }
         }
-        Value::Object(map)
+        Ok(Value::Object(map))
     }
 
     fn convert(&self, bytes: &[u8]) -> Result<Vec<u8>, String> {
@@ -374,7 +384,7 @@ impl XmlToJsonStep {
                 .next()
                 .ok_or("the SOAP Body is empty")?;
         }
-        let value = self.value(&doc, top);
+        let value = self.value(&doc, top)?;
         let out = if self.keep_root {
             Value::Object(
                 [(doc.local_name(top).to_owned(), value)]
@@ -471,6 +481,17 @@ mod tests {
         assert!(e.contains("array of 0 items"), "{e}");
         let one = run(yaml, r#"{"order":[{"s":"IBM"}]}"#).expect("one item");
         assert!(one.ends_with("<order><s>IBM</s></order>"), "{one}");
+    }
+
+    #[test]
+    fn two_attributes_of_one_local_name_are_refused_not_merged() {
+        let yaml = "sequences:\n  s:\n    - xml_to_json: {}\n";
+        let e = run(yaml, r#"<r xmlns:p="urn:p" id="1" p:id="2"/>"#)
+            .err()
+            .unwrap_or_default();
+        assert!(e.contains("two attributes named 'id'"), "{e}");
+        let ok = run(yaml, r#"<r xmlns:p="urn:p" id="1" p:other="2"/>"#).expect("distinct");
+        assert!(same_json(&ok, r#"{"@id":1,"@other":2}"#), "{ok}");
     }
 
     #[test]
