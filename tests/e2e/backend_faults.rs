@@ -12,6 +12,7 @@ use crate::support::*;
 
 /// A request head as a scripted back end read it.
 struct Head {
+    path: String,
     chunked: bool,
     length: usize,
 }
@@ -23,6 +24,7 @@ fn read_head<R: BufRead>(r: &mut R) -> Option<Head> {
         return None;
     }
     let mut head = Head {
+        path: line.split_whitespace().nth(1).unwrap_or("").to_owned(),
         chunked: false,
         length: 0,
     };
@@ -493,28 +495,11 @@ fn a_call_abandoned_by_its_client_leaves_no_request_in_progress() {
 /// connection open; an empty answer closes it instead.
 fn answering(answer: fn(&str) -> String) -> SocketAddr {
     scripted(move |mut r| loop {
-        let mut line = String::new();
-        if r.read_line(&mut line).unwrap_or(0) == 0 {
+        let Some(head) = read_head(&mut r) else {
             return;
-        }
-        let path = line.split_whitespace().nth(1).unwrap_or("").to_owned();
-        let mut length = 0;
-        loop {
-            let mut h = String::new();
-            if r.read_line(&mut h).unwrap_or(0) == 0 {
-                return;
-            }
-            let h = h.trim_end().to_ascii_lowercase();
-            if h.is_empty() {
-                break;
-            }
-            if let Some(v) = h.strip_prefix("content-length:") {
-                length = v.trim().parse().unwrap_or(0);
-            }
-        }
-        let mut body = vec![0; length];
-        let answer = answer(&path);
-        if std::io::Read::read_exact(&mut r, &mut body).is_err()
+        };
+        let answer = answer(&head.path);
+        if read_body(&mut r, &head).is_none()
             || answer.is_empty()
             || r.get_mut().write_all(answer.as_bytes()).is_err()
         {
