@@ -160,8 +160,8 @@ fn valid_reg_name(name: &[u8]) -> bool {
     true
 }
 
-/// The inside of `[...]`: an IPv6 address, or an IPvFuture (`v` HEXDIG+ `.` then unreserved,
-/// sub-delims or `:`).
+/// The inside of `[...]`: an IPv6 address (with a zone, `%25` then unreserved characters or
+/// escapes, RFC 6874), or an IPvFuture (`v` HEXDIG+ `.` then unreserved, sub-delims or `:`).
 fn valid_ip_literal(inside: &[u8]) -> bool {
     if let Some(future) = inside
         .strip_prefix(b"v")
@@ -178,7 +178,19 @@ fn valid_ip_literal(inside: &[u8]) -> bool {
                 .iter()
                 .all(|&b| b.is_ascii_alphanumeric() || b"-._~!$&'()*+,;=:".contains(&b));
     }
-    std::str::from_utf8(inside).is_ok_and(|s| s.parse::<std::net::Ipv6Addr>().is_ok())
+    let Ok(text) = std::str::from_utf8(inside) else {
+        return false;
+    };
+    let (address, zone) = match text.split_once("%25") {
+        Some((a, z)) => (a, Some(z)),
+        None => (text, None),
+    };
+    let zone_ok = zone.is_none_or(|z| {
+        !z.is_empty()
+            && valid_reg_name(z.as_bytes())
+            && !z.bytes().any(|b| b"!$&'()*+,;=".contains(&b))
+    });
+    zone_ok && address.parse::<std::net::Ipv6Addr>().is_ok()
 }
 
 /// A connection's stream that fails a write the client has not made room for within `limit`
@@ -1049,6 +1061,8 @@ mod tests {
             "[::1]",
             "[::1]:8080",
             "[v1.fe80::a+en1]",
+            "[fe80::1%25en0]:8080",
+            "[fe80::1%25eth%2E0]",
             "my-host_1~x",
             "caf%C3%A9.example",
             "a!$&'()*+,;=b",
@@ -1056,8 +1070,23 @@ mod tests {
             assert_eq!(problem(good), None, "{good:?}");
         }
         for bad in [
-            "a b", "x/y", "x@y", "x:99999", "x:8o", "x:1:2", "[::1", "[::1]x", "[x]", "x\ty",
-            "%zz", "%4", "a?b", "a#b",
+            "a b",
+            "x/y",
+            "x@y",
+            "x:99999",
+            "x:8o",
+            "x:1:2",
+            "[::1",
+            "[::1]x",
+            "[x]",
+            "x\ty",
+            "%zz",
+            "%4",
+            "a?b",
+            "a#b",
+            "[fe80::1%25]",
+            "[fe80::1%en0]",
+            "[::1%25a+b]",
         ] {
             assert!(problem(bad).is_some(), "{bad:?}");
         }
