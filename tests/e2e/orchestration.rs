@@ -279,3 +279,43 @@ fn every_simple_invoke_folder_is_a_deployment_of_its_own_x() {
         }
     }
 }
+
+#[test]
+fn a_service_provided_by_two_folders_is_one_error_naming_both() {
+    let dir = temp_dir("two-providers");
+    for folder in ["A", "B"] {
+        let to = dir.join(folder);
+        std::fs::create_dir_all(&to).expect("folder");
+        for f in [
+            "HelloWorld.wsdl",
+            "SimpleInvoke.bpel",
+            "SimpleInvoke.wsdl",
+            "deploy.xml",
+        ] {
+            std::fs::copy(
+                orchestration_dir().join("SimpleInvoke1").join(f),
+                to.join(f),
+            )
+            .expect("copy");
+        }
+    }
+    // The copy serves its service at another path: the clash is the service, not a path.
+    let wsdl = dir.join("B/SimpleInvoke.wsdl");
+    let text = std::fs::read_to_string(&wsdl).expect("wsdl");
+    std::fs::write(
+        &wsdl,
+        text.replace("/service/SimpleInvoke1", "/service/Other"),
+    )
+    .expect("wsdl");
+    let (code, err) = validate_in(
+        &dir,
+        "listeners:\n  http: { bind: \"127.0.0.1:0\" }\nendpoints:\n  dead: { url: \"http://127.0.0.1:9/nothing\" }\nprocesses:\n  A: { dir: A, partners: { helloWorld: dead } }\n  B: { dir: B, partners: { helloWorld: dead } }\n",
+    );
+    assert_eq!(code, Some(1));
+    assert!(
+        err.contains(":7: processes.B: service {urn:busbar:example:simple-invoke}SimpleInvoke1Service is already provided by processes.A"),
+        "{err}"
+    );
+    assert!(err.contains("1 problem(s)"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -162,9 +162,27 @@ impl Runtime {
         )
         .map(|(processes, services)| {
             let post = [Method::POST];
+            // Service QName → the folder that provides it first; the folders that provide one
+            // again, told once each.
+            let mut provided: BTreeMap<String, String> = BTreeMap::new();
+            let mut told: std::collections::BTreeSet<(String, String)> = Default::default();
             for (listener, path, svc) in services {
                 let at = format!("processes.{}", svc.folder);
                 let line = cfg.processes.get(&*svc.folder).and_then(|p| line_of(&p.dir));
+                let qname = svc.service.service.service.clark();
+                let first = provided
+                    .entry(qname.clone())
+                    .or_insert_with(|| svc.folder.to_string());
+                if **first != *svc.folder {
+                    if told.insert((svc.folder.to_string(), qname.clone())) {
+                        errors.push(loaded.error(
+                            line,
+                            at,
+                            format!("service {qname} is already provided by processes.{first}: one folder provides a service"),
+                        ));
+                    }
+                    continue;
+                }
                 let listener_name = &listener_names[listener];
                 let proxy_clash = cfg.proxies.iter().find(|(_, p)| {
                     p.path.value == path
