@@ -10,7 +10,9 @@
 # CACHE (0; 1 also simulates the caches and reports L1 instruction and data misses per request,
 # and data misses of a 1 MiB, 8-way second level, this CPU's L2; about twice as slow),
 # TOP (0; with CACHE=1, N > 0 also lists the N functions with the most L2 data misses of the
-# last run, per request, start-up included).
+# last run, per request, start-up included), SCENARIO (direct: DirectProxy with a SIZE body;
+# json-map: examples/integrator.yaml's JsonMap, the kit's integrator requests, each answer
+# verified).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v valgrind >/dev/null || { echo "cost.sh needs valgrind (apt-get install valgrind)" >&2; exit 1; }
@@ -29,7 +31,22 @@ kit=./target/release/busbar
 tmp=$(mktemp -d)
 cleanup() { kill $(jobs -p) 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$tmp"; }
 trap cleanup EXIT
-url=http://127.0.0.1:8280/service/DirectProxy
+case ${SCENARIO:-direct} in
+  direct)
+    url=http://127.0.0.1:8280/service/DirectProxy
+    config=$tmp/proxy.yaml
+    load=(--body "$tmp/body")
+    server_env=()
+    ;;
+  json-map)
+    url=http://127.0.0.1:8281/api/map
+    config=examples/integrator.yaml
+    load=(--suite integrator --verify json-map)
+    server_env=(BUSBAR_ECHO_EMBEDDED=false BUSBAR_WORKERS=1 BUSBAR_LOG=warn
+      BUSBAR_LISTEN=127.0.0.1:8281 BUSBAR_ADMIN=127.0.0.1:9902)
+    ;;
+  *) echo "SCENARIO is direct or json-map" >&2; exit 1 ;;
+esac
 cat > "$tmp/proxy.yaml" <<'EOF'
 workers: 1
 log:
@@ -59,11 +76,15 @@ events() {
   # valgrind's last level stands for this CPU's per-core L2 (1 MiB, 8-way): a working set that
   # outgrows it is what makes an exchange slower at hundreds of connections.
   [ "$cache" = 1 ] && sim=(--cache-sim=yes --LL=1048576,8,64 --compress-strings=no --compress-pos=no)
-  valgrind --tool=callgrind "${sim[@]}" --callgrind-out-file="$out" "$bin" run "$tmp/proxy.yaml" \
-    > "$tmp/valgrind.log" 2>&1 &
+  env "${server_env[@]}" valgrind --tool=callgrind "${sim[@]}" --callgrind-out-file="$out" \
+    "$bin" run "$config" > "$tmp/valgrind.log" 2>&1 &
   local vg=$!
-  for _ in $(seq 300); do curl -sf -o /dev/null -d x "$url" && break; sleep 0.2; done
-  taskset -c 1 $kit bench load -n "$n" -c "$c" --body "$tmp/body" "$url" > "$tmp/load.log" 2>&1 \
+  # Up when it answers at all (a bare `x` is no JsonMap request).
+  for _ in $(seq 300); do
+    [ "$(curl -s -o /dev/null -w '%{http_code}' -d x "$url")" != 000 ] && break
+    sleep 0.2
+  done
+  taskset -c 1 $kit bench load -n "$n" -c "$c" "${load[@]}" "$url" > "$tmp/load.log" 2>&1 \
     || { cat "$tmp/load.log" >&2; exit 1; }
   grep -q " $n ok" "$tmp/load.log" || { echo "not every request succeeded:" >&2; cat "$tmp/load.log" >&2; exit 1; }
   kill -TERM $vg
