@@ -295,32 +295,20 @@ impl Program {
         if extra > 0 {
             return Err(RunError::Outputs(1 + extra));
         }
-        if nesting(&first) > usize::from(value::MAX_DEPTH) {
+        let shape = shape(&first);
+        if shape.too_deep {
             dismantle(first);
             return Err(RunError::Program(format!(
                 "the program built a value nested deeper than {} levels",
                 value::MAX_DEPTH
             )));
         }
-        let first = if nesting_any(
-            &first,
-            |n| matches!(n, jaq_json::Num::Float(x) if !x.is_finite()),
-        ) {
+        let first = if shape.not_finite {
             finite(first)
         } else {
             first
         };
         Ok(first.to_string().into_bytes())
-    }
-}
-
-/// Whether a number of `v` (nested no deeper than [`value::MAX_DEPTH`]) is one `is`.
-fn nesting_any(v: &Val, is: impl Fn(&jaq_json::Num) -> bool + Copy) -> bool {
-    match v {
-        Val::Num(n) => is(n),
-        Val::Arr(items) => items.iter().any(|v| nesting_any(v, is)),
-        Val::Obj(fields) => fields.values().any(|v| nesting_any(v, is)),
-        _ => false,
     }
 }
 
@@ -351,26 +339,38 @@ fn finite(v: Val) -> Val {
 /// values about a million levels deep.
 const JAQ_STACK: usize = 256 * 1024 * 1024;
 
-/// How deeply `v` nests (0 for a scalar), without recursion. A value shared in several places
-/// is walked once per place, but only as deep as [`value::MAX_DEPTH`] + 1.
-fn nesting(v: &Val) -> usize {
-    let limit = usize::from(value::MAX_DEPTH) + 1;
-    let mut deepest = 0;
+/// What writing out a jaq output needs to know first.
+struct Shape {
+    /// It nests deeper than [`value::MAX_DEPTH`].
+    too_deep: bool,
+    /// It holds NaN or an infinity.
+    not_finite: bool,
+}
+
+/// The [`Shape`] of `v`, in one walk without recursion. A value shared in several places is
+/// walked once per place, but never deeper than [`value::MAX_DEPTH`] + 1.
+fn shape(v: &Val) -> Shape {
+    let limit = usize::from(value::MAX_DEPTH);
+    let mut not_finite = false;
     let mut stack: Vec<(&Val, usize)> = vec![(v, 0)];
     while let Some((v, depth)) = stack.pop() {
-        let children: Box<dyn Iterator<Item = &Val>> = match v {
-            Val::Arr(items) => Box::new(items.iter()),
-            Val::Obj(fields) => Box::new(fields.values()),
-            _ => continue,
-        };
-        let depth = depth + 1;
-        deepest = deepest.max(depth);
-        if depth >= limit {
-            return depth;
+        match v {
+            Val::Num(jaq_json::Num::Float(x)) => not_finite |= !x.is_finite(),
+            Val::Arr(_) | Val::Obj(_) if depth == limit => {
+                return Shape {
+                    too_deep: true,
+                    not_finite,
+                }
+            }
+            Val::Arr(items) => stack.extend(items.iter().map(|c| (c, depth + 1))),
+            Val::Obj(fields) => stack.extend(fields.values().map(|c| (c, depth + 1))),
+            _ => {}
         }
-        stack.extend(children.map(|c| (c, depth)));
     }
-    deepest
+    Shape {
+        too_deep: false,
+        not_finite,
+    }
 }
 
 /// Drops `v` without recursion: a deep value's own drop would recurse once per level.
