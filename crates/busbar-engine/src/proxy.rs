@@ -65,18 +65,14 @@ pub async fn handle(
     shared: &Shared,
     index: usize,
     body_timeout: Duration,
-    mut req: Request<Incoming>,
+    req: Request<Incoming>,
     peer: Option<SocketAddr>,
 ) -> Response<ResponseBody> {
     if let Some(e) = malformed(&req) {
         tracing::debug!(path = req.uri().path(), "{e}");
         let format = MessageFormat::from_request_headers(req.headers());
-        let mut resp = error_response(&e, format, None);
-        log_unserved(shared, &req, peer, "-", &resp);
-        if !Box::pin(drain_incoming(req.body_mut())).await {
-            close_after(&mut resp);
-        }
-        return resp;
+        let resp = error_response(&e, format, None);
+        return Box::pin(answer_unserved(shared, req, peer, "-", resp)).await;
     }
     let runtime = shared.runtime.load_full();
     let (proxy, params) = match runtime.route(index, req.method(), req.uri().path()) {
@@ -94,11 +90,7 @@ pub async fn handle(
             if let Some(allow) = allow_header(&allow) {
                 resp.headers_mut().insert(ALLOW, allow);
             }
-            log_unserved(shared, &req, peer, &target.name, &resp);
-            if !Box::pin(drain_incoming(req.body_mut())).await {
-                close_after(&mut resp);
-            }
-            return resp;
+            return Box::pin(answer_unserved(shared, req, peer, &target.name, resp)).await;
         }
         Match::NotFound => {
             let e = MediationError::new(
@@ -107,12 +99,8 @@ pub async fn handle(
                 format!("No service at {}", req.uri().path()),
             );
             let format = MessageFormat::from_request_headers(req.headers());
-            let mut resp = error_response(&e, format, None);
-            log_unserved(shared, &req, peer, "-", &resp);
-            if !Box::pin(drain_incoming(req.body_mut())).await {
-                close_after(&mut resp);
-            }
-            return resp;
+            let resp = error_response(&e, format, None);
+            return Box::pin(answer_unserved(shared, req, peer, "-", resp)).await;
         }
     };
     let tracing = &runtime.config.config.tracing;
@@ -213,7 +201,7 @@ pub async fn handle(
     // call took is the back-end connection's to finish (an echo answers while it uploads).
     if !outcome.ended.load(Relaxed) && !http_body::Body::is_end_stream(&ex.request_body) {
         // Boxed: this path's future stays out of every request's.
-        Box::pin(drain_small_body(&mut ex.request_body)).await;
+        Box::pin(drain_small(&mut ex.request_body)).await;
         if !outcome.ended.load(Relaxed) {
             close_after(&mut resp);
         }
@@ -347,17 +335,18 @@ async fn run_proxy(proxy: &Proxy, ex: &mut Exchange) -> Result<Response<Body>, M
 /// keep-alive connection survives a fault (larger ones close the connection instead).
 const DRAIN_MAX: u64 = 64 * 1024;
 
-/// Reads and discards a small request body answered before any proxy ran; true when it was
-/// read to its end (or had none), so the connection can carry the next request.
-async fn drain_incoming(body: &mut Incoming) -> bool {
+/// Reads and discards the rest of a small request body no one read; true when it was read to
+/// its end (or had none), so the connection can carry the next request.
+async fn drain_small<B>(body: &mut B) -> bool
+where
+    B: http_body::Body + Unpin,
+{
+    use bytes::Buf as _;
     use http_body_util::BodyExt as _;
-    if http_body::Body::is_end_stream(body) {
+    if body.is_end_stream() {
         return true;
     }
-    if http_body::Body::size_hint(body)
-        .exact()
-        .is_some_and(|n| n > DRAIN_MAX)
-    {
+    if body.size_hint().exact().is_some_and(|n| n > DRAIN_MAX) {
         return false;
     }
     let drain = async {
@@ -366,7 +355,7 @@ async fn drain_incoming(body: &mut Incoming) -> bool {
             match body.frame().await {
                 None => return true,
                 Some(Ok(frame)) => {
-                    read += frame.data_ref().map_or(0, |d| d.len() as u64);
+                    read += frame.data_ref().map_or(0, |d| d.remaining() as u64);
                     if read > DRAIN_MAX {
                         return false;
                     }
@@ -381,14 +370,21 @@ async fn drain_incoming(body: &mut Incoming) -> bool {
         .unwrap_or(false)
 }
 
-/// Reads and discards the rest of a small request body that no step consumed.
-async fn drain_small_body(body: &mut Body) {
-    if body.is_buffered() || body.exact_len().is_some_and(|n| n > DRAIN_MAX) {
-        return;
+/// An answer sent before any proxy ran (malformed, no such path, wrong method): logged, and
+/// the request's body ended (read and dropped when small, else the answer says the
+/// connection closes after it).
+async fn answer_unserved(
+    shared: &Shared,
+    mut req: Request<Incoming>,
+    peer: Option<SocketAddr>,
+    proxy: &str,
+    mut resp: Response<ResponseBody>,
+) -> Response<ResponseBody> {
+    log_unserved(shared, &req, peer, proxy, &resp);
+    if !drain_small(req.body_mut()).await {
+        close_after(&mut resp);
     }
-    let drain = async { while let Ok(Some(_)) = body.read_chunk(DRAIN_MAX).await {} };
-    // A client that stops sending mid-body must not hold the answer back for long.
-    let _ = tokio::time::timeout(Duration::from_secs(1), drain).await;
+    resp
 }
 
 /// Logs an error once, where it is handled: back-end and internal failures as warnings,
