@@ -204,8 +204,9 @@ impl MediationError {
 
     /// The HTTP status this error answers with in `format`.
     ///
-    /// The SOAP 1.1 and 1.2 HTTP bindings send every fault with 500, except client faults in
-    /// SOAP 1.2 (400); JSON clients get the status of the blame.
+    /// The SOAP 1.1 and 1.2 HTTP bindings send every fault with 500, except `env:Sender`
+    /// faults in SOAP 1.2 (400; its `VersionMismatch` and `MustUnderstand` stay 500, SOAP 1.2
+    /// part 2 §7.5.1.2); JSON clients get the status of the blame.
     pub fn status(&self, format: MessageFormat) -> StatusCode {
         if let Some(status) = self.status {
             return status;
@@ -221,7 +222,12 @@ impl MediationError {
             return status;
         }
         match (format, self.blame) {
-            (MessageFormat::Soap(crate::SoapVersion::V12), Blame::Client) => {
+            (MessageFormat::Soap(crate::SoapVersion::V12), Blame::Client)
+                if !matches!(
+                    self.fault_code,
+                    Some(FaultCode::VersionMismatch | FaultCode::MustUnderstand)
+                ) =>
+            {
                 StatusCode::BAD_REQUEST
             }
             (MessageFormat::Soap(_), _) => StatusCode::INTERNAL_SERVER_ERROR,
@@ -296,6 +302,19 @@ mod tests {
         assert_eq!(e.status(MessageFormat::Problem), 502);
         let t = MediationError::new(ErrorKind::ResponseTimeout, Blame::Upstream, "slow");
         assert_eq!(t.status(MessageFormat::Problem), 504);
+    }
+
+    #[test]
+    fn soap_12_sender_faults_are_400_but_version_and_must_understand_faults_500() {
+        let v12 = MessageFormat::Soap(SoapVersion::V12);
+        let sender = MediationError::new(ErrorKind::Security, Blame::Client, "bad");
+        assert_eq!(sender.status(v12), 400);
+        for code in [FaultCode::VersionMismatch, FaultCode::MustUnderstand] {
+            let e = MediationError::new(ErrorKind::Security, Blame::Client, "bad")
+                .with_fault_code(code);
+            assert_eq!(e.status(v12), 500, "{code:?}");
+            assert_eq!(e.status(MessageFormat::Soap(SoapVersion::V11)), 500);
+        }
     }
 
     #[test]
