@@ -315,24 +315,27 @@ fn attacks(keys: &Path) -> Vec<Attack> {
         replace_once(&good, &sig_value, &flip_char(&sig_value, 10)),
         "wsse:FailedCheck",
     );
-    let cipher = element_text(
-        &element(&good_text, "xenc:EncryptedData"),
-        "xenc:CipherValue",
-    );
+    // Each attack that gets as far as decryption alters a message of its own: the first
+    // altered copy of a message is decrypted (and refused), the next is a replay.
+    let fresh = || {
+        let m = make(&legacy);
+        let t = String::from_utf8_lossy(&m).into_owned();
+        (m, t)
+    };
+    let (msg, text) = fresh();
+    let cipher = element_text(&element(&text, "xenc:EncryptedData"), "xenc:CipherValue");
     add(
         "tampered ciphertext",
         "/service/SecureProxy",
-        replace_once(&good, &cipher, &flip_char(&cipher, 40)),
+        replace_once(&msg, &cipher, &flip_char(&cipher, 40)),
         "wsse:FailedCheck",
     );
-    let ek_cipher = element_text(
-        &element(&good_text, "xenc:EncryptedKey"),
-        "xenc:CipherValue",
-    );
+    let (msg, text) = fresh();
+    let ek_cipher = element_text(&element(&text, "xenc:EncryptedKey"), "xenc:CipherValue");
     add(
         "RSA-1.5 key with broken padding",
         "/service/SecureProxy",
-        replace_once(&good, &ek_cipher, &flip_char(&ek_cipher, 20)),
+        replace_once(&msg, &ek_cipher, &flip_char(&ek_cipher, 20)),
         "wsse:FailedCheck",
     );
 
@@ -542,12 +545,13 @@ fn attacks(keys: &Path) -> Vec<Attack> {
     );
 
     // Encryption targets.
-    let ed_id = attr_after(&good_text, "<xenc:EncryptedData", "Id");
-    let good_ids = good_text.replacen(
+    let (_, text) = fresh();
+    let ed_id = attr_after(&text, "<xenc:EncryptedData", "Id");
+    let good_ids = text.replacen(
         &format!("<xenc:DataReference URI=\"#{ed_id}\""),
         &format!(
             "<xenc:DataReference URI=\"#{}\"",
-            attr_after(&good_text, "<soapenv:Body", "wsu:Id")
+            attr_after(&text, "<soapenv:Body", "wsu:Id")
         ),
         1,
     );
@@ -698,6 +702,16 @@ fn a_replayed_message_is_refused() {
         .expect("post");
     assert_eq!(again.status, 500);
     assert_eq!(fault_code(&again.body), "wsse:InvalidSecurity");
+    // A copy with its ciphertext altered is the same message to the replay cache: refused
+    // before it is decrypted (a decryption failure would be wsse:FailedCheck).
+    let text = String::from_utf8_lossy(&msg).into_owned();
+    let cipher = element_text(&element(&text, "xenc:EncryptedData"), "xenc:CipherValue");
+    let altered = replace_once(&msg, &cipher, &flip_char(&cipher, 40));
+    let r = Client::connect(h.http())
+        .post("/service/SecureProxyModern", &[SOAP11], &altered)
+        .expect("post");
+    assert_eq!(r.status, 500);
+    assert_eq!(fault_code(&r.body), "wsse:InvalidSecurity");
     assert_eq!(seen.lock().expect("lock").len(), 1);
 }
 

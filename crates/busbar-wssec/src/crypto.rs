@@ -330,6 +330,9 @@ pub struct PrivateKey {
     oaep: OaepPrivateDecryptingKey,
     pkcs1: Pkcs1PrivateDecryptingKey,
     public: PublicKey,
+    /// Keys the replacement for an RSA-1.5 session key that does not decrypt; derived from the
+    /// private key, so a ciphertext gets the same replacement in every process.
+    rejection: aws_lc_rs::hmac::Key,
 }
 
 impl PrivateKey {
@@ -352,12 +355,17 @@ impl PrivateKey {
             .map_err(|_| CryptoError::InvalidKey)?;
         let pkcs1 =
             Pkcs1PrivateDecryptingKey::new(decrypting).map_err(|_| CryptoError::InvalidKey)?;
+        let mut secret = sha2::Sha256::new();
+        secret.update(b"busbar RSA-1.5 implicit rejection\0");
+        secret.update(der);
+        let rejection = aws_lc_rs::hmac::Key::new(aws_lc_rs::hmac::HMAC_SHA256, &secret.finalize());
         Ok(PrivateKey {
             signing,
             legacy_signing,
             oaep,
             pkcs1,
             public,
+            rejection,
         })
     }
 
@@ -408,9 +416,10 @@ impl PrivateKey {
     /// Decrypts a session key wrapped for this key.
     ///
     /// RSA-OAEP failures are errors. RSA-1.5 never fails on attacker-controlled input: any
-    /// failure (bad padding, wrong length of either the ciphertext or the result) yields a fresh
-    /// random key of `expected_len` bytes, chosen without branching on the secret outcome, so
-    /// the caller fails later at data decryption exactly as it would with a wrong key. This is
+    /// failure (bad padding, wrong length of either the ciphertext or the result) yields a
+    /// replacement key of `expected_len` bytes, the same for the same ciphertext, chosen without
+    /// branching on the secret outcome, so the caller fails later at data decryption exactly as
+    /// it would with a wrong key. This is
     /// the RFC 3218 / TLS defence against Bleichenbacher-style padding oracles. What remains is
     /// inside aws-lc: its PKCS#1 check is constant-time but returns its verdict as an error,
     /// which takes a slightly different path than success.
@@ -438,7 +447,7 @@ impl PrivateKey {
                 if expected_len == 0 || expected_len > self.pkcs1.key_size_bytes() - 11 {
                     return Err(CryptoError::KeyTransport);
                 }
-                let fallback = random_bytes(expected_len);
+                let fallback = self.replacement_key(wrapped, expected_len);
                 let mut out = vec![0u8; self.pkcs1.min_output_size()];
                 let (decrypted, len) = match self.pkcs1.decrypt(wrapped, &mut out) {
                     Ok(key) => (1u8, key.len()),
@@ -448,6 +457,27 @@ impl PrivateKey {
                 Ok(ct_select(good, &out[..expected_len], &fallback))
             }
         }
+    }
+}
+
+impl PrivateKey {
+    /// The key an RSA-1.5 unwrap of `wrapped` yields when it fails: pseudorandom, but the same
+    /// for the same ciphertext each time. A fresh random key would give it away: a ciphertext
+    /// that decrypts would behave the same on every try, one that does not differently each
+    /// time (the "implicit rejection" of the Marvin attack's write-up, draft-irtf-cfrg-rsa-guidance).
+    fn replacement_key(&self, wrapped: &[u8], len: usize) -> Vec<u8> {
+        let mut out = Vec::with_capacity(len + 32);
+        let mut block: u32 = 0;
+        while out.len() < len {
+            let mut mac = aws_lc_rs::hmac::Context::with_key(&self.rejection);
+            mac.update(&block.to_be_bytes());
+            mac.update(&u32::try_from(len).unwrap_or(u32::MAX).to_be_bytes());
+            mac.update(wrapped);
+            out.extend_from_slice(mac.sign().as_ref());
+            block += 1;
+        }
+        out.truncate(len);
+        out
     }
 }
 

@@ -55,6 +55,9 @@ impl Default for Limits {
     }
 }
 
+/// The longest start tag accepted, `<` to `>`, as the streaming parser has it.
+pub const MAX_START_TAG: usize = 64 * 1024;
+
 /// Why a document was refused. `at` is a byte offset into the input.
 #[derive(Debug, thiserror::Error)]
 pub enum XmlError {
@@ -78,6 +81,8 @@ pub enum XmlError {
     TooManyNodes { at: usize, limit: usize },
     #[error("more than {limit} attributes on the element at byte {at}")]
     TooManyAttributes { at: usize, limit: usize },
+    #[error("the start tag at byte {at} is longer than {limit} bytes")]
+    StartTagTooLong { at: usize, limit: usize },
     #[error("duplicate attribute {name:?} at byte {at}")]
     DuplicateAttribute { at: usize, name: String },
     #[error("end tag </{found}> at byte {at} does not match start tag <{expected}>")]
@@ -104,6 +109,7 @@ impl XmlError {
             | XmlError::TooDeep { at, .. }
             | XmlError::TooManyNodes { at, .. }
             | XmlError::TooManyAttributes { at, .. }
+            | XmlError::StartTagTooLong { at, .. }
             | XmlError::DuplicateAttribute { at, .. }
             | XmlError::MismatchedEndTag { at, .. }
             | XmlError::NotOneRoot { at, .. } => Some(*at),
@@ -707,6 +713,12 @@ impl<'s> Builder<'s> {
                     return Err(XmlError::ProcessingInstruction { at: start })
                 }
                 Event::DocType(_) => return Err(XmlError::Doctype { at: start }),
+                Event::Start(_) | Event::Empty(_) if end - start > MAX_START_TAG => {
+                    return Err(XmlError::StartTagTooLong {
+                        at: start,
+                        limit: MAX_START_TAG,
+                    });
+                }
                 Event::Start(tag) => {
                     self.flush_text()?;
                     self.start_element(start, end, tag.name().as_ref().len(), false)?;
@@ -1975,6 +1987,33 @@ mod tests {
             matches!(e, XmlError::TooManyAttributes { at: 3, limit: 2 }),
             "{e}"
         );
+    }
+
+    #[test]
+    fn a_start_tag_longer_than_64_kib_is_refused() {
+        // `<r a="…"/>` or `<r a="…">`, exactly `len` bytes from `<` to `>`.
+        let tag = |len: usize, empty: bool| {
+            let close = if empty { "/>" } else { ">" };
+            let fill = len - "<r a=\"\"".len() - close.len();
+            format!("<r a=\"{}\"{close}", "x".repeat(fill))
+        };
+        for empty in [false, true] {
+            let end = if empty { "" } else { "</r>" };
+            let ok = format!("{}{end}", tag(MAX_START_TAG, empty));
+            assert!(Document::parse(ok.as_bytes(), &Limits::default()).is_ok());
+            let long = format!("{}{end}", tag(MAX_START_TAG + 1, empty));
+            let e = parse_err_with(&long, &Limits::default());
+            assert!(
+                matches!(
+                    e,
+                    XmlError::StartTagTooLong {
+                        at: 0,
+                        limit: MAX_START_TAG
+                    }
+                ),
+                "{e}"
+            );
+        }
     }
 
     #[test]

@@ -1,11 +1,12 @@
 //! Receiving: checks a secured SOAP message and returns it plain.
 //!
-//! The order is fixed (docs/config.md, `wsse_verify`): limits and envelope, the one Security header
-//! for us, decryption (spliced back as bytes, then the message is parsed again), the
-//! signature (its references' number and shape, its value over SignedInfo, and only then the
-//! references' digests), trust, the coverage policy, freshness and replay, and last the
-//! header's removal. Every failure is a [`WsseError`] whose fault code is all a client
-//! learns.
+//! The order is fixed (docs/config.md, `wsse_verify`): limits and envelope, the one Security
+//! header for us; then all the received message proves by itself: the signature (its
+//! references' number and shape, the signer's trust, its value over SignedInfo, and only then
+//! the digests of the signed header elements), the coverage policy, freshness and replay; then
+//! decryption (spliced back as bytes, then the message is parsed again) and the digests of the
+//! Body's references; last the header's removal. Every failure is a [`WsseError`] whose fault
+//! code is all a client learns.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -16,7 +17,7 @@ use sha2::Digest as _;
 use crate::c14n;
 use crate::cache::{KeyCache, ReplayCache};
 use crate::crypto::{self, BlockCipher, DigestAlg, KeyTransport, SignatureAlg};
-use crate::dom::{Boundary, Document, Limits, NodeId};
+use crate::dom::{Boundary, Document, Limits, NodeId, NodeKind};
 use crate::error::{fail, FaultKind, WsseError};
 use crate::keys::{Certificate, Identity, TrustStore};
 use crate::ns;
@@ -83,16 +84,52 @@ pub struct Verifier {
     max_references: usize,
 }
 
-/// A verified signature: its signer, the nodes its references cover, and its value.
-type SignatureCheck = (Arc<Certificate>, Vec<NodeId>, Vec<u8>);
+/// EncryptedKeys one Security header may hold: each costs an RSA private-key operation.
+pub const MAX_ENCRYPTED_KEYS: usize = 4;
 
-/// One reference of a SignedInfo, read but not yet digested.
+/// What a signature proved before anything was decrypted: its signer (trusted) and value,
+/// the header elements whose digests matched (the Timestamp among them), whether it names the
+/// Body, and the references to the Body and into it, whose digests wait for the plain Body.
+struct SignatureCheck {
+    cert: Arc<Certificate>,
+    value: Vec<u8>,
+    covered: Vec<NodeId>,
+    covers_body: bool,
+    late: Vec<LateReference>,
+}
+
+/// One reference of a SignedInfo, read but not yet digested; `target` is `None` when the
+/// received message has no element of its id (it may be in the encrypted part).
 struct ReferenceCheck<'d> {
     uri: &'d str,
-    target: NodeId,
+    target: Option<NodeId>,
     prefixes: Vec<String>,
     digest_alg: DigestAlg,
     expected: Vec<u8>,
+}
+
+/// A reference to the Body or into it, digested once the Body is plain.
+struct LateReference {
+    uri: String,
+    prefixes: Vec<String>,
+    digest_alg: DigestAlg,
+    expected: Vec<u8>,
+}
+
+/// An EncryptedKey with everything about it checked, not yet unwrapped.
+struct PlannedKey {
+    transport: KeyTransport,
+    wrapped: Vec<u8>,
+    cipher: BlockCipher,
+    parts: Vec<PlannedPart>,
+}
+
+/// One EncryptedData to decrypt: where it is, its ciphertext, and whether it is `Type`
+/// Element.
+struct PlannedPart {
+    at: std::ops::Range<usize>,
+    data: Vec<u8>,
+    element: bool,
 }
 
 struct Found {
@@ -141,6 +178,15 @@ impl Verifier {
 
     /// Checks `input` at time `now`. `expected` is the SOAP version the transport announced
     /// (its Content-Type), when it announced one.
+    ///
+    /// Everything the header alone can prove comes before any decryption: the signature's
+    /// value and its signer's trust, the digests of the signed header elements (the
+    /// Timestamp), freshness and replay. A captured message with its ciphertext altered is
+    /// then refused as a replay or as expired before any of it is decrypted, so it cannot be
+    /// used to ask the service what a ciphertext decrypts to (the padding and parser oracles
+    /// of XML Encryption); and a forger without a trusted key costs no RSA private-key
+    /// operation. The Body's references are digested once it is decrypted; every failure
+    /// until they all match is `FailedCheck`, the same as a failed decryption.
     pub fn verify(
         &self,
         input: &[u8],
@@ -158,59 +204,53 @@ impl Verifier {
             );
         }
         let found = self.scan_header(&doc, &env)?;
-
-        // Decryption changes the bytes; everything after it works on the plain document,
-        // parsed and scanned again.
-        let (doc, env, found, body_encrypted) = if found.encrypted_keys.is_empty() {
-            if has_encrypted_data(&doc, env.body) {
-                return fail(
-                    FaultKind::FailedCheck,
-                    "EncryptedData in the Body without an EncryptedKey for it",
-                );
-            }
-            (doc, env, found, false)
-        } else {
-            let (plain, spliced) = self.decrypt(&doc, &env, &found)?;
-            let doc = parse_spliced(&plain, &p.limits, &spliced)?;
-            let env = Envelope::find(&doc)?;
-            let found = self.scan_header(&doc, &env)?;
-            (doc, env, found, true)
-        };
+        let encrypted = !found.encrypted_keys.is_empty();
+        if !encrypted && has_encrypted_data(&doc, env.body) {
+            return fail(
+                FaultKind::FailedCheck,
+                "EncryptedData in the Body without an EncryptedKey for it",
+            );
+        }
         let Some(security) = found.security else {
             return fail(
                 FaultKind::InvalidSecurity,
                 "no Security header for this service",
             );
         };
-        let ids = id_map(&doc)?;
-
-        let mut signer = None;
-        let mut signed: Vec<NodeId> = Vec::new();
-        let mut signature_value = Vec::new();
-        match found.signatures.as_slice() {
-            [] => {}
-            [sig] => {
-                let (cert, covered, value) =
-                    self.verify_signature(&doc, security, *sig, &ids, now_ms)?;
-                signer = Some(cert);
-                signed = covered;
-                signature_value = value;
-            }
-            _ => return fail(FaultKind::InvalidSecurity, "more than one Signature"),
+        if found.encrypted_keys.len() > MAX_ENCRYPTED_KEYS {
+            return fail(
+                FaultKind::InvalidSecurity,
+                format!(
+                    "{} EncryptedKeys in the Security header (at most {MAX_ENCRYPTED_KEYS})",
+                    found.encrypted_keys.len()
+                ),
+            );
         }
 
+        let ids = id_map(&doc)?;
+        let signature = match found.signatures.as_slice() {
+            [] => None,
+            [sig] => Some(self.check_signature(&doc, &env, security, *sig, &ids, now_ms)?),
+            _ => return fail(FaultKind::InvalidSecurity, "more than one Signature"),
+        };
         // Coverage: what raw signature engines leave to the application.
-        if signer.is_some() && !signed.contains(&env.body) {
+        if p.require_signature && signature.is_none() {
+            return fail(FaultKind::InvalidSecurity, "no signature");
+        }
+        if signature.as_ref().is_some_and(|s| !s.covers_body) {
             return fail(
                 FaultKind::InvalidSecurity,
                 "the signature does not cover the SOAP Body",
             );
         }
-        if p.require_signature && signer.is_none() {
-            return fail(FaultKind::InvalidSecurity, "no signature");
-        }
-        if p.require_encryption && !body_encrypted {
+        if p.require_encryption && !encrypted {
             return fail(FaultKind::InvalidSecurity, "the Body was not encrypted");
+        }
+        if p.require_encryption && !wholly_encrypted(&doc, env.body) {
+            return fail(
+                FaultKind::InvalidSecurity,
+                "the Body holds more than its EncryptedData: its content is not all encrypted",
+            );
         }
         let timestamp = match found.timestamps.as_slice() {
             [] if p.require_timestamp => {
@@ -220,8 +260,8 @@ impl Verifier {
             [ts] => Some(*ts),
             _ => return fail(FaultKind::InvalidSecurity, "more than one Timestamp"),
         };
-        if let Some(ts) = timestamp {
-            if signer.is_some() && !signed.contains(&ts) {
+        if let (Some(ts), Some(s)) = (timestamp, &signature) {
+            if !s.covered.contains(&ts) {
                 return fail(
                     FaultKind::InvalidSecurity,
                     "the signature does not cover the Timestamp",
@@ -240,17 +280,54 @@ impl Verifier {
 
         if let Some(ts) = timestamp {
             let (created, created_text, expires) = self.check_timestamp(&doc, ts, now_ms)?;
-            if let (Some(cache), false) = (&self.replay, signature_value.is_empty()) {
+            if let (Some(cache), Some(s)) = (&self.replay, &signature) {
                 let mut h = sha2::Sha256::new();
                 h.update(b"ts\0");
                 h.update(created_text.as_bytes());
                 h.update(b"\0");
-                h.update(&signature_value);
+                h.update(&s.value);
                 let until = expires.unwrap_or(created + p.max_age_ms) + p.max_skew_ms;
                 if !cache.insert(h.finalize().into(), now_ms, until) {
                     return fail(FaultKind::InvalidSecurity, "replayed message");
                 }
             }
+        }
+
+        // Decryption changes the bytes; the rest works on the plain message, parsed again.
+        let decrypted = if encrypted {
+            let (plain, spliced) = self.decrypt(&doc, &env, &found)?;
+            Some(
+                self.parse_decrypted(&plain, &spliced)
+                    .map_err(before_authentication)?,
+            )
+        } else {
+            None
+        };
+        let (doc, env, security) = match &decrypted {
+            Some((d, e, s)) => (d, *e, *s),
+            None => (&doc, env, security),
+        };
+        if encrypted || signature.is_some() {
+            let late = signature.as_ref().map_or(&[][..], |s| &s.late[..]);
+            let checked = match &decrypted {
+                // Ids inside the decrypted parts are checked for repeats like the others.
+                Some(_) => id_map(doc).and_then(|ids| check_late_references(doc, &ids, late)),
+                None => check_late_references(doc, &ids, late),
+            }
+            .and_then(|covered| match &signature {
+                Some(_) if !covered.contains(&env.body) => fail(
+                    FaultKind::InvalidSecurity,
+                    "the signature does not cover the SOAP Body",
+                ),
+                _ => Ok(()),
+            });
+            checked.map_err(|e| {
+                if encrypted {
+                    before_authentication(e)
+                } else {
+                    e
+                }
+            })?;
         }
 
         let message = if p.remove_header {
@@ -266,11 +343,28 @@ impl Verifier {
         Ok(Verified {
             message,
             soap: env.soap,
-            signer,
+            signer: signature.map(|s| s.cert),
             username,
         })
     }
 
+    /// The decrypted message parsed (each decrypted part checked, [`parse_spliced`]), its
+    /// envelope and its Security header.
+    fn parse_decrypted(
+        &self,
+        plain: &[u8],
+        spliced: &[Spliced],
+    ) -> Result<(Document, Envelope, NodeId), WsseError> {
+        let doc = parse_spliced(plain, &self.policy.limits, spliced)?;
+        let env = Envelope::find(&doc)?;
+        let Some(security) = self.scan_header(&doc, &env)?.security else {
+            return fail(
+                FaultKind::InvalidSecurity,
+                "no Security header in the decrypted message",
+            );
+        };
+        Ok((doc, env, security))
+    }
     /// Finds our Security header and sorts its children; checks `mustUnderstand` blocks.
     fn scan_header(&self, doc: &Document, env: &Envelope) -> Result<Found, WsseError> {
         let mut found = Found {
@@ -351,6 +445,11 @@ impl Verifier {
 
     /// Decrypts every EncryptedData an EncryptedKey of our header names; returns the
     /// message with each spliced back, and where each decrypted text now lies in it.
+    ///
+    /// Everything about the encrypted parts (algorithms, `Type`, where they are, their
+    /// ciphertext's encoding) is checked before the first key is unwrapped, so that no answer
+    /// depends on what a ciphertext decrypts to: every unwrap or decryption failure, and every
+    /// failure of the decrypted message until its signature's digests match, is `FailedCheck`.
     fn decrypt(
         &self,
         doc: &Document,
@@ -370,12 +469,12 @@ impl Verifier {
             );
         };
         let ids = id_map(doc)?;
-        let mut splices: Vec<(std::ops::Range<usize>, Vec<u8>, bool)> = Vec::new();
+        let mut keys: Vec<PlannedKey> = Vec::with_capacity(found.encrypted_keys.len());
         for &ek in &found.encrypted_keys {
             let method = only_child(doc, ek, ns::XENC, "EncryptionMethod")?;
             let transport = self.key_transport(doc, method)?;
             self.check_recipient(doc, security, ek, identity)?;
-            let cipher_value = cipher_value(doc, ek)?;
+            let wrapped = cipher_value(doc, ek)?;
 
             // What this key decrypts: its ReferenceList, or EncryptedData naming it.
             let mut targets = Vec::new();
@@ -397,14 +496,9 @@ impl Verifier {
                     }
                 }
             }
-            if targets.is_empty() {
-                return fail(
-                    FaultKind::InvalidSecurity,
-                    "an EncryptedKey that decrypts nothing",
-                );
-            }
             let mut cipher = None;
-            for &t in &targets {
+            let mut parts = Vec::with_capacity(targets.len());
+            for t in targets {
                 if !doc.is(t, ns::XENC, "EncryptedData") {
                     return fail(
                         FaultKind::InvalidSecurity,
@@ -426,19 +520,6 @@ impl Verifier {
                     return fail(FaultKind::InvalidSecurity, "one key used with two ciphers");
                 }
                 cipher = Some(c);
-            }
-            let Some(cipher) = cipher else {
-                return fail(
-                    FaultKind::InvalidSecurity,
-                    "an EncryptedKey that decrypts nothing",
-                );
-            };
-            let key = self.unwrap(identity, transport, &cipher_value, cipher.key_len())?;
-            for t in targets {
-                let data = cipher_value_of(doc, t)?;
-                let plain = crypto::decrypt(cipher, &key, &data).map_err(|_| {
-                    WsseError::new(FaultKind::FailedCheck, "data decryption failed")
-                })?;
                 let kind = doc.attr(t, "", "Type").unwrap_or(ns::ENC_ELEMENT);
                 if kind != ns::ENC_CONTENT && kind != ns::ENC_ELEMENT {
                     return fail(
@@ -446,19 +527,61 @@ impl Verifier {
                         format!("EncryptedData Type '{kind}'"),
                     );
                 }
-                splices.push((doc.span(t), plain, kind == ns::ENC_ELEMENT));
+                parts.push(PlannedPart {
+                    at: doc.span(t),
+                    data: cipher_value_of(doc, t)?,
+                    element: kind == ns::ENC_ELEMENT,
+                });
             }
-            self.remember(&cipher_value, &key);
+            let Some(cipher) = cipher else {
+                return fail(
+                    FaultKind::InvalidSecurity,
+                    "an EncryptedKey that decrypts nothing",
+                );
+            };
+            keys.push(PlannedKey {
+                transport,
+                wrapped,
+                cipher,
+                parts,
+            });
         }
         // Anything still encrypted in the Body was addressed to no key we hold.
-        let spliced: Vec<usize> = splices.iter().map(|(r, ..)| r.start).collect();
+        let starts: Vec<usize> = keys
+            .iter()
+            .flat_map(|k| k.parts.iter().map(|p| p.at.start))
+            .collect();
         for ed in doc.descendants(env.body) {
-            if doc.is(ed, ns::XENC, "EncryptedData") && !spliced.contains(&doc.span(ed).start) {
+            if doc.is(ed, ns::XENC, "EncryptedData") && !starts.contains(&doc.span(ed).start) {
                 return fail(
                     FaultKind::FailedCheck,
                     "EncryptedData no EncryptedKey decrypts",
                 );
             }
+        }
+        // Each part once, none inside another.
+        let mut ranges: Vec<std::ops::Range<usize>> = keys
+            .iter()
+            .flat_map(|k| k.parts.iter().map(|p| p.at.clone()))
+            .collect();
+        ranges.sort_by_key(|r| r.start);
+        if ranges.windows(2).any(|w| w[1].start < w[0].end) {
+            return fail(
+                FaultKind::InvalidSecurity,
+                "nested or repeated EncryptedData references",
+            );
+        }
+
+        let mut splices: Vec<(std::ops::Range<usize>, Vec<u8>, bool)> = Vec::new();
+        for k in keys {
+            let key = self.unwrap(identity, k.transport, &k.wrapped, k.cipher.key_len())?;
+            for part in k.parts {
+                let plain = crypto::decrypt(k.cipher, &key, &part.data).map_err(|_| {
+                    WsseError::new(FaultKind::FailedCheck, "data decryption failed")
+                })?;
+                splices.push((part.at, plain, part.element));
+            }
+            self.remember(&k.wrapped, &key);
         }
         splices.sort_by_key(|(r, ..)| r.start);
         let src = doc.source();
@@ -466,12 +589,6 @@ impl Verifier {
         let mut placed = Vec::with_capacity(splices.len());
         let mut at = 0;
         for (range, plain, element) in splices {
-            if range.start < at {
-                return fail(
-                    FaultKind::InvalidSecurity,
-                    "nested or repeated EncryptedData references",
-                );
-            }
             out.extend_from_slice(&src[at..range.start]);
             let start = out.len();
             out.extend_from_slice(&plain);
@@ -572,11 +689,14 @@ impl Verifier {
         }
     }
 
-    /// Verifies the signature's references and value and the signer's trust; returns the
-    /// signer, the nodes the references cover, and the signature value.
-    fn verify_signature(
+    /// Checks the signature as far as the received message allows: the references' number
+    /// and shape, the signer's certificate and trust, the one public-key operation over
+    /// SignedInfo, and the digests of the references outside the Body. References to the Body
+    /// and into it are returned for [`check_late_references`], once the Body is plain.
+    fn check_signature(
         &self,
         doc: &Document,
+        env: &Envelope,
         security: NodeId,
         sig: NodeId,
         ids: &HashMap<&str, NodeId>,
@@ -601,8 +721,8 @@ impl Verifier {
             );
         }
         // The references' shape first (cheap: no canonicalization), with their number capped
-        // and no node signed twice; then the one public-key operation over SignedInfo; only a
-        // signature that verifies earns the digests' work.
+        // and no node signed twice; then the signer's trust and the one public-key operation
+        // over SignedInfo; only a trusted signature that verifies earns the digests' work.
         let references: Vec<NodeId> = doc
             .element_children(signed_info)
             .filter(|&r| doc.is(r, ns::DS, "Reference"))
@@ -623,8 +743,13 @@ impl Verifier {
         let mut checks: Vec<ReferenceCheck> = Vec::with_capacity(references.len());
         for r in references {
             let uri = doc.attr(r, "", "URI").unwrap_or("");
-            let target = resolve(ids, uri)?;
-            if checks.iter().any(|c| c.target == target) {
+            let id = reference_id(uri)?;
+            // An id the received message lacks may lie in its encrypted part.
+            let target = ids.get(id).copied();
+            if checks
+                .iter()
+                .any(|c| c.uri == uri || (target.is_some() && c.target == target))
+            {
                 return fail(
                     FaultKind::InvalidSecurity,
                     format!("'{uri}' is referenced twice"),
@@ -678,25 +803,6 @@ impl Verifier {
             TokenRef::Cert(c) => c,
             other => self.known_cert(&other)?,
         };
-        let mut buf = Vec::new();
-        let refs: Vec<&str> = si_prefixes.iter().map(String::as_str).collect();
-        c14n::exclusive(doc, signed_info, &refs, false, &mut buf).map_err(c14n_failed)?;
-        if !cert.public_key().verify(alg, &buf, &value) {
-            return fail(FaultKind::FailedCheck, "signature value does not verify");
-        }
-        let mut covered = Vec::with_capacity(checks.len());
-        for c in checks {
-            buf.clear();
-            let refs: Vec<&str> = c.prefixes.iter().map(String::as_str).collect();
-            c14n::exclusive(doc, c.target, &refs, false, &mut buf).map_err(c14n_failed)?;
-            if !ct_eq(&crypto::digest(c.digest_alg, &buf), &c.expected) {
-                return fail(
-                    FaultKind::FailedCheck,
-                    format!("digest mismatch for '{}'", c.uri),
-                );
-            }
-            covered.push(c.target);
-        }
         let Some(trust) = &p.trust else {
             return fail(
                 FaultKind::FailedAuthentication,
@@ -709,7 +815,47 @@ impl Verifier {
                 format!("signer not trusted: {e}"),
             )
         })?;
-        Ok((cert, covered, value))
+        let mut buf = Vec::new();
+        let refs: Vec<&str> = si_prefixes.iter().map(String::as_str).collect();
+        c14n::exclusive(doc, signed_info, &refs, false, &mut buf).map_err(c14n_failed)?;
+        if !cert.public_key().verify(alg, &buf, &value) {
+            return fail(FaultKind::FailedCheck, "signature value does not verify");
+        }
+        let mut covered = Vec::with_capacity(checks.len());
+        let mut covers_body = false;
+        let mut late = Vec::new();
+        for c in checks {
+            match c.target {
+                Some(t) if t != env.body && !is_inside(doc, t, env.body) => {
+                    check_digest(
+                        doc,
+                        t,
+                        &c.prefixes,
+                        c.digest_alg,
+                        &c.expected,
+                        c.uri,
+                        &mut buf,
+                    )?;
+                    covered.push(t);
+                }
+                target => {
+                    covers_body |= target == Some(env.body);
+                    late.push(LateReference {
+                        uri: c.uri.to_owned(),
+                        prefixes: c.prefixes,
+                        digest_alg: c.digest_alg,
+                        expected: c.expected,
+                    });
+                }
+            }
+        }
+        Ok(SignatureCheck {
+            cert,
+            value,
+            covered,
+            covers_body,
+            late,
+        })
     }
 
     fn known_cert(&self, r: &TokenRef) -> Result<Arc<Certificate>, WsseError> {
@@ -866,6 +1012,81 @@ impl Verifier {
     }
 }
 
+/// Digests the late references in the plain message (`ids` are its ids); returns what they
+/// cover.
+fn check_late_references(
+    doc: &Document,
+    ids: &HashMap<&str, NodeId>,
+    late: &[LateReference],
+) -> Result<Vec<NodeId>, WsseError> {
+    let mut covered = Vec::with_capacity(late.len());
+    let mut buf = Vec::new();
+    for r in late {
+        let target = resolve(ids, &r.uri)?;
+        if covered.contains(&target) {
+            return fail(
+                FaultKind::InvalidSecurity,
+                format!("'{}' is referenced twice", r.uri),
+            );
+        }
+        check_digest(
+            doc,
+            target,
+            &r.prefixes,
+            r.digest_alg,
+            &r.expected,
+            &r.uri,
+            &mut buf,
+        )?;
+        covered.push(target);
+    }
+    Ok(covered)
+}
+
+fn check_digest(
+    doc: &Document,
+    target: NodeId,
+    prefixes: &[String],
+    alg: DigestAlg,
+    expected: &[u8],
+    uri: &str,
+    buf: &mut Vec<u8>,
+) -> Result<(), WsseError> {
+    buf.clear();
+    let refs: Vec<&str> = prefixes.iter().map(String::as_str).collect();
+    c14n::exclusive(doc, target, &refs, false, buf).map_err(c14n_failed)?;
+    if !ct_eq(&crypto::digest(alg, buf), expected) {
+        return fail(
+            FaultKind::FailedCheck,
+            format!("digest mismatch for '{uri}'"),
+        );
+    }
+    Ok(())
+}
+
+/// A failure found in a decrypted message before its signature's digests all matched. Its
+/// plaintext is not authenticated yet, so whatever an answer told about it would tell an
+/// attacker about a ciphertext: all such failures answer as a failed decryption does.
+fn before_authentication(e: WsseError) -> WsseError {
+    WsseError {
+        kind: FaultKind::FailedCheck,
+        detail: e.detail,
+    }
+}
+
+/// The Body's content is encrypted as a whole: beside its EncryptedData, white space only.
+fn wholly_encrypted(doc: &Document, body: NodeId) -> bool {
+    let mut any = false;
+    for c in doc.children(body) {
+        match doc.kind(c) {
+            NodeKind::Element if doc.is(c, ns::XENC, "EncryptedData") => any = true,
+            NodeKind::Text if doc.text(c).bytes().all(|b| b.is_ascii_whitespace()) => {}
+            _ => return false,
+        }
+    }
+    any
+}
+
 fn c14n_failed(e: c14n::C14nError) -> WsseError {
     WsseError::new(
         FaultKind::InvalidSecurity,
@@ -910,9 +1131,9 @@ fn id_map(doc: &Document) -> Result<HashMap<&str, NodeId>, WsseError> {
     Ok(ids)
 }
 
-/// A same-document `#id` reference; anything else (external URIs, XPointer, the whole
-/// document) is outside the profile.
-fn resolve(ids: &HashMap<&str, NodeId>, uri: &str) -> Result<NodeId, WsseError> {
+/// The id of a same-document `#id` reference; anything else (external URIs, XPointer, the
+/// whole document) is outside the profile.
+fn reference_id(uri: &str) -> Result<&str, WsseError> {
     let Some(id) = uri.strip_prefix('#') else {
         return fail(
             FaultKind::UnsupportedAlgorithm,
@@ -925,6 +1146,12 @@ fn resolve(ids: &HashMap<&str, NodeId>, uri: &str) -> Result<NodeId, WsseError> 
             format!("reference URI '{uri}'"),
         );
     }
+    Ok(id)
+}
+
+/// The element a same-document `#id` reference names.
+fn resolve(ids: &HashMap<&str, NodeId>, uri: &str) -> Result<NodeId, WsseError> {
+    let id = reference_id(uri)?;
     match ids.get(id) {
         Some(&n) => Ok(n),
         None => fail(

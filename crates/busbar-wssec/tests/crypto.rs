@@ -196,14 +196,25 @@ fn oaep_unwrap_failures_are_errors() {
 }
 
 #[test]
-fn rsa15_unwrap_of_garbage_yields_a_fresh_random_key_not_an_error() {
+fn rsa15_unwrap_of_garbage_yields_the_same_replacement_key_each_time_not_an_error() {
     let id = server();
     let kt = KeyTransport::Rsa15;
     let garbage = random_bytes(256);
     let a = id.key.unwrap_key(kt, &garbage, 16).unwrap();
     let b = id.key.unwrap_key(kt, &garbage, 16).unwrap();
     assert_eq!(a.len(), 16);
-    assert_ne!(a, b, "the replacement key must be fresh each time");
+    // A key that changed from one try to the next would tell a failed unwrap from one that
+    // worked (whose key never changes).
+    assert_eq!(a, b, "the replacement key must not change between tries");
+    let other = random_bytes(256);
+    assert_ne!(a, id.key.unwrap_key(kt, &other, 16).unwrap());
+    assert_ne!(
+        &a[..],
+        &id.key.unwrap_key(kt, &garbage, 32).unwrap()[..16],
+        "each length gets its own replacement"
+    );
+    // The same key loaded again (another process) replaces the same way.
+    assert_eq!(a, server().key.unwrap_key(kt, &garbage, 16).unwrap());
 
     // Wrong ciphertext length, and a valid wrap of a key of the wrong length.
     let short = id.key.unwrap_key(kt, &garbage[..100], 32).unwrap();
