@@ -225,8 +225,11 @@ async fn store_metrics(processes: Option<&crate::processes::Processes>, out: &mu
         out,
         "# HELP busbar_process_store_write_seconds Time to write a durable instance's snapshot or completion (one transaction).\n# TYPE busbar_process_store_write_seconds histogram"
     );
+    // Each bucket is read once; `+Inf` and `_count` are derived from those reads (not from
+    // the write counter, read at another moment), so one scrape is self-consistent.
+    let bounds = busbar_flow::runtime::WRITE_BUCKETS_MS;
     let mut cumulative = 0;
-    for (i, upper) in busbar_flow::runtime::WRITE_BUCKETS_MS.iter().enumerate() {
+    for (i, upper) in bounds.iter().enumerate() {
         cumulative += stats.buckets[i].load(Relaxed);
         let _ = writeln!(
             out,
@@ -234,7 +237,7 @@ async fn store_metrics(processes: Option<&crate::processes::Processes>, out: &mu
             upper / 1000.0
         );
     }
-    let count = stats.writes.load(Relaxed);
+    let count = cumulative + stats.buckets[bounds.len()].load(Relaxed);
     let _ = writeln!(
         out,
         "busbar_process_store_write_seconds_bucket{{le=\"+Inf\"}} {count}\nbusbar_process_store_write_seconds_sum {}\nbusbar_process_store_write_seconds_count {count}",
