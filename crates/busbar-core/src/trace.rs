@@ -340,23 +340,63 @@ impl TraceContext {
     }
 }
 
-/// The caller's `tracestate`: several headers are joined with commas (W3C §3.3.1); an
-/// unreadable or oversized one is dropped.
+/// The longest `tracestate` passed on: W3C Trace Context §3.3.1.5 has vendors propagate at
+/// least 512 characters; 32 members of at most 256 characters each, with separators, fit.
+const TRACESTATE_MAX: usize = 8192;
+
+/// The caller's `tracestate`: several headers are joined with commas (W3C §3.3.1); a value
+/// longer than [`TRACESTATE_MAX`] is cut to fit ([`truncate_tracestate`]); an unreadable one is
+/// dropped.
 fn tracestate(headers: &HeaderMap) -> Option<HeaderValue> {
-    let values: Vec<&[u8]> = headers
-        .get_all(&TRACESTATE)
-        .iter()
-        .map(HeaderValue::as_bytes)
-        .collect();
-    if values.is_empty() {
-        return None;
+    let mut values = headers.get_all(&TRACESTATE).iter();
+    let first = values.next()?;
+    let Some(second) = values.next() else {
+        // One header, the usual case: passed on as it came (a reference-counted copy).
+        if first.len() <= TRACESTATE_MAX {
+            return Some(first.clone());
+        }
+        return truncate_tracestate(first.as_bytes());
+    };
+    let mut joined = Vec::with_capacity(first.len() + second.len() + 1);
+    joined.extend_from_slice(first.as_bytes());
+    for v in std::iter::once(second).chain(values) {
+        joined.push(b',');
+        joined.extend_from_slice(v.as_bytes());
     }
-    let joined = values.join(&b","[..]);
-    // 32 members of at most 256 characters each, plus separators.
-    if joined.len() > 8192 {
-        return None;
+    if joined.len() > TRACESTATE_MAX {
+        return truncate_tracestate(&joined);
     }
     HeaderValue::from_bytes(&joined).ok()
+}
+
+/// Cuts a `tracestate` longer than [`TRACESTATE_MAX`] as W3C Trace Context §3.3.1.5 says:
+/// whole list-members are removed, first those longer than 128 characters (the rightmost
+/// first), then from the end of the list, until it fits. Empty members are left out; `None`
+/// when nothing is left.
+fn truncate_tracestate(value: &[u8]) -> Option<HeaderValue> {
+    let mut members: Vec<&[u8]> = value
+        .split(|&b| b == b',')
+        .map(|m| m.trim_ascii())
+        .filter(|m| !m.is_empty())
+        .collect();
+    let length = |members: &[&[u8]]| {
+        members.iter().map(|m| m.len()).sum::<usize>() + members.len().saturating_sub(1)
+    };
+    while length(&members) > TRACESTATE_MAX {
+        match members.iter().rposition(|m| m.len() > 128) {
+            Some(long) => {
+                members.remove(long);
+            }
+            None => break,
+        }
+    }
+    while length(&members) > TRACESTATE_MAX {
+        members.pop();
+    }
+    if members.is_empty() {
+        return None;
+    }
+    HeaderValue::from_bytes(&members.join(&b","[..])).ok()
 }
 
 /// Parses a `traceparent` value: `version-traceid-parentid-flags`, lower-case hex. Version
@@ -447,6 +487,44 @@ mod tests {
             "00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000abc-01"
         );
         assert_eq!(out[&TRACESTATE], "a=1,b=2");
+    }
+
+    #[test]
+    fn an_oversized_tracestate_loses_whole_members_long_ones_first_then_from_the_right() {
+        let member = |key: usize, len: usize| format!("k{key:02}={}", "v".repeat(len - 4));
+        let forwarded = |value: &str| {
+            let mut h = HeaderMap::new();
+            h.insert(&TRACEPARENT, HeaderValue::from_static(GOOD));
+            h.insert(&TRACESTATE, HeaderValue::from_str(value).expect("value"));
+            let mut out = HeaderMap::new();
+            TraceContext::from_headers(&h, |_| false).inject(&mut out, SpanId(1));
+            out.get(&TRACESTATE)
+                .map(|v| v.to_str().expect("text").to_owned())
+        };
+        // 60 members of 100 characters and three of 1,000 (at 5, 30 and 50): 9,062 bytes.
+        let mut members: Vec<String> = (0..60).map(|k| member(k, 100)).collect();
+        for at in [50, 30, 5] {
+            members.insert(at, member(90 + at, 1000));
+        }
+        let value = members.join(",");
+        assert!(value.len() > TRACESTATE_MAX);
+        let got = forwarded(&value).expect("a tracestate is passed on");
+        // The rightmost long member is enough to fit.
+        let mut want = members.clone();
+        want.remove(52);
+        assert_eq!(got, want.join(","));
+        assert!(got.len() <= TRACESTATE_MAX);
+
+        // No long members: removed from the end until it fits.
+        let members: Vec<String> = (0..90).map(|k| member(k, 100)).collect();
+        let got = forwarded(&members.join(", ")).expect("a tracestate is passed on");
+        assert_eq!(got, members[..81].join(","));
+
+        // Up to the limit, a value is passed on byte for byte.
+        let members: Vec<String> = (0..81).map(|k| member(k, 100)).collect();
+        let exact = format!("{},k99={}", members.join(","), "v".repeat(7));
+        assert_eq!(exact.len(), TRACESTATE_MAX);
+        assert_eq!(forwarded(&exact).as_deref(), Some(exact.as_str()));
     }
 
     #[test]
