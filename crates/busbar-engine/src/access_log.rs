@@ -1,7 +1,8 @@
 //! The access log: one line per request, written by a thread of its own that takes the
 //! queued records every 50 ms. Workers hand a record over a bounded queue and never wait: when the writer falls behind (a slow disk),
 //! records are dropped and counted. SIGUSR1 (through [`AccessLog::reopen`]) makes the writer
-//! reopen its file, for logrotate.
+//! reopen its file, for logrotate. At shutdown, [`AccessLog::flush`] has the lines still
+//! queued written before the process exits.
 
 use std::fmt::Write as _;
 use std::fs::{File, OpenOptions};
@@ -17,6 +18,8 @@ use busbar_config::{AccessLogConfig, AccessLogFormat};
 use busbar_core::metrics::Registry;
 use busbar_core::trace::TraceId;
 use http::{Method, Version};
+
+use crate::flush::FlushSignal;
 
 /// What one request leaves in the access log.
 #[derive(Debug, Clone)]
@@ -61,6 +64,7 @@ enum Target {
 pub struct AccessLog {
     tx: SyncSender<AccessRecord>,
     reopen: Arc<AtomicBool>,
+    flush: Arc<FlushSignal>,
     metrics: Arc<Registry>,
     /// The config it runs with (a reload with the same config keeps it).
     pub config: AccessLogConfig,
@@ -81,12 +85,14 @@ impl AccessLog {
         let out = open(&target)?;
         let (tx, rx) = sync_channel(config.buffer.max(1));
         let reopen = Arc::new(AtomicBool::new(false));
+        let flush = Arc::new(FlushSignal::default());
         let writer = Writer {
             rx,
             target,
             out,
             format: config.format,
             reopen: reopen.clone(),
+            flush: flush.clone(),
             metrics: metrics.clone(),
         };
         std::thread::Builder::new()
@@ -95,6 +101,7 @@ impl AccessLog {
         Ok(AccessLog {
             tx,
             reopen,
+            flush,
             metrics,
             config: config.clone(),
         })
@@ -113,6 +120,13 @@ impl AccessLog {
     /// Makes the writer reopen its file before the next line (after logrotate moved it).
     pub fn reopen(&self) {
         self.reopen.store(true, Relaxed);
+    }
+
+    /// Writes out the lines queued now (the writer would within 50 ms) and waits until they
+    /// are, at most `limit`: at shutdown, so the requests finished during the drain are in the
+    /// log. False when the limit passed first (a disk or pipe that does not take the lines).
+    pub fn flush(&self, limit: Duration) -> bool {
+        self.flush.flush(limit)
     }
 }
 
@@ -153,6 +167,7 @@ struct Writer {
     out: Out,
     format: AccessLogFormat,
     reopen: Arc<AtomicBool>,
+    flush: Arc<FlushSignal>,
     metrics: Arc<Registry>,
 }
 
@@ -161,8 +176,8 @@ impl Writer {
         let mut buf = String::with_capacity(64 * 1024);
         loop {
             // A timer, not the queue, wakes the writer: a wake-up per line would cost the
-            // workers more than writing the line.
-            std::thread::sleep(Duration::from_millis(50));
+            // workers more than writing the line. A flush (at shutdown) wakes it early.
+            let covered = self.flush.sleep(Duration::from_millis(50));
             if self.reopen.swap(false, Relaxed) {
                 match open(&self.target) {
                     Ok(out) => self.out = out,
@@ -200,7 +215,9 @@ impl Writer {
                 }
                 buf.clear();
             }
+            self.flush.done(covered);
             if !open_queue {
+                self.flush.close();
                 return;
             }
         }
