@@ -151,7 +151,12 @@ fn database_metrics(
     for (name, help, value) in families {
         let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge");
         for db in databases.values() {
-            let _ = writeln!(out, "{name}{{database=\"{}\"}} {}", db.name(), value(db));
+            let _ = writeln!(
+                out,
+                "{name}{{database=\"{}\"}} {}",
+                label(db.name()),
+                value(db)
+            );
         }
     }
 }
