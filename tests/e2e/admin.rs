@@ -184,3 +184,42 @@ fn metrics_escape_quotes_and_backslashes_in_database_names() {
         "{m}"
     );
 }
+
+#[test]
+fn head_on_admin_routes_answers_like_get_without_a_body() {
+    use std::io::BufRead;
+    let h = engine("proxies:\n  P:\n    path: /p\n    in:\n      - respond: {}\n");
+    for path in ["/healthz", "/readyz", "/metrics", "/config"] {
+        let mut c = Client::connect(h.admin());
+        // A GET right behind the HEAD on the same connection: a body sent for the HEAD would
+        // be read as the GET's answer.
+        c.send_raw(
+            format!(
+                "HEAD {path} HTTP/1.1\r\nHost: t\r\n\r\nGET /healthz HTTP/1.1\r\nHost: t\r\n\r\n"
+            )
+            .as_bytes(),
+        );
+        let mut status = String::new();
+        c.stream.read_line(&mut status).expect("status line");
+        assert!(status.starts_with("HTTP/1.1 200 "), "HEAD {path}: {status}");
+        let mut length = None;
+        loop {
+            let mut line = String::new();
+            c.stream.read_line(&mut line).expect("header");
+            let line = line.trim_end();
+            if line.is_empty() {
+                break;
+            }
+            if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                length = v.trim().parse::<usize>().ok();
+            }
+        }
+        assert!(length.is_some_and(|n| n > 0), "HEAD {path}: {length:?}");
+        let next = c.read_response().expect("the GET's answer");
+        assert_eq!(
+            (next.status, next.text().as_str()),
+            (200, "ok\n"),
+            "after HEAD {path}"
+        );
+    }
+}

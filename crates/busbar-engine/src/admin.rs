@@ -493,7 +493,14 @@ fn text(status: StatusCode, ct: &'static str, body: impl Into<bytes::Bytes>) -> 
 
 async fn handle(control: &Control, req: Request<Incoming>) -> Response<Body> {
     let shared = &control.shared;
-    match (req.method(), req.uri().path()) {
+    // HEAD is answered as GET: hyper sends the head (with the length GET's body would have)
+    // and leaves the body out.
+    let method = if req.method() == Method::HEAD {
+        &Method::GET
+    } else {
+        req.method()
+    };
+    match (method, req.uri().path()) {
         (&Method::GET, "/healthz") => text(StatusCode::OK, "text/plain", "ok\n"),
         (&Method::GET, "/readyz") => {
             if shared.draining.load(Relaxed) {
