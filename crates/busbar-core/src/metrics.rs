@@ -119,6 +119,10 @@ pub struct XsltCounters {
     pub libxslt: AtomicU64,
 }
 
+/// The statuses the HTTP parser answers a request it refuses with: 400 (malformed), 414 (a
+/// target over 64 KiB) and 431 (a head too large, or with too many fields).
+pub const BAD_REQUEST_STATUSES: [u16; 3] = [400, 414, 431];
+
 /// Connections of one listener.
 #[derive(Debug, Default)]
 pub struct ListenerCounters {
@@ -126,6 +130,20 @@ pub struct ListenerCounters {
     pub accepted: AtomicU64,
     /// Connections open now.
     pub open: AtomicI64,
+    /// Requests the HTTP parser refused, by status (indexed like [`BAD_REQUEST_STATUSES`]).
+    pub bad_requests: [AtomicU64; BAD_REQUEST_STATUSES.len()],
+}
+
+impl ListenerCounters {
+    /// Counts a request the HTTP parser refused with `status` (one of
+    /// [`BAD_REQUEST_STATUSES`]; another is counted as 400).
+    pub fn bad_request(&self, status: u16) {
+        let i = BAD_REQUEST_STATUSES
+            .iter()
+            .position(|s| *s == status)
+            .unwrap_or(0);
+        self.bad_requests[i].fetch_add(1, Relaxed);
+    }
 }
 
 impl Counters {
@@ -316,6 +334,17 @@ impl Registry {
                     escape(name),
                     c.accepted.load(Relaxed)
                 );
+            }
+            let _ = writeln!(out, "# HELP busbar_listener_bad_requests_total Requests the HTTP parser refused, by the status answered.\n# TYPE busbar_listener_bad_requests_total counter");
+            for (name, c) in map.iter() {
+                for (status, n) in BAD_REQUEST_STATUSES.iter().zip(&c.bad_requests) {
+                    let _ = writeln!(
+                        out,
+                        "busbar_listener_bad_requests_total{{listener=\"{}\",status=\"{status}\"}} {}",
+                        escape(name),
+                        n.load(Relaxed)
+                    );
+                }
             }
         }
         {
