@@ -437,3 +437,74 @@ fn requests_finished_during_the_shutdown_drain_are_logged_and_exported() {
     assert_eq!(got, 2 + 3 * 3);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A client that leaves before the answer: the access log says 499, and the request's spans
+/// (server, step and back-end attempt) are all exported, as cancelled.
+#[test]
+fn a_request_the_client_abandons_is_logged_499_and_its_spans_end_cancelled() {
+    let (collector, spans) = http_collector();
+    let slow = echo(busbar_engine::echo::EchoOptions {
+        delay: Some(Duration::from_secs(3)),
+        ..Default::default()
+    });
+    let dir = temp_dir("abandoned");
+    let log = dir.join("access.log");
+    let h = engine(&format!(
+        "access_log: {{ path: \"{}\", format: json }}\ntracing:\n  otlp: {{ endpoint: \"http://{collector}/v1/traces\" }}\nendpoints:\n  slow: {{ url: \"http://{}/s\", timeout: 10s }}\nproxies:\n  S:\n    path: /s\n    in:\n      - call: slow\n",
+        log.display(),
+        slow.addr
+    ));
+    let mut c = Client::connect(h.http());
+    c.send_raw(b"GET /s HTTP/1.1\r\nHost: t\r\n\r\n");
+    assert!(eventually(Duration::from_secs(5), || {
+        metric(h.admin(), "busbar_endpoint_in_flight{endpoint=\"slow\"}") == Some(1.0)
+    }));
+    drop(c);
+    let got = wait_for(&spans, 3);
+    assert_eq!(got.len(), 3, "{got:#?}");
+    let error = |g: &Got| {
+        g.span
+            .status
+            .as_ref()
+            .filter(|s| s.code == 2)
+            .map(|s| s.message.clone())
+    };
+    for g in &got {
+        assert_eq!(g.attr("error.type").as_deref(), Some("cancelled"), "{g:#?}");
+        assert!(error(g).is_some(), "{g:#?}");
+        assert_eq!(g.attr("http.response.status_code"), None, "{g:#?}");
+    }
+    let kinds: std::collections::BTreeSet<(i32, String)> = got
+        .iter()
+        .map(|g| (g.span.kind, g.span.name.clone()))
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            (SpanKind::Server as i32, "GET S".to_owned()),
+            (SpanKind::Internal as i32, "call".to_owned()),
+            (SpanKind::Client as i32, "GET".to_owned()),
+        ]
+        .into_iter()
+        .collect()
+    );
+    let step = got.iter().find(|g| g.span.name == "call").expect("step");
+    assert_eq!(
+        step.attr("busbar.step.path").as_deref(),
+        Some("proxies.S.in[0].call")
+    );
+    let mut line = serde_json::Value::Null;
+    assert!(eventually(Duration::from_secs(5), || {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        match text.lines().next() {
+            Some(l) => {
+                line = serde_json::from_str(l).expect("a JSON line");
+                true
+            }
+            None => false,
+        }
+    }));
+    assert_eq!(line["status"], 499, "{line}");
+    assert_eq!(line["complete"], false, "{line}");
+    assert_eq!(line["proxy"], "S", "{line}");
+}

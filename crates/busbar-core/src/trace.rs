@@ -143,33 +143,68 @@ pub trait SpanSink: Send + Sync + std::fmt::Debug {
     fn record(&self, span: SpanRecord);
 }
 
-/// A span being recorded: [`Recording::finish`] hands it to the sink.
+/// A span being recorded: [`Recording::finish`] hands it to the sink. One dropped without
+/// being finished (its work abandoned: the client went away, or shutdown gave up on it) is
+/// handed over too, ended then, with an error status and `error.type` `cancelled`, so a trace
+/// never lacks the spans of the steps and attempts a request was in.
 #[derive(Debug)]
 pub struct Recording {
     sink: std::sync::Arc<dyn SpanSink>,
-    record: SpanRecord,
+    /// `None` once handed over.
+    record: Option<SpanRecord>,
 }
 
+/// The status message of a span whose work was abandoned.
+pub const CANCELLED: &str = "cancelled: the request ended before this work did";
+
 impl Recording {
+    fn new(sink: std::sync::Arc<dyn SpanSink>, record: SpanRecord) -> Self {
+        Recording {
+            sink,
+            record: Some(record),
+        }
+    }
+
     /// The span's id.
     pub fn id(&self) -> SpanId {
-        self.record.span_id
+        self.record.as_ref().map_or(SpanId(0), |r| r.span_id)
     }
 
     /// Adds an attribute.
     pub fn set(&mut self, key: &'static str, value: impl Into<AttrValue>) {
-        self.record.attributes.push((key, value.into()));
+        if let Some(r) = &mut self.record {
+            r.attributes.push((key, value.into()));
+        }
     }
 
     /// Marks the span failed.
     pub fn fail(&mut self, error: impl Into<String>) {
-        self.record.error = Some(error.into());
+        if let Some(r) = &mut self.record {
+            r.error = Some(error.into());
+        }
     }
 
     /// Ends the span now and hands it over.
     pub fn finish(mut self) {
-        self.record.end = std::time::SystemTime::now();
-        self.sink.record(self.record);
+        self.hand_over();
+    }
+
+    fn hand_over(&mut self) {
+        if let Some(mut record) = self.record.take() {
+            record.end = std::time::SystemTime::now();
+            self.sink.record(record);
+        }
+    }
+}
+
+impl Drop for Recording {
+    fn drop(&mut self) {
+        if let Some(r) = &mut self.record {
+            r.attributes
+                .push(("error.type", AttrValue::from("cancelled")));
+            r.error = Some(CANCELLED.to_owned());
+        }
+        self.hand_over();
     }
 }
 
@@ -217,9 +252,9 @@ impl TraceContext {
         id: Option<SpanId>,
     ) -> Option<Recording> {
         let sink = self.sink.as_ref()?;
-        Some(Recording {
-            sink: sink.clone(),
-            record: SpanRecord {
+        Some(Recording::new(
+            sink.clone(),
+            SpanRecord {
                 trace_id: self.trace_id,
                 span_id: id.unwrap_or_else(SpanId::random),
                 parent: Some(self.current),
@@ -231,16 +266,16 @@ impl TraceContext {
                 attributes: Vec::new(),
                 error: None,
             },
-        })
+        ))
     }
 
     /// Starts recording this exchange's server span (parented by the caller's span); `name`
     /// is asked for only when the span is recorded.
     pub fn start_server_span(&self, name: impl FnOnce() -> String) -> Option<Recording> {
         let sink = self.sink.as_ref()?;
-        Some(Recording {
-            sink: sink.clone(),
-            record: SpanRecord {
+        Some(Recording::new(
+            sink.clone(),
+            SpanRecord {
                 trace_id: self.trace_id,
                 span_id: self.span_id,
                 parent: self.remote_parent,
@@ -252,7 +287,7 @@ impl TraceContext {
                 attributes: Vec::new(),
                 error: None,
             },
-        })
+        ))
     }
 
     /// The context of a request: continues the trace of a valid `traceparent` (its sampled
@@ -575,6 +610,42 @@ mod tests {
         let v = t.traceparent(SpanId(1));
         assert_eq!(v, "00-0123456789abcdeffedcba9876543210-0000000000000001-01");
         assert!(parse_traceparent(v.as_bytes()).is_some());
+    }
+
+    #[derive(Debug, Default)]
+    struct Collect(std::sync::Mutex<Vec<SpanRecord>>);
+
+    impl SpanSink for Collect {
+        fn record(&self, span: SpanRecord) {
+            self.0.lock().expect("lock").push(span);
+        }
+    }
+
+    #[test]
+    fn a_span_dropped_unfinished_is_handed_over_as_cancelled() {
+        let sink = std::sync::Arc::new(Collect::default());
+        let mut t = TraceContext::detached();
+        t.sink = Some(sink.clone());
+        let mut finished = t
+            .start_span("call", SpanKind::Internal, None)
+            .expect("span");
+        finished.set("busbar.step.kind", "call");
+        finished.finish();
+        let mut dropped = t.start_span("POST", SpanKind::Client, None).expect("span");
+        dropped.set("busbar.endpoint", "b");
+        drop(dropped);
+        let got = sink.0.lock().expect("lock");
+        assert_eq!(got.len(), 2);
+        assert_eq!(got[0].error, None);
+        assert!(!got[0].attributes.iter().any(|(k, _)| *k == "error.type"));
+        assert_eq!(got[1].error.as_deref(), Some(CANCELLED));
+        assert!(got[1]
+            .attributes
+            .contains(&("error.type", AttrValue::from("cancelled"))));
+        assert!(got[1]
+            .attributes
+            .contains(&("busbar.endpoint", AttrValue::from("b"))));
+        assert!(got[1].end >= got[1].start);
     }
 
     #[test]

@@ -861,6 +861,11 @@ impl Meter {
     }
 }
 
+/// The access log status of a request that ended before it had an answer: the client closed
+/// the connection first (or shutdown abandoned it after the drain timeout). Nothing was sent;
+/// 499 is nginx's "client closed request".
+pub const CLIENT_CLOSED: u16 = 499;
+
 impl Drop for Meter {
     fn drop(&mut self) {
         let elapsed = self.started.elapsed();
@@ -874,16 +879,26 @@ impl Drop for Meter {
                 ended,
                 errored,
             } = *s;
-            span.set("http.response.status_code", i64::from(status));
-            span.set("http.response.body.size", bytes_out);
-            if status >= 500 {
-                span.fail(format!("answered {status}"));
-            } else if errored || !ended {
-                span.fail("the response body was not sent whole");
+            if status == 0 {
+                // No answer was sent: no status code (OpenTelemetry's HTTP conventions set it
+                // only for a response), and the span says why.
+                span.set("error.type", "cancelled");
+                span.fail("the client closed the connection before the answer");
+            } else {
+                span.set("http.response.status_code", i64::from(status));
+                span.set("http.response.body.size", bytes_out);
+                if status >= 500 {
+                    span.fail(format!("answered {status}"));
+                } else if errored || !ended {
+                    span.fail("the response body was not sent whole");
+                }
             }
             span.finish();
         }
         if let Some(mut a) = self.access.take() {
+            if a.record.status == 0 {
+                a.record.status = CLIENT_CLOSED;
+            }
             a.record.total = elapsed;
             a.record.bytes_in = a.bytes_in.load(Relaxed);
             a.record.incomplete = !a.ended || a.errored;
