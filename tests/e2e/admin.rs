@@ -98,3 +98,128 @@ fn config_on_the_admin_api_shows_no_secret_of_any_kind() {
         "{cfg}"
     );
 }
+
+/// Problems with `text` as the Prometheus text format (0.0.4) sees it: every sample line is a
+/// metric name, optional labels whose values escape `\`, `"` and line feeds, and a number.
+fn exposition_problems(text: &str) -> Vec<String> {
+    fn sample(line: &str) -> Result<(), String> {
+        let name_end = line
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == ':'))
+            .unwrap_or(line.len());
+        if name_end == 0 {
+            return Err("no metric name".into());
+        }
+        let mut rest = &line[name_end..];
+        if let Some(labels) = rest.strip_prefix('{') {
+            let mut chars = labels.char_indices();
+            loop {
+                let mut name = String::new();
+                let mut end = None;
+                for (i, c) in chars.by_ref() {
+                    match c {
+                        '=' => break,
+                        '}' if name.is_empty() => {
+                            end = Some(i);
+                            break;
+                        }
+                        c if c.is_ascii_alphanumeric() || c == '_' => name.push(c),
+                        c => return Err(format!("{c:?} in a label name")),
+                    }
+                }
+                if let Some(i) = end {
+                    rest = &labels[i + 1..];
+                    break;
+                }
+                if chars.next().map(|(_, c)| c) != Some('"') {
+                    return Err(format!("label {name} has no quoted value"));
+                }
+                loop {
+                    match chars.next() {
+                        None => return Err("unterminated label value".into()),
+                        Some((_, '\\')) => match chars.next() {
+                            Some((_, '\\' | '"' | 'n')) => {}
+                            other => return Err(format!("bad escape {other:?}")),
+                        },
+                        Some((_, '"')) => break,
+                        Some((_, '\n')) => return Err("line feed in a label value".into()),
+                        Some(_) => {}
+                    }
+                }
+                match chars.next() {
+                    Some((_, ',')) => {}
+                    Some((i, '}')) => {
+                        rest = &labels[i + 1..];
+                        break;
+                    }
+                    other => return Err(format!("{other:?} after a label value")),
+                }
+            }
+        }
+        let value = rest.strip_prefix(' ').ok_or("no space before the value")?;
+        match value {
+            "+Inf" | "-Inf" | "NaN" => Ok(()),
+            v => v
+                .parse::<f64>()
+                .map(|_| ())
+                .map_err(|_| format!("value {v:?}")),
+        }
+    }
+    text.lines()
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .filter_map(|l| sample(l).err().map(|e| format!("{e}: {l}")))
+        .collect()
+}
+
+#[test]
+fn metrics_escape_quotes_and_backslashes_in_database_names() {
+    let h = engine("databases:\n  \"d\\\"b\\\\\": { path: w.db }\n");
+    let m = Client::connect(h.admin())
+        .get("/metrics")
+        .expect("metrics")
+        .text();
+    let problems = exposition_problems(&m);
+    assert!(problems.is_empty(), "{problems:#?}");
+    assert!(
+        m.contains("busbar_database_pool_size{database=\"d\\\"b\\\\\"} "),
+        "{m}"
+    );
+}
+
+#[test]
+fn head_on_admin_routes_answers_like_get_without_a_body() {
+    use std::io::BufRead;
+    let h = engine("proxies:\n  P:\n    path: /p\n    in:\n      - respond: {}\n");
+    for path in ["/healthz", "/readyz", "/metrics", "/config"] {
+        let mut c = Client::connect(h.admin());
+        // A GET right behind the HEAD on the same connection: a body sent for the HEAD would
+        // be read as the GET's answer.
+        c.send_raw(
+            format!(
+                "HEAD {path} HTTP/1.1\r\nHost: t\r\n\r\nGET /healthz HTTP/1.1\r\nHost: t\r\n\r\n"
+            )
+            .as_bytes(),
+        );
+        let mut status = String::new();
+        c.stream.read_line(&mut status).expect("status line");
+        assert!(status.starts_with("HTTP/1.1 200 "), "HEAD {path}: {status}");
+        let mut length = None;
+        loop {
+            let mut line = String::new();
+            c.stream.read_line(&mut line).expect("header");
+            let line = line.trim_end();
+            if line.is_empty() {
+                break;
+            }
+            if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                length = v.trim().parse::<usize>().ok();
+            }
+        }
+        assert!(length.is_some_and(|n| n > 0), "HEAD {path}: {length:?}");
+        let next = c.read_response().expect("the GET's answer");
+        assert_eq!(
+            (next.status, next.text().as_str()),
+            (200, "ok\n"),
+            "after HEAD {path}"
+        );
+    }
+}

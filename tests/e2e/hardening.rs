@@ -455,3 +455,78 @@ fn an_answer_sent_before_the_whole_request_body_says_the_connection_closes() {
     }
     echo.stop();
 }
+
+/// Requests hyper's parser refuses never reach a proxy; they are answered 400 or 431 by the HTTP
+/// layer, access-logged with what is known of them and counted per listener and status.
+#[test]
+fn requests_the_http_parser_refuses_are_logged_and_counted() {
+    let dir = temp_dir("unparsed");
+    let log = dir.join("access.log");
+    let h = engine(&format!(
+        "access_log: {{ path: \"{}\", format: json }}\nproxies:\n  P:\n    path: /p\n    in:\n      - respond: {{ body: ok }}\n",
+        log.display()
+    ));
+    let many_fields: String = (0..120).map(|i| format!("X-F{i}: v\r\n")).collect();
+    let big_head = format!("X-Big: {}\r\n", "a".repeat(70_000));
+    let cases = [
+        ("GET /a b HTTP/1.1\r\nHost: t\r\n\r\n".to_owned(), 400),
+        ("HELLO\r\n\r\n".to_owned(), 400),
+        (
+            "GET /p HTTP/1.1\r\nHost: t\r\nNoColonHere\r\n\r\n".to_owned(),
+            400,
+        ),
+        (
+            "POST /p HTTP/1.1\r\nHost: t\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nx"
+                .to_owned(),
+            400,
+        ),
+        (
+            format!("GET /p HTTP/1.1\r\nHost: t\r\n{many_fields}\r\n"),
+            431,
+        ),
+        (format!("GET /p HTTP/1.1\r\nHost: t\r\n{big_head}\r\n"), 431),
+    ];
+    for (request, status) in &cases {
+        let mut c = Client::connect(h.http());
+        // The server may answer and close before it read everything.
+        let _ = c.stream.get_mut().write_all(request.as_bytes());
+        let r = c.read_response().expect("answer");
+        assert_eq!(r.status, *status, "{:?}", &request[..request.len().min(60)]);
+    }
+    // A request that parses is logged as before.
+    assert_eq!(
+        Client::connect(h.http()).get("/p").expect("answer").status,
+        200
+    );
+    let mut lines = Vec::new();
+    let all = eventually(Duration::from_secs(5), || {
+        lines = std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).expect("a JSON line"))
+            .collect();
+        lines.len() == cases.len() + 1
+    });
+    assert!(all, "{lines:#?}");
+    let mut statuses: Vec<u64> = Vec::new();
+    for line in lines.iter().filter(|l| l["proxy"] == "-") {
+        assert!(line["method"].is_null(), "{line}");
+        assert!(line["target"].is_null(), "{line}");
+        assert!(line["trace_id"].is_null(), "{line}");
+        assert!(line["client"]
+            .as_str()
+            .is_some_and(|c| c.starts_with("127.0.0.1:")));
+        statuses.push(line["status"].as_u64().expect("status"));
+    }
+    statuses.sort_unstable();
+    assert_eq!(statuses, [400, 400, 400, 400, 431, 431]);
+    let counted = |status: &str| {
+        metric(
+            h.admin(),
+            &format!("busbar_listener_bad_requests_total{{listener=\"http\",status=\"{status}\"}}"),
+        )
+    };
+    assert_eq!(counted("400"), Some(4.0));
+    assert_eq!(counted("431"), Some(2.0));
+    assert_eq!(counted("414"), Some(0.0));
+}

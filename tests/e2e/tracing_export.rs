@@ -346,3 +346,165 @@ fn a_bad_otlp_endpoint_is_a_config_error() {
     assert!(out.contains("tracing.otlp.endpoint"), "{out}");
     assert!(out.contains("tracing.otlp.queue"), "{out}");
 }
+
+/// `busbar run` as a process: its listener and admin addresses, read from what it prints.
+fn run_busbar(config: &std::path::Path) -> (std::process::Child, SocketAddr, SocketAddr) {
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_busbar"))
+        .arg("run")
+        .arg(config)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("busbar run");
+    let stdout = child.stdout.take().expect("stdout");
+    let (mut http, mut admin) = (None, None);
+    for line in BufReader::new(stdout).lines() {
+        let line = line.expect("stdout line");
+        let addr = |prefix: &str| {
+            line.strip_prefix(prefix)
+                .and_then(|a| a.parse::<SocketAddr>().ok())
+        };
+        http = http.or_else(|| addr("listener http on http://"));
+        admin = admin.or_else(|| addr("admin on http://"));
+        if http.is_some() && admin.is_some() {
+            break;
+        }
+    }
+    match (http, admin) {
+        (Some(h), Some(a)) => (child, h, a),
+        _ => panic!("busbar run did not print its addresses"),
+    }
+}
+
+/// Requests that finish while a SIGTERM drains them are in the access log and their spans are
+/// exported before the process exits.
+#[test]
+fn requests_finished_during_the_shutdown_drain_are_logged_and_exported() {
+    let (collector, spans) = http_collector();
+    let slow = echo(busbar_engine::echo::EchoOptions {
+        delay: Some(Duration::from_secs(2)),
+        ..Default::default()
+    });
+    let dir = temp_dir("drain-flush");
+    let log = dir.join("access.log");
+    let config = dir.join("busbar.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "workers: 2\nlog: {{ level: warn }}\nadmin: {{ bind: \"127.0.0.1:0\" }}\nshutdown: {{ drain_timeout: 10s }}\naccess_log: {{ path: \"{}\", format: json }}\ntracing:\n  otlp: {{ endpoint: \"http://{collector}/v1/traces\", timeout: 2s }}\nlisteners:\n  http: {{ bind: \"127.0.0.1:0\" }}\nendpoints:\n  slow: {{ url: \"http://{}/s\", timeout: 10s }}\nproxies:\n  F:\n    path: /f\n    in:\n      - respond: {{ body: fast }}\n  S:\n    path: /s\n    in:\n      - call: slow\n",
+            log.display(),
+            slow.addr
+        ),
+    )
+    .expect("write config");
+    let (mut child, http, admin) = run_busbar(&config);
+    assert_eq!(Client::connect(http).get("/f").expect("answer").status, 200);
+    let slow_requests: Vec<_> = (0..3)
+        .map(|_| std::thread::spawn(move || Client::connect(http).get("/s").map(|r| r.status)))
+        .collect();
+    assert!(
+        eventually(Duration::from_secs(10), || {
+            metric(admin, "busbar_proxy_in_flight{proxy=\"S\"}") == Some(3.0)
+        }),
+        "three slow requests in flight"
+    );
+    let _ = std::process::Command::new("kill")
+        .arg("-TERM")
+        .arg(child.id().to_string())
+        .status();
+    let status = child.wait().expect("wait");
+    assert!(status.success(), "exit {status:?}");
+    for r in slow_requests {
+        assert_eq!(r.join().expect("client").expect("answer"), 200);
+    }
+    // Read once the process has gone: nothing may arrive later.
+    let lines: Vec<String> = std::fs::read_to_string(&log)
+        .expect("access log")
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(lines.len(), 4, "{lines:#?}");
+    assert_eq!(
+        lines
+            .iter()
+            .filter(|l| l.contains("\"proxy\":\"S\""))
+            .count(),
+        3,
+        "{lines:#?}"
+    );
+    // F: server and respond; each S: server, call and client.
+    let got = spans.lock().expect("lock").len();
+    assert_eq!(got, 2 + 3 * 3);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A client that leaves before the answer: the access log says 499, and the request's spans
+/// (server, step and back-end attempt) are all exported, as cancelled.
+#[test]
+fn a_request_the_client_abandons_is_logged_499_and_its_spans_end_cancelled() {
+    let (collector, spans) = http_collector();
+    let slow = echo(busbar_engine::echo::EchoOptions {
+        delay: Some(Duration::from_secs(3)),
+        ..Default::default()
+    });
+    let dir = temp_dir("abandoned");
+    let log = dir.join("access.log");
+    let h = engine(&format!(
+        "access_log: {{ path: \"{}\", format: json }}\ntracing:\n  otlp: {{ endpoint: \"http://{collector}/v1/traces\" }}\nendpoints:\n  slow: {{ url: \"http://{}/s\", timeout: 10s }}\nproxies:\n  S:\n    path: /s\n    in:\n      - call: slow\n",
+        log.display(),
+        slow.addr
+    ));
+    let mut c = Client::connect(h.http());
+    c.send_raw(b"GET /s HTTP/1.1\r\nHost: t\r\n\r\n");
+    assert!(eventually(Duration::from_secs(5), || {
+        metric(h.admin(), "busbar_endpoint_in_flight{endpoint=\"slow\"}") == Some(1.0)
+    }));
+    drop(c);
+    let got = wait_for(&spans, 3);
+    assert_eq!(got.len(), 3, "{got:#?}");
+    let error = |g: &Got| {
+        g.span
+            .status
+            .as_ref()
+            .filter(|s| s.code == 2)
+            .map(|s| s.message.clone())
+    };
+    for g in &got {
+        assert_eq!(g.attr("error.type").as_deref(), Some("cancelled"), "{g:#?}");
+        assert!(error(g).is_some(), "{g:#?}");
+        assert_eq!(g.attr("http.response.status_code"), None, "{g:#?}");
+    }
+    let kinds: std::collections::BTreeSet<(i32, String)> = got
+        .iter()
+        .map(|g| (g.span.kind, g.span.name.clone()))
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            (SpanKind::Server as i32, "GET S".to_owned()),
+            (SpanKind::Internal as i32, "call".to_owned()),
+            (SpanKind::Client as i32, "GET".to_owned()),
+        ]
+        .into_iter()
+        .collect()
+    );
+    let step = got.iter().find(|g| g.span.name == "call").expect("step");
+    assert_eq!(
+        step.attr("busbar.step.path").as_deref(),
+        Some("proxies.S.in[0].call")
+    );
+    let mut line = serde_json::Value::Null;
+    assert!(eventually(Duration::from_secs(5), || {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        match text.lines().next() {
+            Some(l) => {
+                line = serde_json::from_str(l).expect("a JSON line");
+                true
+            }
+            None => false,
+        }
+    }));
+    assert_eq!(line["status"], 499, "{line}");
+    assert_eq!(line["complete"], false, "{line}");
+    assert_eq!(line["proxy"], "S", "{line}");
+}

@@ -18,11 +18,15 @@ const BOUNDS: [f64; 16] = [
 ];
 
 /// A fixed-bucket latency histogram.
+///
+/// An observation is two relaxed atomic adds (its bucket and the sum). There is no separate
+/// count: a scrape reads each bucket once and derives the cumulative buckets, `+Inf` and
+/// `_count` from those same reads, so they always agree, and the buckets never decrease
+/// along `le`, however many observations land while the scrape runs.
 #[derive(Debug, Default)]
 pub struct Histogram {
     buckets: [AtomicU64; BOUNDS.len() + 1],
     sum_ns: AtomicU64,
-    count: AtomicU64,
 }
 
 impl Histogram {
@@ -36,12 +40,11 @@ impl Histogram {
         self.buckets[i].fetch_add(1, Relaxed);
         self.sum_ns
             .fetch_add(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX), Relaxed);
-        self.count.fetch_add(1, Relaxed);
     }
 
     /// Number of observations.
     pub fn count(&self) -> u64 {
-        self.count.load(Relaxed)
+        self.buckets.iter().map(|b| b.load(Relaxed)).sum()
     }
 
     fn render(&self, out: &mut String, name: &str, labels: &str) {
@@ -50,11 +53,12 @@ impl Histogram {
             cumulative += self.buckets[i].load(Relaxed);
             let _ = writeln!(out, "{name}_bucket{{{labels},le=\"{bound}\"}} {cumulative}");
         }
+        // `+Inf` and `_count` are the same figure, from the reads above.
         cumulative += self.buckets[BOUNDS.len()].load(Relaxed);
         let _ = writeln!(out, "{name}_bucket{{{labels},le=\"+Inf\"}} {cumulative}");
         let sum = self.sum_ns.load(Relaxed) as f64 / 1e9;
         let _ = writeln!(out, "{name}_sum{{{labels}}} {sum}");
-        let _ = writeln!(out, "{name}_count{{{labels}}} {}", self.count.load(Relaxed));
+        let _ = writeln!(out, "{name}_count{{{labels}}} {cumulative}");
     }
 }
 
@@ -115,6 +119,10 @@ pub struct XsltCounters {
     pub libxslt: AtomicU64,
 }
 
+/// The statuses the HTTP parser answers a request it refuses with: 400 (malformed), 414 (a
+/// target over 64 KiB) and 431 (a head too large, or with too many fields).
+pub const BAD_REQUEST_STATUSES: [u16; 3] = [400, 414, 431];
+
 /// Connections of one listener.
 #[derive(Debug, Default)]
 pub struct ListenerCounters {
@@ -122,6 +130,20 @@ pub struct ListenerCounters {
     pub accepted: AtomicU64,
     /// Connections open now.
     pub open: AtomicI64,
+    /// Requests the HTTP parser refused, by status (indexed like [`BAD_REQUEST_STATUSES`]).
+    pub bad_requests: [AtomicU64; BAD_REQUEST_STATUSES.len()],
+}
+
+impl ListenerCounters {
+    /// Counts a request the HTTP parser refused with `status` (one of
+    /// [`BAD_REQUEST_STATUSES`]; another is counted as 400).
+    pub fn bad_request(&self, status: u16) {
+        let i = BAD_REQUEST_STATUSES
+            .iter()
+            .position(|s| *s == status)
+            .unwrap_or(0);
+        self.bad_requests[i].fetch_add(1, Relaxed);
+    }
 }
 
 impl Counters {
@@ -313,6 +335,17 @@ impl Registry {
                     c.accepted.load(Relaxed)
                 );
             }
+            let _ = writeln!(out, "# HELP busbar_listener_bad_requests_total Requests the HTTP parser refused, by the status answered.\n# TYPE busbar_listener_bad_requests_total counter");
+            for (name, c) in map.iter() {
+                for (status, n) in BAD_REQUEST_STATUSES.iter().zip(&c.bad_requests) {
+                    let _ = writeln!(
+                        out,
+                        "busbar_listener_bad_requests_total{{listener=\"{}\",status=\"{status}\"}} {}",
+                        escape(name),
+                        n.load(Relaxed)
+                    );
+                }
+            }
         }
         {
             let map = self.xslt.lock().unwrap_or_else(|p| p.into_inner());
@@ -419,6 +452,64 @@ mod tests {
         assert!(text.contains("busbar_proxy_latency_seconds_count{proxy=\"P\"} 2"));
         assert!(text.contains("busbar_proxy_requests_total{proxy=\"P\"} 2"));
         assert!(text.contains("busbar_proxy_errors_total{proxy=\"P\",kind=\"connect_refused\"} 1"));
+    }
+
+    /// A scrape taken while other threads observe shows `+Inf` equal to `_count` and
+    /// buckets that never decrease along `le`.
+    #[test]
+    fn a_histogram_scraped_under_load_is_self_consistent() {
+        let r = Arc::new(Registry::default());
+        let c = r.proxy("P");
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let observers: Vec<_> = (0..2)
+            .map(|t| {
+                let (c, stop) = (c.clone(), stop.clone());
+                std::thread::spawn(move || {
+                    let mut n = 0u64;
+                    while !stop.load(Relaxed) {
+                        n += 1;
+                        c.latency
+                            .observe(Duration::from_micros((n * 37 + t) % 40_000));
+                    }
+                })
+            })
+            .collect();
+        let value = |line: &str| -> u64 {
+            line.rsplit(' ')
+                .next()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or_else(|| panic!("no value in {line}"))
+        };
+        let mut inconsistent = Vec::new();
+        for _ in 0..300 {
+            let mut text = String::new();
+            c.latency.render(&mut text, "h", "proxy=\"P\"");
+            let buckets: Vec<u64> = text
+                .lines()
+                .filter(|l| l.starts_with("h_bucket"))
+                .map(value)
+                .collect();
+            let count = text
+                .lines()
+                .find(|l| l.starts_with("h_count"))
+                .map(value)
+                .unwrap_or_default();
+            let monotonic = buckets.windows(2).all(|w| w[0] <= w[1]);
+            if !monotonic || buckets.last() != Some(&count) {
+                inconsistent.push(text);
+            }
+        }
+        stop.store(true, Relaxed);
+        for o in observers {
+            o.join().expect("observer");
+        }
+        assert!(
+            inconsistent.is_empty(),
+            "{} of 300 scrapes inconsistent, first:\n{}",
+            inconsistent.len(),
+            inconsistent[0]
+        );
+        assert!(c.latency.count() > 0);
     }
 
     #[test]

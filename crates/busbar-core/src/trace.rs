@@ -143,33 +143,68 @@ pub trait SpanSink: Send + Sync + std::fmt::Debug {
     fn record(&self, span: SpanRecord);
 }
 
-/// A span being recorded: [`Recording::finish`] hands it to the sink.
+/// A span being recorded: [`Recording::finish`] hands it to the sink. One dropped without
+/// being finished (its work abandoned: the client went away, or shutdown gave up on it) is
+/// handed over too, ended then, with an error status and `error.type` `cancelled`, so a trace
+/// never lacks the spans of the steps and attempts a request was in.
 #[derive(Debug)]
 pub struct Recording {
     sink: std::sync::Arc<dyn SpanSink>,
-    record: SpanRecord,
+    /// `None` once handed over.
+    record: Option<SpanRecord>,
 }
 
+/// The status message of a span whose work was abandoned.
+pub const CANCELLED: &str = "cancelled: the request ended before this work did";
+
 impl Recording {
+    fn new(sink: std::sync::Arc<dyn SpanSink>, record: SpanRecord) -> Self {
+        Recording {
+            sink,
+            record: Some(record),
+        }
+    }
+
     /// The span's id.
     pub fn id(&self) -> SpanId {
-        self.record.span_id
+        self.record.as_ref().map_or(SpanId(0), |r| r.span_id)
     }
 
     /// Adds an attribute.
     pub fn set(&mut self, key: &'static str, value: impl Into<AttrValue>) {
-        self.record.attributes.push((key, value.into()));
+        if let Some(r) = &mut self.record {
+            r.attributes.push((key, value.into()));
+        }
     }
 
     /// Marks the span failed.
     pub fn fail(&mut self, error: impl Into<String>) {
-        self.record.error = Some(error.into());
+        if let Some(r) = &mut self.record {
+            r.error = Some(error.into());
+        }
     }
 
     /// Ends the span now and hands it over.
     pub fn finish(mut self) {
-        self.record.end = std::time::SystemTime::now();
-        self.sink.record(self.record);
+        self.hand_over();
+    }
+
+    fn hand_over(&mut self) {
+        if let Some(mut record) = self.record.take() {
+            record.end = std::time::SystemTime::now();
+            self.sink.record(record);
+        }
+    }
+}
+
+impl Drop for Recording {
+    fn drop(&mut self) {
+        if let Some(r) = &mut self.record {
+            r.attributes
+                .push(("error.type", AttrValue::from("cancelled")));
+            r.error = Some(CANCELLED.to_owned());
+        }
+        self.hand_over();
     }
 }
 
@@ -217,9 +252,9 @@ impl TraceContext {
         id: Option<SpanId>,
     ) -> Option<Recording> {
         let sink = self.sink.as_ref()?;
-        Some(Recording {
-            sink: sink.clone(),
-            record: SpanRecord {
+        Some(Recording::new(
+            sink.clone(),
+            SpanRecord {
                 trace_id: self.trace_id,
                 span_id: id.unwrap_or_else(SpanId::random),
                 parent: Some(self.current),
@@ -231,16 +266,16 @@ impl TraceContext {
                 attributes: Vec::new(),
                 error: None,
             },
-        })
+        ))
     }
 
     /// Starts recording this exchange's server span (parented by the caller's span); `name`
     /// is asked for only when the span is recorded.
     pub fn start_server_span(&self, name: impl FnOnce() -> String) -> Option<Recording> {
         let sink = self.sink.as_ref()?;
-        Some(Recording {
-            sink: sink.clone(),
-            record: SpanRecord {
+        Some(Recording::new(
+            sink.clone(),
+            SpanRecord {
                 trace_id: self.trace_id,
                 span_id: self.span_id,
                 parent: self.remote_parent,
@@ -252,7 +287,7 @@ impl TraceContext {
                 attributes: Vec::new(),
                 error: None,
             },
-        })
+        ))
     }
 
     /// The context of a request: continues the trace of a valid `traceparent` (its sampled
@@ -340,23 +375,63 @@ impl TraceContext {
     }
 }
 
-/// The caller's `tracestate`: several headers are joined with commas (W3C §3.3.1); an
-/// unreadable or oversized one is dropped.
+/// The longest `tracestate` passed on: W3C Trace Context §3.3.1.5 has vendors propagate at
+/// least 512 characters; 32 members of at most 256 characters each, with separators, fit.
+const TRACESTATE_MAX: usize = 8192;
+
+/// The caller's `tracestate`: several headers are joined with commas (W3C §3.3.1); a value
+/// longer than [`TRACESTATE_MAX`] is cut to fit ([`truncate_tracestate`]); an unreadable one is
+/// dropped.
 fn tracestate(headers: &HeaderMap) -> Option<HeaderValue> {
-    let values: Vec<&[u8]> = headers
-        .get_all(&TRACESTATE)
-        .iter()
-        .map(HeaderValue::as_bytes)
-        .collect();
-    if values.is_empty() {
-        return None;
+    let mut values = headers.get_all(&TRACESTATE).iter();
+    let first = values.next()?;
+    let Some(second) = values.next() else {
+        // One header, the usual case: passed on as it came (a reference-counted copy).
+        if first.len() <= TRACESTATE_MAX {
+            return Some(first.clone());
+        }
+        return truncate_tracestate(first.as_bytes());
+    };
+    let mut joined = Vec::with_capacity(first.len() + second.len() + 1);
+    joined.extend_from_slice(first.as_bytes());
+    for v in std::iter::once(second).chain(values) {
+        joined.push(b',');
+        joined.extend_from_slice(v.as_bytes());
     }
-    let joined = values.join(&b","[..]);
-    // 32 members of at most 256 characters each, plus separators.
-    if joined.len() > 8192 {
-        return None;
+    if joined.len() > TRACESTATE_MAX {
+        return truncate_tracestate(&joined);
     }
     HeaderValue::from_bytes(&joined).ok()
+}
+
+/// Cuts a `tracestate` longer than [`TRACESTATE_MAX`] as W3C Trace Context §3.3.1.5 says:
+/// whole list-members are removed, first those longer than 128 characters (the rightmost
+/// first), then from the end of the list, until it fits. Empty members are left out; `None`
+/// when nothing is left.
+fn truncate_tracestate(value: &[u8]) -> Option<HeaderValue> {
+    let mut members: Vec<&[u8]> = value
+        .split(|&b| b == b',')
+        .map(|m| m.trim_ascii())
+        .filter(|m| !m.is_empty())
+        .collect();
+    let length = |members: &[&[u8]]| {
+        members.iter().map(|m| m.len()).sum::<usize>() + members.len().saturating_sub(1)
+    };
+    while length(&members) > TRACESTATE_MAX {
+        match members.iter().rposition(|m| m.len() > 128) {
+            Some(long) => {
+                members.remove(long);
+            }
+            None => break,
+        }
+    }
+    while length(&members) > TRACESTATE_MAX {
+        members.pop();
+    }
+    if members.is_empty() {
+        return None;
+    }
+    HeaderValue::from_bytes(&members.join(&b","[..])).ok()
 }
 
 /// Parses a `traceparent` value: `version-traceid-parentid-flags`, lower-case hex. Version
@@ -450,6 +525,44 @@ mod tests {
     }
 
     #[test]
+    fn an_oversized_tracestate_loses_whole_members_long_ones_first_then_from_the_right() {
+        let member = |key: usize, len: usize| format!("k{key:02}={}", "v".repeat(len - 4));
+        let forwarded = |value: &str| {
+            let mut h = HeaderMap::new();
+            h.insert(&TRACEPARENT, HeaderValue::from_static(GOOD));
+            h.insert(&TRACESTATE, HeaderValue::from_str(value).expect("value"));
+            let mut out = HeaderMap::new();
+            TraceContext::from_headers(&h, |_| false).inject(&mut out, SpanId(1));
+            out.get(&TRACESTATE)
+                .map(|v| v.to_str().expect("text").to_owned())
+        };
+        // 60 members of 100 characters and three of 1,000 (at 5, 30 and 50): 9,062 bytes.
+        let mut members: Vec<String> = (0..60).map(|k| member(k, 100)).collect();
+        for at in [50, 30, 5] {
+            members.insert(at, member(90 + at, 1000));
+        }
+        let value = members.join(",");
+        assert!(value.len() > TRACESTATE_MAX);
+        let got = forwarded(&value).expect("a tracestate is passed on");
+        // The rightmost long member is enough to fit.
+        let mut want = members.clone();
+        want.remove(52);
+        assert_eq!(got, want.join(","));
+        assert!(got.len() <= TRACESTATE_MAX);
+
+        // No long members: removed from the end until it fits.
+        let members: Vec<String> = (0..90).map(|k| member(k, 100)).collect();
+        let got = forwarded(&members.join(", ")).expect("a tracestate is passed on");
+        assert_eq!(got, members[..81].join(","));
+
+        // Up to the limit, a value is passed on byte for byte.
+        let members: Vec<String> = (0..81).map(|k| member(k, 100)).collect();
+        let exact = format!("{},k99={}", members.join(","), "v".repeat(7));
+        assert_eq!(exact.len(), TRACESTATE_MAX);
+        assert_eq!(forwarded(&exact).as_deref(), Some(exact.as_str()));
+    }
+
+    #[test]
     fn invalid_traceparents_start_a_new_trace() {
         let bad = [
             "",
@@ -497,6 +610,42 @@ mod tests {
         let v = t.traceparent(SpanId(1));
         assert_eq!(v, "00-0123456789abcdeffedcba9876543210-0000000000000001-01");
         assert!(parse_traceparent(v.as_bytes()).is_some());
+    }
+
+    #[derive(Debug, Default)]
+    struct Collect(std::sync::Mutex<Vec<SpanRecord>>);
+
+    impl SpanSink for Collect {
+        fn record(&self, span: SpanRecord) {
+            self.0.lock().expect("lock").push(span);
+        }
+    }
+
+    #[test]
+    fn a_span_dropped_unfinished_is_handed_over_as_cancelled() {
+        let sink = std::sync::Arc::new(Collect::default());
+        let mut t = TraceContext::detached();
+        t.sink = Some(sink.clone());
+        let mut finished = t
+            .start_span("call", SpanKind::Internal, None)
+            .expect("span");
+        finished.set("busbar.step.kind", "call");
+        finished.finish();
+        let mut dropped = t.start_span("POST", SpanKind::Client, None).expect("span");
+        dropped.set("busbar.endpoint", "b");
+        drop(dropped);
+        let got = sink.0.lock().expect("lock");
+        assert_eq!(got.len(), 2);
+        assert_eq!(got[0].error, None);
+        assert!(!got[0].attributes.iter().any(|(k, _)| *k == "error.type"));
+        assert_eq!(got[1].error.as_deref(), Some(CANCELLED));
+        assert!(got[1]
+            .attributes
+            .contains(&("error.type", AttrValue::from("cancelled"))));
+        assert!(got[1]
+            .attributes
+            .contains(&("busbar.endpoint", AttrValue::from("b"))));
+        assert!(got[1].end >= got[1].start);
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! The access log: one line per request, written by a thread of its own that takes the
 //! queued records every 50 ms. Workers hand a record over a bounded queue and never wait: when the writer falls behind (a slow disk),
 //! records are dropped and counted. SIGUSR1 (through [`AccessLog::reopen`]) makes the writer
-//! reopen its file, for logrotate.
+//! reopen its file, for logrotate. At shutdown, [`AccessLog::flush`] has the lines still
+//! queued written before the process exits.
 
 use std::fmt::Write as _;
 use std::fs::{File, OpenOptions};
@@ -18,6 +19,8 @@ use busbar_core::metrics::Registry;
 use busbar_core::trace::TraceId;
 use http::{Method, Version};
 
+use crate::flush::FlushSignal;
+
 /// What one request leaves in the access log.
 #[derive(Debug, Clone)]
 pub struct AccessRecord {
@@ -25,12 +28,13 @@ pub struct AccessRecord {
     pub time: SystemTime,
     /// The client's address.
     pub client: Option<SocketAddr>,
-    /// Request method.
-    pub method: Method,
-    /// Request target as received (path and query).
+    /// Request method; `None` for a request the HTTP parser refused, whose request line is
+    /// not known (nor its target and version).
+    pub method: Option<Method>,
+    /// Request target as received (path and query); empty when `method` is `None`.
     pub target: String,
     /// HTTP version of the request.
-    pub version: Version,
+    pub version: Option<Version>,
     /// The proxy that served it.
     pub proxy: Arc<str>,
     /// Response status.
@@ -43,10 +47,32 @@ pub struct AccessRecord {
     pub total: Duration,
     /// Time spent waiting for back ends.
     pub backend: Duration,
-    /// The W3C trace id.
-    pub trace_id: TraceId,
+    /// The W3C trace id (none for a request the HTTP parser refused).
+    pub trace_id: Option<TraceId>,
     /// True when the response body was not sent whole (the client left, a back end cut it).
     pub incomplete: bool,
+}
+
+impl AccessRecord {
+    /// A request the HTTP parser refused from `client` (answered `status`, 400 or 431, by
+    /// the HTTP layer): only the client, the status and the time are known.
+    pub fn unparsed(client: Option<SocketAddr>, status: u16) -> AccessRecord {
+        AccessRecord {
+            time: SystemTime::now(),
+            client,
+            method: None,
+            target: String::new(),
+            version: None,
+            proxy: Arc::from("-"),
+            status,
+            bytes_in: 0,
+            bytes_out: 0,
+            total: Duration::ZERO,
+            backend: Duration::ZERO,
+            trace_id: None,
+            incomplete: false,
+        }
+    }
 }
 
 /// Where lines go.
@@ -61,6 +87,7 @@ enum Target {
 pub struct AccessLog {
     tx: SyncSender<AccessRecord>,
     reopen: Arc<AtomicBool>,
+    flush: Arc<FlushSignal>,
     metrics: Arc<Registry>,
     /// The config it runs with (a reload with the same config keeps it).
     pub config: AccessLogConfig,
@@ -81,12 +108,14 @@ impl AccessLog {
         let out = open(&target)?;
         let (tx, rx) = sync_channel(config.buffer.max(1));
         let reopen = Arc::new(AtomicBool::new(false));
+        let flush = Arc::new(FlushSignal::default());
         let writer = Writer {
             rx,
             target,
             out,
             format: config.format,
             reopen: reopen.clone(),
+            flush: flush.clone(),
             metrics: metrics.clone(),
         };
         std::thread::Builder::new()
@@ -95,6 +124,7 @@ impl AccessLog {
         Ok(AccessLog {
             tx,
             reopen,
+            flush,
             metrics,
             config: config.clone(),
         })
@@ -113,6 +143,13 @@ impl AccessLog {
     /// Makes the writer reopen its file before the next line (after logrotate moved it).
     pub fn reopen(&self) {
         self.reopen.store(true, Relaxed);
+    }
+
+    /// Writes out the lines queued now (the writer would within 50 ms) and waits until they
+    /// are, at most `limit`: at shutdown, so the requests finished during the drain are in the
+    /// log. False when the limit passed first (a disk or pipe that does not take the lines).
+    pub fn flush(&self, limit: Duration) -> bool {
+        self.flush.flush(limit)
     }
 }
 
@@ -153,6 +190,7 @@ struct Writer {
     out: Out,
     format: AccessLogFormat,
     reopen: Arc<AtomicBool>,
+    flush: Arc<FlushSignal>,
     metrics: Arc<Registry>,
 }
 
@@ -161,8 +199,8 @@ impl Writer {
         let mut buf = String::with_capacity(64 * 1024);
         loop {
             // A timer, not the queue, wakes the writer: a wake-up per line would cost the
-            // workers more than writing the line.
-            std::thread::sleep(Duration::from_millis(50));
+            // workers more than writing the line. A flush (at shutdown) wakes it early.
+            let covered = self.flush.sleep(Duration::from_millis(50));
             if self.reopen.swap(false, Relaxed) {
                 match open(&self.target) {
                     Ok(out) => self.out = out,
@@ -200,7 +238,9 @@ impl Writer {
                 }
                 buf.clear();
             }
+            self.flush.done(covered);
             if !open_queue {
+                self.flush.close();
                 return;
             }
         }
@@ -213,19 +253,21 @@ pub fn format_line(out: &mut String, r: &AccessRecord, format: AccessLogFormat) 
     match format {
         AccessLogFormat::Json => {
             let client = r.client.map(|c| c.to_string());
+            // A request the HTTP parser refused has no known request line: null fields.
+            let known = r.method.is_some();
             let line = serde_json::json!({
                 "time": rfc3339(r.time),
                 "client": client,
-                "method": r.method.as_str(),
-                "target": r.target,
-                "proto": format!("{:?}", r.version),
+                "method": r.method.as_ref().map(Method::as_str),
+                "target": known.then_some(&r.target),
+                "proto": r.version.map(|v| format!("{v:?}")),
                 "proxy": &*r.proxy,
                 "status": r.status,
                 "bytes_in": r.bytes_in,
                 "bytes_out": r.bytes_out,
                 "duration_ms": round3(ms(r.total)),
                 "backend_ms": round3(ms(r.backend)),
-                "trace_id": r.trace_id.to_string(),
+                "trace_id": r.trace_id.map(|t| t.to_string()),
                 "complete": !r.incomplete,
             });
             let _ = writeln!(out, "{line}");
@@ -234,25 +276,30 @@ pub fn format_line(out: &mut String, r: &AccessRecord, format: AccessLogFormat) 
             let client = r
                 .client
                 .map_or_else(|| "-".to_owned(), |c| c.ip().to_string());
-            // The target is the client's: quote-safe so a line always parses.
-            let target: String = r
-                .target
-                .chars()
-                .map(|c| if c == '"' || c.is_control() { '_' } else { c })
-                .collect();
+            // The target is the client's: quote-safe so a line always parses. A request the
+            // HTTP parser refused has no known request line: `"-"`, as nginx writes it.
+            let request = match (&r.method, r.version) {
+                (Some(method), Some(version)) => {
+                    let target: String = r
+                        .target
+                        .chars()
+                        .map(|c| if c == '"' || c.is_control() { '_' } else { c })
+                        .collect();
+                    format!("{method} {target} {version:?}")
+                }
+                _ => "-".to_owned(),
+            };
+            let trace_id = r.trace_id.map_or_else(|| "-".to_owned(), |t| t.to_string());
             let _ = writeln!(
                 out,
-                "{client} - - [{}] \"{} {target} {:?}\" {} {} {} {:.3} {:.3} {} {}{}",
+                "{client} - - [{}] \"{request}\" {} {} {} {:.3} {:.3} {} {trace_id}{}",
                 clf_time(r.time),
-                r.method,
-                r.version,
                 r.status,
                 r.bytes_out,
                 r.proxy,
                 ms(r.total),
                 ms(r.backend),
                 r.bytes_in,
-                r.trace_id,
                 if r.incomplete { " incomplete" } else { "" },
             );
         }
@@ -306,16 +353,16 @@ mod tests {
             // 2026-11-24T15:49:01.250Z
             time: UNIX_EPOCH + Duration::from_millis(1_795_535_341_250),
             client: Some("10.0.0.7:51234".parse().expect("addr")),
-            method: Method::POST,
+            method: Some(Method::POST),
             target: "/api/x?q=\"1\"".into(),
-            version: Version::HTTP_11,
+            version: Some(Version::HTTP_11),
             proxy: Arc::from("P"),
             status: 200,
             bytes_in: 10,
             bytes_out: 20,
             total: Duration::from_micros(1500),
             backend: Duration::from_micros(1000),
-            trace_id: TraceId(0xabc),
+            trace_id: Some(TraceId(0xabc)),
             incomplete: false,
         }
     }
@@ -349,6 +396,27 @@ mod tests {
         assert_eq!(v["trace_id"], "00000000000000000000000000000abc");
         assert_eq!(v["client"], "10.0.0.7:51234");
         assert_eq!(v["proto"], "HTTP/1.1");
+    }
+
+    #[test]
+    fn a_request_the_parser_refused_has_null_request_fields_and_a_dash_in_common_format() {
+        let mut r = AccessRecord::unparsed(Some("10.0.0.7:51234".parse().expect("addr")), 431);
+        r.time = record().time;
+        let mut out = String::new();
+        format_line(&mut out, &r, AccessLogFormat::Json);
+        let v: serde_json::Value = serde_json::from_str(&out).expect("json");
+        for null in ["method", "target", "proto", "trace_id"] {
+            assert!(v[null].is_null(), "{null}: {out}");
+        }
+        assert_eq!(v["status"], 431);
+        assert_eq!(v["proxy"], "-");
+        assert_eq!(v["client"], "10.0.0.7:51234");
+        let mut out = String::new();
+        format_line(&mut out, &r, AccessLogFormat::Common);
+        assert_eq!(
+            out,
+            "10.0.0.7 - - [24/Nov/2026:15:49:01 +0000] \"-\" 431 0 - 0.000 0.000 0 -\n"
+        );
     }
 
     #[test]

@@ -151,7 +151,12 @@ fn database_metrics(
     for (name, help, value) in families {
         let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge");
         for db in databases.values() {
-            let _ = writeln!(out, "{name}{{database=\"{}\"}} {}", db.name(), value(db));
+            let _ = writeln!(
+                out,
+                "{name}{{database=\"{}\"}} {}",
+                label(db.name()),
+                value(db)
+            );
         }
     }
 }
@@ -225,8 +230,11 @@ async fn store_metrics(processes: Option<&crate::processes::Processes>, out: &mu
         out,
         "# HELP busbar_process_store_write_seconds Time to write a durable instance's snapshot or completion (one transaction).\n# TYPE busbar_process_store_write_seconds histogram"
     );
+    // Each bucket is read once; `+Inf` and `_count` are derived from those reads (not from
+    // the write counter, read at another moment), so one scrape is self-consistent.
+    let bounds = busbar_flow::runtime::WRITE_BUCKETS_MS;
     let mut cumulative = 0;
-    for (i, upper) in busbar_flow::runtime::WRITE_BUCKETS_MS.iter().enumerate() {
+    for (i, upper) in bounds.iter().enumerate() {
         cumulative += stats.buckets[i].load(Relaxed);
         let _ = writeln!(
             out,
@@ -234,7 +242,7 @@ async fn store_metrics(processes: Option<&crate::processes::Processes>, out: &mu
             upper / 1000.0
         );
     }
-    let count = stats.writes.load(Relaxed);
+    let count = cumulative + stats.buckets[bounds.len()].load(Relaxed);
     let _ = writeln!(
         out,
         "busbar_process_store_write_seconds_bucket{{le=\"+Inf\"}} {count}\nbusbar_process_store_write_seconds_sum {}\nbusbar_process_store_write_seconds_count {count}",
@@ -485,7 +493,14 @@ fn text(status: StatusCode, ct: &'static str, body: impl Into<bytes::Bytes>) -> 
 
 async fn handle(control: &Control, req: Request<Incoming>) -> Response<Body> {
     let shared = &control.shared;
-    match (req.method(), req.uri().path()) {
+    // HEAD is answered as GET: hyper sends the head (with the length GET's body would have)
+    // and leaves the body out.
+    let method = if req.method() == Method::HEAD {
+        &Method::GET
+    } else {
+        req.method()
+    };
+    match (method, req.uri().path()) {
         (&Method::GET, "/healthz") => text(StatusCode::OK, "text/plain", "ok\n"),
         (&Method::GET, "/readyz") => {
             if shared.draining.load(Relaxed) {

@@ -125,6 +125,9 @@ const ADMIN_HEAD_TIMEOUT: Duration = Duration::from_secs(10);
 /// close their connections and end.
 const STOP_GRACE: Duration = Duration::from_secs(1);
 
+/// The longest a shutdown waits for the access log's last lines to be written.
+const ACCESS_LOG_FLUSH_LIMIT: Duration = Duration::from_secs(5);
+
 /// What reload and shutdown need, shared with the admin listener.
 #[derive(Debug)]
 pub struct Control {
@@ -611,6 +614,25 @@ impl Control {
         }
     }
 
+    /// Writes out what the access log and the span exporter hold queued (their threads take
+    /// it every 50 ms): the lines and spans of requests that finished during the drain. Bounded:
+    /// [`ACCESS_LOG_FLUSH_LIMIT`] for the log, the exporter's `timeout` capped at
+    /// [`crate::otlp::FLUSH_LIMIT`] for spans; what is not out by then is lost, with a warning.
+    pub fn flush_outputs(&self) {
+        if let Some(log) = self.shared.access_log.load_full() {
+            if !log.flush(ACCESS_LOG_FLUSH_LIMIT) {
+                tracing::warn!(
+                    "the access log did not take its last lines within {ACCESS_LOG_FLUSH_LIMIT:?}"
+                );
+            }
+        }
+        if let Some(exporter) = self.shared.exporter.load_full() {
+            if !exporter.flush() {
+                tracing::warn!("the last spans were not exported in time: dropped");
+            }
+        }
+    }
+
     /// Starts a graceful shutdown: stop accepting, finish in-flight requests, then exit.
     pub fn shutdown(&self) {
         if !self.stopped.swap(true, Relaxed) {
@@ -643,50 +665,57 @@ impl RunningEngine {
 
     /// Waits until the engine has stopped (after a shutdown from a signal or the admin). Once
     /// shutdown started, the wait is bounded by the drain timeout (and a second of grace): a
-    /// thread still stuck then (a transform that never yields) is abandoned, and logged.
+    /// thread still stuck then (a transform that never yields) is abandoned, and logged. Then
+    /// the access log lines and spans of the requests finished meanwhile are written out
+    /// ([`Control::flush_outputs`]).
     pub fn wait(self) {
         let control = self.control;
-        let mut threads = self.threads;
-        let started = {
-            let mut stopping = control.stopping.lock().unwrap_or_else(|p| p.into_inner());
-            loop {
-                if let Some(at) = *stopping {
-                    break at;
-                }
-                if threads.iter().all(JoinHandle::is_finished) {
-                    break Instant::now();
-                }
-                stopping = control
-                    .stopping_cv
-                    .wait_timeout(stopping, Duration::from_millis(200))
-                    .map(|(g, _)| g)
-                    .unwrap_or_else(|p| p.into_inner().0);
-            }
-        };
-        let deadline = started + self.drain + STOP_GRACE;
+        join_threads(&control, self.threads, self.drain);
+        control.flush_outputs();
+    }
+}
+
+/// Joins `threads` once shutdown started, until the drain timeout (and [`STOP_GRACE`]) passed.
+fn join_threads(control: &Control, mut threads: Vec<JoinHandle<()>>, drain: Duration) {
+    let started = {
+        let mut stopping = control.stopping.lock().unwrap_or_else(|p| p.into_inner());
         loop {
-            let (done, running): (Vec<_>, Vec<_>) =
-                threads.into_iter().partition(JoinHandle::is_finished);
-            for t in done {
-                let _ = t.join();
+            if let Some(at) = *stopping {
+                break at;
             }
-            threads = running;
-            if threads.is_empty() {
-                return;
+            if threads.iter().all(JoinHandle::is_finished) {
+                break Instant::now();
             }
-            if Instant::now() >= deadline {
-                let names: Vec<String> = threads
-                    .iter()
-                    .map(|t| t.thread().name().unwrap_or("unnamed").to_owned())
-                    .collect();
-                tracing::warn!(
-                    threads = ?names,
-                    drain_timeout = ?self.drain,
-                    "stopped with work still running after the drain timeout: abandoned"
-                );
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(10));
+            stopping = control
+                .stopping_cv
+                .wait_timeout(stopping, Duration::from_millis(200))
+                .map(|(g, _)| g)
+                .unwrap_or_else(|p| p.into_inner().0);
         }
+    };
+    let deadline = started + drain + STOP_GRACE;
+    loop {
+        let (done, running): (Vec<_>, Vec<_>) =
+            threads.into_iter().partition(JoinHandle::is_finished);
+        for t in done {
+            let _ = t.join();
+        }
+        threads = running;
+        if threads.is_empty() {
+            return;
+        }
+        if Instant::now() >= deadline {
+            let names: Vec<String> = threads
+                .iter()
+                .map(|t| t.thread().name().unwrap_or("unnamed").to_owned())
+                .collect();
+            tracing::warn!(
+                threads = ?names,
+                drain_timeout = ?drain,
+                "stopped with work still running after the drain timeout: abandoned"
+            );
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(10));
     }
 }

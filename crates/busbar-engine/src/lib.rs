@@ -21,6 +21,7 @@ pub mod delay;
 pub mod echo;
 pub mod endpoint;
 pub mod engine;
+pub mod flush;
 pub mod headers;
 pub mod net;
 pub mod offload;

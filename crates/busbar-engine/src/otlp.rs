@@ -4,7 +4,8 @@
 //! span and counts it. The exporter thread takes what queued every 50 ms and sends it in
 //! batches of at most `batch` spans, over a connection kept between batches, with the OTLP protobuf messages of `opentelemetry-proto`; a batch the
 //! collector refuses or does not answer within `timeout` is dropped and counted, never
-//! retried into a growing backlog.
+//! retried into a growing backlog. At shutdown, [`Exporter::flush`] sends what is still queued,
+//! waiting at most [`FLUSH_LIMIT`] (or `timeout`, when shorter).
 
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TryRecvError, TrySendError};
@@ -27,9 +28,14 @@ use opentelemetry_proto::tonic::trace::v1::{
 use prost::Message;
 
 use crate::endpoint::tls;
+use crate::flush::FlushSignal;
 
 /// How often the exporter thread takes the queued spans.
 const POLL: Duration = Duration::from_millis(50);
+
+/// The longest a shutdown waits for the last spans to be sent (the exporter's `timeout`, when
+/// shorter): a collector that is down must not hold the exit up.
+pub const FLUSH_LIMIT: Duration = Duration::from_secs(5);
 
 /// The gRPC method of OTLP trace export.
 const GRPC_PATH: &str = "/opentelemetry.proto.collector.trace.v1.TraceService/Export";
@@ -38,6 +44,9 @@ const GRPC_PATH: &str = "/opentelemetry.proto.collector.trace.v1.TraceService/Ex
 #[derive(Debug)]
 pub struct Exporter {
     tx: SyncSender<SpanRecord>,
+    flush: Arc<FlushSignal>,
+    /// How long [`Exporter::flush`] waits.
+    flush_limit: Duration,
     metrics: Arc<Registry>,
     /// The config it runs with (a reload with the same config keeps it).
     pub config: TracingConfig,
@@ -74,8 +83,10 @@ impl Exporter {
             ],
             ..Default::default()
         };
+        let flush = Arc::new(FlushSignal::default());
         let worker = Worker {
             rx,
+            flush: flush.clone(),
             target,
             resource,
             batch: otlp.batch.max(1),
@@ -89,9 +100,19 @@ impl Exporter {
             .map_err(|e| format!("cannot start the exporter thread: {e}"))?;
         Ok(Exporter {
             tx,
+            flush,
+            flush_limit: otlp.timeout.0.min(FLUSH_LIMIT),
             metrics,
             config: config.clone(),
         })
+    }
+
+    /// Sends the spans queued now (the exporter would within 50 ms) and waits until they are
+    /// sent or dropped, at most the exporter's `timeout` capped at [`FLUSH_LIMIT`]: at
+    /// shutdown, so the spans of requests finished during the drain are exported. False when
+    /// the limit passed first.
+    pub fn flush(&self) -> bool {
+        self.flush.flush(self.flush_limit)
     }
 }
 
@@ -165,6 +186,7 @@ impl Target {
 
 struct Worker {
     rx: Receiver<SpanRecord>,
+    flush: Arc<FlushSignal>,
     target: Target,
     resource: Resource,
     batch: usize,
@@ -182,14 +204,16 @@ impl Worker {
             Ok(rt) => rt,
             Err(e) => {
                 tracing::error!(error = %e, "span export disabled: cannot start its runtime");
+                self.flush.close();
                 return;
             }
         };
         let mut conn: Option<Conn> = None;
         loop {
             // The thread wakes on a timer and takes what queued meanwhile: producers never
-            // wake it (a wake-up per span costs a worker more than recording the span).
-            std::thread::sleep(POLL);
+            // wake it (a wake-up per span costs a worker more than recording the span). A
+            // flush (at shutdown) wakes it early.
+            let covered = self.flush.sleep(POLL);
             let mut spans = Vec::new();
             let mut open = true;
             loop {
@@ -236,7 +260,9 @@ impl Worker {
                     }
                 }
             }
+            self.flush.done(covered);
             if !open {
+                self.flush.close();
                 return;
             }
         }

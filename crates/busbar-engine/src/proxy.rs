@@ -48,6 +48,12 @@ impl Handler for ProxyHandler {
         handle(&self.shared, self.index, self.body_timeout, req, conn.peer)
     }
 
+    fn refused(&self, status: u16, conn: &ConnInfo) {
+        if let Some(log) = self.shared.access_log.load_full() {
+            log.log(AccessRecord::unparsed(conn.peer, status));
+        }
+    }
+
     fn tls(&self) -> Option<Arc<rustls::ServerConfig>> {
         self.shared
             .runtime
@@ -133,16 +139,16 @@ pub async fn handle(
         record: AccessRecord {
             time: SystemTime::now(),
             client: peer,
-            method: req.method().clone(),
+            method: Some(req.method().clone()),
             target: target_of(req.uri()),
-            version: req.version(),
+            version: Some(req.version()),
             proxy: proxy.name.clone(),
             status: 0,
             bytes_in: 0,
             bytes_out: 0,
             total: Duration::ZERO,
             backend: Duration::ZERO,
-            trace_id: trace.trace_id,
+            trace_id: Some(trace.trace_id),
             incomplete: false,
         },
         bytes_in: bytes_in.clone().unwrap_or_default(),
@@ -233,16 +239,16 @@ fn log_unserved<B>(
     log.log(AccessRecord {
         time: SystemTime::now(),
         client: peer,
-        method: req.method().clone(),
+        method: Some(req.method().clone()),
         target: target_of(req.uri()),
-        version: req.version(),
+        version: Some(req.version()),
         proxy: Arc::from(proxy),
         status: resp.status().as_u16(),
         bytes_in: 0,
         bytes_out: http_body::Body::size_hint(resp.body()).exact().unwrap_or(0),
         total: Duration::ZERO,
         backend: Duration::ZERO,
-        trace_id: trace.trace_id,
+        trace_id: Some(trace.trace_id),
         incomplete: false,
     });
 }

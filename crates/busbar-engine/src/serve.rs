@@ -46,6 +46,11 @@ pub trait Handler: Send + Sync + 'static {
         conn: &ConnInfo,
     ) -> impl Future<Output = Response<ResponseBody>> + Send;
 
+    /// A request the HTTP parser refused on `conn` (malformed, or a head too large): the HTTP
+    /// layer answered it with `status` and closes the connection. Nothing by default; a proxy
+    /// listener logs it.
+    fn refused(&self, _status: u16, _conn: &ConnInfo) {}
+
     /// The TLS config for a new connection, if the listener speaks HTTPS. Asked on every
     /// accept, so a reload that renews certificates takes effect for new connections.
     fn tls(&self) -> Option<Arc<rustls::ServerConfig>> {
@@ -684,6 +689,8 @@ async fn serve_connection<S, H>(
         .keep_alive(settings.keep_alive)
         .max_header_size(settings.max_header_size);
     let info = Arc::new(info);
+    // Kept for a request the parser refuses, which never reaches the service.
+    let (refused_by, refused_on) = (handler.clone(), info.clone());
     let svc = service_fn(move |req: Request<Incoming>| {
         let handler = handler.clone();
         let info = info.clone();
@@ -694,12 +701,43 @@ async fn serve_connection<S, H>(
     if *shutdown.borrow() {
         conn.as_mut().graceful_shutdown();
     }
-    tokio::select! {
-        r = conn.as_mut() => log_conn_end(r),
+    let result = tokio::select! {
+        r = conn.as_mut() => r,
         _ = shutdown.changed() => {
             conn.as_mut().graceful_shutdown();
-            log_conn_end(conn.await);
+            conn.await
         }
+    };
+    if let Err(e) = &result {
+        if let Some(status) = refused_status(e) {
+            if let Some(counters) = &settings.connections {
+                counters.bad_request(status);
+            }
+            refused_by.refused(status, &refused_on);
+        }
+    }
+    log_conn_end(result);
+}
+
+/// The status hyper answered a request its parser refused with, when the connection ended
+/// that way: 400 for a malformed request line or header (or two different Content-Length),
+/// 431 for a head over `max_header_size` or with more than 100 fields, 414 for a target over
+/// 64 KiB. `None` for other errors, and for the two parse errors hyper answers nothing to (an
+/// HTTP/2 preface, an internal error). hyper keeps its error kinds private: a target too long
+/// is told from a head too large by its message, which is hyper's own.
+fn refused_status(e: &hyper::Error) -> Option<u16> {
+    if !e.is_parse() || e.is_parse_version_h2() {
+        return None;
+    }
+    let message = e.to_string();
+    if message == "URI too long" {
+        Some(414)
+    } else if e.is_parse_too_large() {
+        Some(431)
+    } else if message.starts_with("internal error") {
+        None
+    } else {
+        Some(400)
     }
 }
 
@@ -823,6 +861,11 @@ impl Meter {
     }
 }
 
+/// The access log status of a request that ended before it had an answer: the client closed
+/// the connection first (or shutdown abandoned it after the drain timeout). Nothing was sent;
+/// 499 is nginx's "client closed request".
+pub const CLIENT_CLOSED: u16 = 499;
+
 impl Drop for Meter {
     fn drop(&mut self) {
         let elapsed = self.started.elapsed();
@@ -836,16 +879,26 @@ impl Drop for Meter {
                 ended,
                 errored,
             } = *s;
-            span.set("http.response.status_code", i64::from(status));
-            span.set("http.response.body.size", bytes_out);
-            if status >= 500 {
-                span.fail(format!("answered {status}"));
-            } else if errored || !ended {
-                span.fail("the response body was not sent whole");
+            if status == 0 {
+                // No answer was sent: no status code (OpenTelemetry's HTTP conventions set it
+                // only for a response), and the span says why.
+                span.set("error.type", "cancelled");
+                span.fail("the client closed the connection before the answer");
+            } else {
+                span.set("http.response.status_code", i64::from(status));
+                span.set("http.response.body.size", bytes_out);
+                if status >= 500 {
+                    span.fail(format!("answered {status}"));
+                } else if errored || !ended {
+                    span.fail("the response body was not sent whole");
+                }
             }
             span.finish();
         }
         if let Some(mut a) = self.access.take() {
+            if a.record.status == 0 {
+                a.record.status = CLIENT_CLOSED;
+            }
             a.record.total = elapsed;
             a.record.bytes_in = a.bytes_in.load(Relaxed);
             a.record.incomplete = !a.ended || a.errored;

@@ -200,8 +200,16 @@ pub async fn run(
         // A guard: an exchange abandoned mid-step (the client left) still leaves the step.
         let in_flight = InFlight::enter(&s.counters);
         // A sampled exchange records a span per step; spans the step starts (back-end
-        // attempts, nested steps) hang under it.
-        let recording = ex.trace.start_span(s.kind, SpanKind::Internal, None);
+        // attempts, nested steps) hang under it. Named before the step runs: a step abandoned
+        // mid-way (the client left) still exports its span, as cancelled.
+        let recording = ex
+            .trace
+            .start_span(s.kind, SpanKind::Internal, None)
+            .map(|mut r| {
+                r.set("busbar.step.kind", s.kind);
+                r.set("busbar.step.path", &*s.path);
+                r
+            });
         let outer = ex.trace.current;
         if let Some(r) = &recording {
             ex.trace.current = r.id();
@@ -211,8 +219,6 @@ pub async fn run(
         drop(in_flight);
         s.counters.latency.observe(started.elapsed());
         if let Some(mut r) = recording {
-            r.set("busbar.step.kind", s.kind);
-            r.set("busbar.step.path", &*s.path);
             match &result {
                 Ok(flow) => r.set("busbar.step.flow", format!("{flow:?}").to_lowercase()),
                 Err(e) => {
