@@ -775,3 +775,19 @@ fn max_connections_queues_then_answers_503_when_the_queue_is_full() {
     assert_eq!((queued[0].0, queued[1].0), (200, 200), "{queued:?}");
     slow.stop();
 }
+
+#[test]
+fn validate_refuses_a_url_port_outside_1_to_65535_at_its_line() {
+    let dir = temp_dir("badport");
+    let (code, err) = validate_in(
+        &dir,
+        "listeners:\n  http: { bind: \"127.0.0.1:0\" }\nendpoints:\n  svc:\n    urls:\n      - \"http://127.0.0.1:8080/ok\"\n      - \"http://127.0.0.1:99999/svc\"\nproxies:\n  P: { path: /p, in: [ { call: svc } ] }\n",
+    );
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains(":7: endpoints.svc.urls[1]") && err.contains("invalid port '99999'"),
+        "{err}"
+    );
+    assert!(err.contains("c.yaml"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -228,9 +228,31 @@ fn parse_target(url: &str, shown: &str) -> Result<Target, String> {
     if host.is_empty() {
         return Err(format!("no host in '{shown}'"));
     }
-    let port = authority.port_u16().unwrap_or(if https { 443 } else { 80 });
+    // The port as written after the host (`http` keeps a port it cannot read as `None`, which
+    // would quietly become the scheme's default): empty means the default (RFC 3986 3.2.3).
+    let host_and_port = authority
+        .as_str()
+        .rsplit_once('@')
+        .map_or(authority.as_str(), |(_, h)| h);
+    let written = host_and_port
+        .strip_prefix(host)
+        .and_then(|rest| rest.strip_prefix(':'))
+        .filter(|p| !p.is_empty());
+    let port = match written {
+        None => {
+            if https {
+                443
+            } else {
+                80
+            }
+        }
+        Some(p) => match p.parse::<u16>() {
+            Ok(n) if n > 0 && p.bytes().all(|b| b.is_ascii_digit()) => n,
+            _ => return Err(format!("invalid port '{p}' in '{shown}': use 1 to 65535")),
+        },
+    };
     // The Host header is the authority without credentials.
-    let host_port = match authority.port() {
+    let host_port = match written {
         Some(p) => format!("{host}:{p}"),
         None => host.to_owned(),
     };
@@ -1042,6 +1064,25 @@ mod tests {
         assert_eq!(t.connect_addr, "example.com:443");
         assert_eq!(t.host_header, "example.com");
         assert_eq!(t.host, "example.com");
+    }
+
+    #[test]
+    fn a_port_outside_1_to_65535_is_refused_not_defaulted() {
+        for url in [
+            "http://127.0.0.1:99999/",
+            "http://h:0/",
+            "https://u:p@h:65536/x",
+            "http://[::1]:70000/",
+        ] {
+            let err = parse_target(url, url).err().unwrap_or_default();
+            assert!(err.starts_with("invalid port"), "{url}: {err:?}");
+        }
+        let t = parse_target("http://[::1]:8080/", "shown").expect("target");
+        assert_eq!(t.connect_addr, "[::1]:8080");
+        let t = parse_target("http://u:p@h:65535/", "shown").expect("target");
+        assert_eq!(t.connect_addr, "h:65535");
+        let t = parse_target("http://h:/", "shown").expect("target");
+        assert_eq!(t.connect_addr, "h:80");
     }
 
     #[test]
