@@ -791,3 +791,70 @@ fn validate_refuses_a_url_port_outside_1_to_65535_at_its_line() {
     assert!(err.contains("c.yaml"), "{err}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn a_retry_stopped_by_the_breaker_it_opened_answers_with_the_back_ends_own_status() {
+    let (addr, seen) = raw_back_end(|_| Some((503, b"status 503 from the back end".to_vec())));
+    let url = format!("http://{addr}/svc");
+    let h = engine(&proxy_yaml(&format!(
+        "    url: \"{url}\"\n    retries: 2\n    retry_on_status: [503]\n    breaker: {{ failures: 1, suspend: 5s }}\n"
+    )));
+    let admin = h.admin();
+    let mut c = Client::connect(h.http());
+    // The first answer opens the breaker: no retry can be sent, and the client gets it.
+    let r = c.get("/p").expect("response");
+    assert_eq!(r.status, 503, "{}", r.text());
+    assert_eq!(r.text(), "status 503 from the back end");
+    assert_eq!(seen.load(Ordering::SeqCst), 1);
+    let counter = |name: &str| metric(admin, &format!("{name}{{endpoint=\"svc\"}}"));
+    assert_eq!(counter("busbar_endpoint_attempts_total"), Some(1.0));
+    assert_eq!(
+        counter("busbar_endpoint_retries_total"),
+        Some(0.0),
+        "nothing was retried"
+    );
+    assert_eq!(
+        metric(
+            admin,
+            "busbar_endpoint_errors_total{endpoint=\"svc\",kind=\"unavailable\"}"
+        ),
+        Some(0.0),
+        "the back end answered"
+    );
+    // Now the breaker is open: the answer is busbar's, and says when to come back.
+    let r = c.get("/p").expect("response");
+    assert_eq!(r.status, 503, "{}", r.text());
+    assert!(
+        r.text()
+            .contains("Endpoint 'svc' is unavailable: its circuit breaker is open"),
+        "{}",
+        r.text()
+    );
+    let after: u64 = r
+        .header("retry-after")
+        .and_then(|v| v.parse().ok())
+        .expect("Retry-After");
+    assert!((4..=5).contains(&after), "Retry-After {after}");
+    assert_eq!(
+        seen.load(Ordering::SeqCst),
+        1,
+        "the open breaker sent nothing"
+    );
+}
+
+#[test]
+fn retries_go_on_until_the_breaker_opens_and_the_last_real_answer_is_kept() {
+    let (addr, seen) = raw_back_end(|_| Some((503, b"busy".to_vec())));
+    let h = engine(&proxy_yaml(&format!(
+        "    url: \"http://{addr}/svc\"\n    retries: 5\n    retry_on_status: [503]\n    breaker: {{ failures: 3, suspend: 5s }}\n"
+    )));
+    let r = Client::connect(h.http()).get("/p").expect("response");
+    assert_eq!(r.status, 503, "{}", r.text());
+    assert_eq!(r.text(), "busy");
+    // Three answers open the breaker; the retries after it are not sent.
+    assert_eq!(seen.load(Ordering::SeqCst), 3);
+    assert_eq!(
+        metric(h.admin(), "busbar_endpoint_retries_total{endpoint=\"svc\"}"),
+        Some(2.0)
+    );
+}

@@ -100,6 +100,16 @@ impl Breaker {
         }
     }
 
+    /// What is left of the suspension: zero unless open (a half-open breaker's probe is under
+    /// way).
+    pub fn remaining(&self) -> Duration {
+        if self.state.load(Relaxed) != OPEN {
+            return Duration::ZERO;
+        }
+        let left = self.open_until.load(Relaxed).saturating_sub(self.now_ms());
+        Duration::from_millis(left)
+    }
+
     /// Admits a call, turning an expired suspension into a half-open probe.
     pub fn admit(&self) -> Admit {
         match self.state.load(Relaxed) {

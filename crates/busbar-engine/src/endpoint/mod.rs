@@ -99,17 +99,6 @@ enum Failure {
     Status(Response<Body>),
 }
 
-impl Failure {
-    /// The error, if it is one; a response is dropped here, which closes its connection and
-    /// gives the request body back for the next attempt.
-    fn into_error(self) -> Option<MediationError> {
-        match self {
-            Failure::Error(e) => Some(e),
-            Failure::Status(_) => None,
-        }
-    }
-}
-
 impl Endpoint {
     /// Built from config; every problem as a ConfigError with its path
     /// (`endpoints.NAME.urls[1].url`) and line.
@@ -347,19 +336,25 @@ impl Endpoint {
         let mut tried = Tried::new(n);
         let mut retries_left = self.retries;
         let mut failover_from: Option<usize> = None;
-        // The last failed attempt's error, answered when no URL is left for the next one.
-        let mut last_error: Option<MediationError> = None;
         let mut attempt: u64 = 0;
         if self.retries > 0 {
             // Only an endpoint that retries needs the requests counted for its budget.
             self.budget.request();
         }
+        // The URL of the next attempt is chosen (and admitted by its breaker) before the failed
+        // one is let go: when none may be called, the client gets what the last attempt got.
+        let Some(mut chosen) = self.choose(&tried, None) else {
+            return Err(self.unavailable());
+        };
         loop {
-            let Some((index, admit)) = self.choose(&tried, failover_from) else {
-                return Err(last_error.unwrap_or_else(|| self.unavailable()));
-            };
+            let (index, admit) = chosen;
             tried.set(index);
             let member = &self.members[index];
+            let guard = ProbeGuard {
+                breaker: member.breaker.as_ref(),
+                admit,
+                done: false,
+            };
             let body = match replay.body().await {
                 Ok(b) => b,
                 Err(why) => {
@@ -407,11 +402,6 @@ impl Endpoint {
             let stats = &member.upstream.stats;
             stats.attempts.fetch_add(1, Relaxed);
             let pending = InProgress::enter(&stats.pending);
-            let guard = ProbeGuard {
-                breaker: member.breaker.as_ref(),
-                admit,
-                done: false,
-            };
             let outcome = member.upstream.call(req).await;
             drop(pending);
             if let Some(mut r) = recording {
@@ -471,11 +461,15 @@ impl Endpoint {
                     Failure::Error(e) => e.retryable && is_connect(e.kind),
                     Failure::Status(r) => self.failover_on_status.contains(&r.status()),
                 };
-            if wants_failover && self.has_untried(&tried) && replay.lost().is_none() {
-                self.counters.failovers.fetch_add(1, Relaxed);
-                failover_from = Some(index);
-                last_error = failure.into_error();
-                continue;
+            if wants_failover && replay.lost().is_none() {
+                if let Some(next) = self.choose(&tried, Some(index)) {
+                    self.counters.failovers.fetch_add(1, Relaxed);
+                    failover_from = Some(index);
+                    chosen = next;
+                    // The failed attempt's response is dropped here, which closes its
+                    // connection and gives the request body back for the next attempt.
+                    continue;
+                }
             }
             failover_from = None;
 
@@ -508,13 +502,20 @@ impl Endpoint {
                 }
             } else if let Some(lost) = replay.lost() {
                 Some(lost)
-            } else if !self.budget.try_retry() {
-                Some("the retry budget is spent".to_owned())
             } else {
-                retries_left -= 1;
-                self.counters.retries.fetch_add(1, Relaxed);
-                last_error = failure.into_error();
-                continue;
+                match self.choose(&tried, None) {
+                    None => Some(self.suspended().to_owned()),
+                    Some(next) if !self.budget.try_retry() => {
+                        self.release(next);
+                        Some("the retry budget is spent".to_owned())
+                    }
+                    Some(next) => {
+                        retries_left -= 1;
+                        self.counters.retries.fetch_add(1, Relaxed);
+                        chosen = next;
+                        continue;
+                    }
+                }
             };
             return match failure {
                 Failure::Status(r) => {
@@ -533,11 +534,21 @@ impl Endpoint {
         }
     }
 
-    fn has_untried(&self, tried: &Tried) -> bool {
-        self.members
-            .iter()
-            .enumerate()
-            .any(|(i, m)| !tried.get(i) && m.breaker.as_ref().is_none_or(Breaker::available))
+    /// Lets go of a URL chosen for an attempt that will not be made: a probe it was admitted
+    /// as goes to the next call.
+    fn release(&self, (index, admit): (usize, Admit)) {
+        if let Some(b) = &self.members[index].breaker {
+            b.abandon(admit);
+        }
+    }
+
+    /// Why no URL may be called now.
+    fn suspended(&self) -> &'static str {
+        if self.members.len() == 1 {
+            "its circuit breaker is open"
+        } else {
+            "the circuit breakers of its URLs are open"
+        }
     }
 
     /// The URL for the next attempt, admitted by its breaker.
@@ -580,8 +591,16 @@ impl Endpoint {
         None
     }
 
+    /// The error of a call no URL may take: every breaker is open. Its `Retry-After` is what
+    /// is left of the shortest suspension.
     fn unavailable(&self) -> MediationError {
         let urls: Vec<&str> = self.members.iter().map(|m| &*m.upstream.label).collect();
+        let left = self
+            .members
+            .iter()
+            .filter_map(|m| m.breaker.as_ref().map(Breaker::remaining))
+            .min()
+            .unwrap_or_default();
         MediationError::new(
             ErrorKind::Unavailable,
             Blame::Upstream,
@@ -591,6 +610,7 @@ impl Endpoint {
                 urls.join(", ")
             ),
         )
+        .with_retry_after(left)
     }
 
     /// The endpoint's breaker gauge: open when no URL may be called, half-open when one is
