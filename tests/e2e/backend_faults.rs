@@ -648,3 +648,46 @@ fn a_client_gone_while_an_echo_streams_its_answer_is_the_clients_error() {
     assert_eq!(kind("upstream_reset"), 0.0);
     echo.stop();
 }
+
+#[test]
+fn an_http_1_0_back_end_does_not_change_the_clients_http_version() {
+    let addr = scripted(|mut r| {
+        let Some(head) = read_head(&mut r) else {
+            return;
+        };
+        if read_body(&mut r, &head).is_none() {
+            return;
+        }
+        // An HTTP/1.0 answer, then the connection closes (1.0 without keep-alive).
+        let _ = r.get_mut().write_all(
+            b"HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 2\r\n\r\nok",
+        );
+    });
+    let h = engine(&proxy_yaml(&format!("    url: \"http://{addr}/e\"\n")));
+    let mut s = BufReader::new(TcpStream::connect(h.http()).expect("connect"));
+    // Twice on one client connection: the first answer leaves it open.
+    for i in 0..2 {
+        s.get_mut()
+            .write_all(b"GET /p HTTP/1.1\r\nHost: t\r\n\r\n")
+            .expect("request");
+        let mut status = String::new();
+        s.read_line(&mut status).expect("status line");
+        assert!(status.starts_with("HTTP/1.1 200"), "answer {i}: {status:?}");
+        let mut length = 0;
+        loop {
+            let mut h = String::new();
+            s.read_line(&mut h).expect("header");
+            let h = h.trim_end().to_ascii_lowercase();
+            if h.is_empty() {
+                break;
+            }
+            assert_ne!(h, "connection: close", "answer {i}");
+            if let Some(v) = h.strip_prefix("content-length:") {
+                length = v.trim().parse().expect("length");
+            }
+        }
+        let mut body = vec![0; length];
+        std::io::Read::read_exact(&mut s, &mut body).expect("body");
+        assert_eq!(body, b"ok", "answer {i}");
+    }
+}

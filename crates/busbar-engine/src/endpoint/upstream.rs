@@ -469,6 +469,9 @@ impl Upstream {
                 .retryable(replayable_after_send));
         }
         let (mut parts, incoming) = response.into_parts();
+        // A proxy answers in its own HTTP version (RFC 9110 6.2, 7.6.3): an HTTP/1.0 back end
+        // must not turn the client's keep-alive HTTP/1.1 connection into a 1.0 one.
+        parts.version = Version::HTTP_11;
         // RFC 9112 6.3: with Transfer-Encoding, a Content-Length is wrong (hyper decoded the
         // body by the encoding); forwarded, it would cut the client's copy at its count.
         if parts.headers.contains_key(TRANSFER_ENCODING) {
