@@ -858,3 +858,61 @@ fn retries_go_on_until_the_breaker_opens_and_the_last_real_answer_is_kept() {
         Some(2.0)
     );
 }
+
+/// A self-signed certificate for localhost that is a CA certificate (basicConstraints
+/// CA:TRUE), as `server.pem` and `server.key` in `dir`: what a quick test server often uses.
+fn make_self_signed_ca_server(dir: &std::path::Path) {
+    let out = std::process::Command::new("openssl")
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=localhost",
+            "-addext",
+            "subjectAltName=DNS:localhost,IP:127.0.0.1",
+            "-addext",
+            "basicConstraints=critical,CA:TRUE",
+            "-keyout",
+            "server.key",
+            "-out",
+            "server.pem",
+        ])
+        .current_dir(dir)
+        .output()
+        .expect("openssl must be installed (Debian package openssl)");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn a_ca_certificate_used_as_the_servers_own_is_refused_in_words() {
+    let dir = temp_dir("selfca");
+    make_self_signed_ca_server(&dir);
+    let addr = tls_back_end(&dir, false);
+    let h = engine(&proxy_yaml(&format!(
+        "    url: \"https://localhost:{}/e\"\n    tls: {{ ca: \"{}\" }}\n",
+        addr.port(),
+        dir.join("server.pem").display()
+    )));
+    let r = Client::connect(h.http())
+        .post("/p", &[("Content-Type", "application/json")], b"{}")
+        .expect("response");
+    assert_eq!(r.status, 502, "{}", r.text());
+    assert!(
+        r.text().contains(
+            "certificate of host localhost rejected: it is a CA certificate, used as the server's own certificate"
+        ),
+        "{}",
+        r.text()
+    );
+    assert!(!r.text().contains("OtherError"), "{}", r.text());
+    let _ = std::fs::remove_dir_all(&dir);
+}
