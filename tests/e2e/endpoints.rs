@@ -916,3 +916,48 @@ fn a_ca_certificate_used_as_the_servers_own_is_refused_in_words() {
     assert!(!r.text().contains("OtherError"), "{}", r.text());
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn a_url_whose_certificate_is_refused_fails_over_to_the_next_and_counts_as_its_failure() {
+    let pki = temp_dir("pki-failover");
+    make_pki(&pki);
+    let good = tls_back_end(&pki, false);
+    let rogue = temp_dir("rogue");
+    make_self_signed_ca_server(&rogue);
+    // Its certificate is not under the endpoint's CA: the handshake fails, nothing is sent.
+    let bad = tls_back_end(&rogue, false);
+    let bad_url = format!("https://localhost:{}/e", bad.port());
+    let h = engine(&proxy_yaml(&format!(
+        "    urls: [ \"{bad_url}\", \"https://localhost:{}/e\" ]\n    retries: 2\n    tls: {{ ca: \"{}\" }}\n",
+        good.port(),
+        pki.join("ca.pem").display()
+    )));
+    let mut c = Client::connect(h.http());
+    for i in 0..4 {
+        let r = c
+            .post("/p", &[("Content-Type", "application/json")], b"{\"n\":1}")
+            .expect("response");
+        assert_eq!(r.status, 200, "request {i}: {}", r.text());
+        assert_eq!(r.body, b"{\"n\":1}", "request {i}");
+    }
+    let admin = h.admin();
+    // Round robin sends every other request to the bad URL first.
+    assert_eq!(
+        metric(admin, "busbar_endpoint_failovers_total{endpoint=\"svc\"}"),
+        Some(2.0)
+    );
+    assert_eq!(
+        metric(
+            admin,
+            &format!("busbar_upstream_failures_total{{endpoint=\"svc\",url=\"{bad_url}\"}}")
+        ),
+        Some(2.0)
+    );
+    // A refused certificate is not retried on its own URL: failover is the only way on.
+    assert_eq!(
+        metric(admin, "busbar_endpoint_retries_total{endpoint=\"svc\"}"),
+        Some(0.0)
+    );
+    let _ = std::fs::remove_dir_all(&pki);
+    let _ = std::fs::remove_dir_all(&rogue);
+}

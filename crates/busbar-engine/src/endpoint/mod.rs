@@ -458,7 +458,7 @@ impl Endpoint {
             // Failover: to an untried URL, when nothing was sent or the status asks for it.
             let wants_failover = self.failover
                 && match &failure {
-                    Failure::Error(e) => e.retryable && is_connect(e.kind),
+                    Failure::Error(e) => nothing_sent(e),
                     Failure::Status(r) => self.failover_on_status.contains(&r.status()),
                 };
             if wants_failover && replay.lost().is_none() {
@@ -667,18 +667,20 @@ impl Tried {
     }
 }
 
-/// Failures where nothing reached the back end (or the request may safely go again, which
-/// `retryable` tells): worth trying another URL. A timeout is not: the back end may be busy
-/// with the request.
-fn is_connect(kind: ErrorKind) -> bool {
-    matches!(
-        kind,
+/// Failures after which another URL may have the request: nothing reached the back end (the
+/// connection failed, TLS handshake included, or the URL's queue was full), or the request may
+/// safely go again (`retryable` on a closed connection). Failover does not depend on
+/// `retryable` otherwise: a certificate refused is not worth a retry on the same URL, but
+/// another URL may well take the request. A timeout is not: the back end may be busy with it.
+fn nothing_sent(e: &MediationError) -> bool {
+    match e.kind {
         ErrorKind::ConnectRefused
-            | ErrorKind::ConnectTimeout
-            | ErrorKind::Connect
-            | ErrorKind::Unavailable
-            | ErrorKind::UpstreamReset
-    )
+        | ErrorKind::ConnectTimeout
+        | ErrorKind::Connect
+        | ErrorKind::Unavailable => true,
+        ErrorKind::UpstreamReset => e.retryable,
+        _ => false,
+    }
 }
 
 /// Counts one call in progress on a gauge for as long as it lives, so a call abandoned
