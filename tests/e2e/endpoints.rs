@@ -961,3 +961,70 @@ fn a_url_whose_certificate_is_refused_fails_over_to_the_next_and_counts_as_its_f
     let _ = std::fs::remove_dir_all(&pki);
     let _ = std::fs::remove_dir_all(&rogue);
 }
+
+#[test]
+fn breaker_gauges_show_half_open_once_the_suspension_is_over_without_a_call() {
+    let port = closed_port();
+    let url = format!("http://{port}/e");
+    let h = engine(&proxy_yaml(&format!(
+        "    url: \"{url}\"\n    breaker: {{ failures: 1, suspend: 500ms, max_suspend: 5s }}\n"
+    )));
+    let r = Client::connect(h.http())
+        .post("/p", &[("Content-Type", "application/json")], b"{}")
+        .expect("response");
+    assert_eq!(r.status, 502, "{}", r.text());
+    let admin = h.admin();
+    let endpoint = || metric(admin, "busbar_endpoint_breaker_state{endpoint=\"svc\"}");
+    let upstream = || {
+        metric(
+            admin,
+            &format!("busbar_upstream_breaker_state{{endpoint=\"svc\",url=\"{url}\"}}"),
+        )
+    };
+    let opened = Instant::now();
+    assert_eq!((endpoint(), upstream()), (Some(1.0), Some(1.0)));
+    // No call arrives: the gauges follow the clock.
+    assert!(
+        eventually(Duration::from_secs(5), || endpoint() == Some(2.0)
+            && upstream() == Some(2.0)),
+        "endpoint {:?}, URL {:?}",
+        endpoint(),
+        upstream()
+    );
+    assert!(opened.elapsed() >= Duration::from_millis(400));
+}
+
+#[test]
+fn url_attempts_count_only_what_got_past_the_connection_limit() {
+    let slow = named_echo("slow", Some(Duration::from_millis(400)));
+    let url = format!("http://{}/e", slow.addr);
+    let h = engine(&proxy_yaml(&format!(
+        "    url: \"{url}\"\n    max_connections: 1\n    queue: 0\n"
+    )));
+    let addr = h.http();
+    let clients: Vec<_> = (0..2)
+        .map(|_| {
+            std::thread::spawn(move || {
+                Client::connect(addr)
+                    .post("/p", &[("Content-Type", "application/json")], b"{}")
+                    .expect("response")
+                    .status
+            })
+        })
+        .collect();
+    let mut statuses: Vec<u16> = clients
+        .into_iter()
+        .map(|c| c.join().expect("client"))
+        .collect();
+    statuses.sort();
+    assert_eq!(statuses, vec![200, 503]);
+    assert_eq!(
+        metric(
+            h.admin(),
+            &format!("busbar_upstream_attempts_total{{endpoint=\"svc\",url=\"{url}\"}}")
+        ),
+        Some(1.0),
+        "the refused call never went to the URL"
+    );
+    slow.stop();
+}

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use busbar_core::metrics::UpstreamCounters;
+use busbar_core::metrics::{clock_ms, UpstreamCounters};
 
 use super::retry::Window;
 
@@ -64,7 +64,7 @@ pub enum Admit {
 impl Breaker {
     /// A closed breaker; its state is published in `stats`.
     pub fn new(settings: BreakerSettings, stats: Arc<UpstreamCounters>) -> Self {
-        stats.breaker_state.store(u64::from(CLOSED), Relaxed);
+        stats.breaker_state.set(u64::from(CLOSED));
         Self {
             suspend_ms: AtomicU64::new(settings.suspend.as_millis() as u64),
             window: Window::new(settings.window),
@@ -83,7 +83,13 @@ impl Breaker {
 
     fn set(&self, state: u8) {
         self.state.store(state, Relaxed);
-        self.stats.breaker_state.store(u64::from(state), Relaxed);
+        self.stats.breaker_state.set(u64::from(state));
+    }
+
+    /// When the current suspension ends, on the metrics clock.
+    pub fn open_until_clock_ms(&self) -> u64 {
+        let left = self.open_until.load(Relaxed).saturating_sub(self.now_ms());
+        clock_ms() + left
     }
 
     /// 0 closed, 1 open, 2 half-open.
@@ -120,9 +126,7 @@ impl Breaker {
                     .compare_exchange(OPEN, HALF_OPEN, Relaxed, Relaxed)
                     .is_ok()
                 {
-                    self.stats
-                        .breaker_state
-                        .store(u64::from(HALF_OPEN), Relaxed);
+                    self.stats.breaker_state.set(u64::from(HALF_OPEN));
                     Admit::Probe
                 } else {
                     Admit::No
@@ -168,14 +172,14 @@ impl Breaker {
     /// A probe whose caller went away: let the next call probe again.
     pub fn abandon(&self, admit: Admit) {
         if admit == Admit::Probe {
-            self.open_until.store(self.now_ms(), Relaxed);
-            self.set(OPEN);
+            self.open_for(0);
         }
     }
 
     fn open_for(&self, ms: u64) {
         self.open_until.store(self.now_ms() + ms, Relaxed);
-        self.set(OPEN);
+        self.state.store(OPEN, Relaxed);
+        self.stats.breaker_state.set_open_until(clock_ms() + ms);
     }
 }
 

@@ -229,7 +229,7 @@ impl Endpoint {
             busbar_config::Balance::Weighted => Balancer::weighted(&weights),
             busbar_config::Balance::LeastPending => Balancer::least_pending(members.len()),
         };
-        counters.breaker_state.store(0, Relaxed);
+        counters.breaker_state.set(0);
         let b = &cfg.retry_budget;
         Ok(Arc::new(Endpoint {
             name: endpoint_name,
@@ -400,7 +400,6 @@ impl Endpoint {
 
             self.counters.attempts.fetch_add(1, Relaxed);
             let stats = &member.upstream.stats;
-            stats.attempts.fetch_add(1, Relaxed);
             let pending = InProgress::enter(&stats.pending);
             let outcome = member.upstream.call(req).await;
             drop(pending);
@@ -626,14 +625,20 @@ impl Endpoint {
             any_closed |= b.state() == 0;
             any_half |= b.state() == 2;
         }
-        let state = if any_closed {
-            0
+        if any_closed {
+            self.counters.breaker_state.set(0);
         } else if any_half {
-            2
+            self.counters.breaker_state.set(2);
         } else {
-            1
-        };
-        self.counters.breaker_state.store(state, Relaxed);
+            // Every URL is suspended until the first of them may be probed.
+            let until = self
+                .members
+                .iter()
+                .filter_map(|m| m.breaker.as_ref().map(Breaker::open_until_clock_ms))
+                .min()
+                .unwrap_or_default();
+            self.counters.breaker_state.set_open_until(until);
+        }
     }
 }
 

@@ -384,6 +384,8 @@ impl Upstream {
     /// headers and `Expect` are removed and `Host` is the URL's authority.
     pub async fn call(&self, req: Request<Body>) -> Result<Response<Body>, MediationError> {
         let permit = self.permit().await?;
+        // Past the queue of max_connections: the attempt goes to this URL.
+        self.stats.attempts.fetch_add(1, Relaxed);
         let (mut parts, body) = req.into_parts();
         let probe = parts.extensions.remove::<ReplayProbe>();
         let replayable_after_send = idempotent(&parts.method)
