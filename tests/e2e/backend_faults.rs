@@ -691,3 +691,64 @@ fn an_http_1_0_back_end_does_not_change_the_clients_http_version() {
         assert_eq!(body, b"ok", "answer {i}");
     }
 }
+
+#[test]
+fn a_response_cut_or_stalled_mid_body_is_a_failure_of_its_url_and_opens_its_breaker() {
+    let requests = Arc::new(AtomicUsize::new(0));
+    let seen = requests.clone();
+    // The case is the last segment of the path: 5 of the 10 bytes announced, then a close
+    // ("cut") or a pause longer than the endpoint's timeout ("stall").
+    let addr = scripted(move |mut r| {
+        let Some(head) = read_head(&mut r) else {
+            return;
+        };
+        if read_body(&mut r, &head).is_none() {
+            return;
+        }
+        seen.fetch_add(1, Ordering::SeqCst);
+        let _ = r
+            .get_mut()
+            .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n01234");
+        if head.path.ends_with("/stall") {
+            std::thread::sleep(Duration::from_secs(3));
+        }
+    });
+    let url = format!("http://{addr}/e");
+    let h = engine(&format!(
+        "endpoints:\n  svc:\n    url: \"{url}\"\n    timeout: 300ms\n    breaker: {{ failures: 2, suspend: 1m }}\nproxies:\n  P:\n    path: /p/{{case}}\n    in:\n      - call: {{ endpoint: svc, path: \"/{{case}}\" }}\n"
+    ));
+    let admin = h.admin();
+    let failures = || {
+        metric(
+            admin,
+            &format!("busbar_upstream_failures_total{{endpoint=\"svc\",url=\"{url}\"}}"),
+        )
+    };
+    for (i, case) in ["cut", "stall"].into_iter().enumerate() {
+        let r = Client::connect(h.http()).post(&format!("/p/{case}"), &[JSON], b"{}");
+        assert!(
+            !r.as_ref().is_ok_and(|r| r.body.len() == 10),
+            "{case}: a cut answer looked complete: {r:?}"
+        );
+        let want = (i + 1) as f64;
+        assert!(
+            eventually(Duration::from_secs(5), || failures() == Some(want)),
+            "{case}: failures {:?}",
+            failures()
+        );
+    }
+    assert_eq!(
+        metric(
+            admin,
+            "busbar_endpoint_responses_cut_total{endpoint=\"svc\"}"
+        ),
+        Some(2.0)
+    );
+    // Two failures in a row opened the breaker: the next call goes nowhere.
+    let r = Client::connect(h.http())
+        .post("/p/cut", &[JSON], b"{}")
+        .expect("response");
+    assert_eq!(r.status, 503, "{}", r.text());
+    assert!(r.text().contains("circuit breaker is open"), "{}", r.text());
+    assert_eq!(requests.load(Ordering::SeqCst), 2);
+}

@@ -142,9 +142,7 @@ impl Breaker {
         if ok {
             self.consecutive.store(0, Relaxed);
             if admit == Admit::Probe {
-                self.suspend_ms
-                    .store(self.settings.suspend.as_millis() as u64, Relaxed);
-                self.set(CLOSED);
+                self.close();
             }
             return;
         }
@@ -156,6 +154,42 @@ impl Breaker {
             self.open_for(grown);
             return;
         }
+        self.maybe_open(consecutive);
+    }
+
+    /// Records a call whose answer head was good and whose body still streams: a call in the
+    /// window, and a probe's success. Its end ([`Breaker::body_ended`]) or its cut
+    /// ([`Breaker::body_cut`]) completes it, so a back end that cuts every answer still makes
+    /// consecutive failures.
+    pub fn record_head(&self, admit: Admit) {
+        self.window.add(1, 0);
+        if admit == Admit::Probe {
+            self.close();
+        }
+    }
+
+    /// The body of a call recorded with [`Breaker::record_head`] ended whole.
+    pub fn body_ended(&self) {
+        self.consecutive.store(0, Relaxed);
+    }
+
+    /// The body of a call recorded with [`Breaker::record_head`] was cut short (a reset, a
+    /// close before its end, a pause past the timeout): a failure.
+    pub fn body_cut(&self) {
+        self.window.add(0, 1);
+        let consecutive = self.consecutive.fetch_add(1, Relaxed) + 1;
+        self.maybe_open(consecutive);
+    }
+
+    fn close(&self) {
+        self.consecutive.store(0, Relaxed);
+        self.suspend_ms
+            .store(self.settings.suspend.as_millis() as u64, Relaxed);
+        self.set(CLOSED);
+    }
+
+    /// Opens a closed breaker when the failures say so.
+    fn maybe_open(&self, consecutive: u32) {
         if self.state.load(Relaxed) != CLOSED {
             return;
         }
@@ -214,6 +248,25 @@ mod tests {
         assert_eq!(b.state(), OPEN);
         assert_eq!(b.admit(), Admit::No);
         assert!(!b.available());
+    }
+
+    #[test]
+    fn a_streamed_answer_counts_when_its_body_ends_or_is_cut() {
+        let b = breaker(60_000);
+        for _ in 0..3 {
+            b.record_head(Admit::Yes);
+            assert_eq!(b.state(), CLOSED);
+            b.body_cut();
+        }
+        assert_eq!(b.state(), OPEN, "three cuts in a row");
+
+        let b = breaker(60_000);
+        b.record(Admit::Yes, false);
+        b.record(Admit::Yes, false);
+        b.record_head(Admit::Yes);
+        b.body_ended();
+        b.record(Admit::Yes, false);
+        assert_eq!(b.state(), CLOSED, "a whole body ends the run of failures");
     }
 
     #[test]

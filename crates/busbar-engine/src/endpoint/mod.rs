@@ -28,7 +28,7 @@ use http::{Request, Response, StatusCode};
 use balance::Balancer;
 use breaker::{Admit, Breaker, BreakerSettings};
 use retry::{Replay, RetryBudget};
-use upstream::{Upstream, UpstreamSettings};
+use upstream::{Upstream, UpstreamSettings, UrlHealth};
 
 thread_local! {
     static WORKER: Cell<usize> = const { Cell::new(0) };
@@ -47,7 +47,7 @@ fn worker_index() -> usize {
 #[derive(Debug)]
 struct Member {
     upstream: Upstream,
-    breaker: Option<Breaker>,
+    breaker: Option<Arc<Breaker>>,
 }
 
 /// A back-end endpoint.
@@ -61,7 +61,6 @@ pub struct Endpoint {
     retry_on_status: Vec<StatusCode>,
     failover: bool,
     failover_on_status: Vec<StatusCode>,
-    breaker_on_status: Vec<StatusCode>,
     replay_buffer: u64,
     budget: RetryBudget,
     /// Its metrics.
@@ -153,46 +152,6 @@ impl Endpoint {
             max_connections: cfg.max_connections,
             queue: cfg.queue,
         };
-        let several = urls.len() > 1;
-        let mut members = Vec::with_capacity(urls.len());
-        for u in &urls {
-            let shown = u.url.redacted();
-            let stats = metrics.upstream(name, &shown);
-            let https = u.url.expose().starts_with("https:");
-            if https && tls.is_none() {
-                // The TLS error was reported above.
-                continue;
-            }
-            match Upstream::new(
-                &endpoint_name,
-                u.url.expose(),
-                &shown,
-                several,
-                tls.as_ref(),
-                settings.clone(),
-                workers,
-                counters.clone(),
-                stats.clone(),
-            ) {
-                Ok(upstream) => {
-                    let breaker = cfg.breaker.as_ref().map(|b| {
-                        Breaker::new(
-                            BreakerSettings {
-                                failures: b.failures.max(1),
-                                failure_ratio: b.failure_ratio,
-                                window: b.window.0,
-                                min_calls: b.min_calls,
-                                suspend: b.suspend.0,
-                                max_suspend: b.max_suspend.0,
-                            },
-                            stats.clone(),
-                        )
-                    });
-                    members.push(Member { upstream, breaker });
-                }
-                Err(msg) => errors.push(loaded.error(u.line, format!("{path}.{}", u.path), msg)),
-            }
-        }
         let statuses = |list: &[u16], key: &str, errors: &mut Vec<ConfigError>| {
             list.iter()
                 .filter_map(|s| match StatusCode::from_u16(*s) {
@@ -220,6 +179,58 @@ impl Endpoint {
             Some(b) => statuses(&b.on_status, "breaker.on_status", &mut errors),
             None => Vec::new(),
         };
+        // Statuses that make an answer a failure of its URL.
+        let mut fails_on: Vec<StatusCode> = breaker_on_status
+            .iter()
+            .chain(&failover_on_status)
+            .chain(&retry_on_status)
+            .copied()
+            .collect();
+        fails_on.sort_unstable();
+        fails_on.dedup();
+        let several = urls.len() > 1;
+        let mut members = Vec::with_capacity(urls.len());
+        for u in &urls {
+            let shown = u.url.redacted();
+            let stats = metrics.upstream(name, &shown);
+            let https = u.url.expose().starts_with("https:");
+            if https && tls.is_none() {
+                // The TLS error was reported above.
+                continue;
+            }
+            let breaker = cfg.breaker.as_ref().map(|b| {
+                Arc::new(Breaker::new(
+                    BreakerSettings {
+                        failures: b.failures.max(1),
+                        failure_ratio: b.failure_ratio,
+                        window: b.window.0,
+                        min_calls: b.min_calls,
+                        suspend: b.suspend.0,
+                        max_suspend: b.max_suspend.0,
+                    },
+                    stats.clone(),
+                ))
+            });
+            let health = UrlHealth {
+                stats: stats.clone(),
+                breaker: breaker.clone(),
+                fails_on: fails_on.clone(),
+            };
+            match Upstream::new(
+                &endpoint_name,
+                u.url.expose(),
+                &shown,
+                several,
+                tls.as_ref(),
+                settings.clone(),
+                workers,
+                counters.clone(),
+                health,
+            ) {
+                Ok(upstream) => members.push(Member { upstream, breaker }),
+                Err(msg) => errors.push(loaded.error(u.line, format!("{path}.{}", u.path), msg)),
+            }
+        }
         if !errors.is_empty() {
             return Err(errors);
         }
@@ -239,7 +250,6 @@ impl Endpoint {
             retry_on_status,
             failover,
             failover_on_status,
-            breaker_on_status,
             replay_buffer: cfg.replay_buffer.0,
             budget: RetryBudget::new(b.ratio, b.min_retries, b.window.0),
             counters,
@@ -351,7 +361,7 @@ impl Endpoint {
             tried.set(index);
             let member = &self.members[index];
             let guard = ProbeGuard {
-                breaker: member.breaker.as_ref(),
+                breaker: member.breaker.as_deref(),
                 admit,
                 done: false,
             };
@@ -423,12 +433,15 @@ impl Endpoint {
             let failure = match outcome {
                 Ok(resp) => {
                     let status = resp.status();
-                    let failed = self.breaker_on_status.contains(&status)
-                        || self.failover_on_status.contains(&status)
-                        || self.retry_on_status.contains(&status);
-                    guard.record(!failed);
+                    let failed = member.upstream.fails_on(status);
                     if failed {
                         stats.failures.fetch_add(1, Relaxed);
+                        guard.record(false);
+                    } else if http_body::Body::is_end_stream(resp.body()) {
+                        guard.record(true);
+                    } else {
+                        // The body still streams: its end, or its cut, completes the count.
+                        guard.record_head();
                     }
                     self.update_breaker_gauge();
                     if !self.failover_on_status.contains(&status)
@@ -556,7 +569,7 @@ impl Endpoint {
         let available = |i: usize| {
             self.members[i]
                 .breaker
-                .as_ref()
+                .as_deref()
                 .is_none_or(Breaker::available)
         };
         for _ in 0..n {
@@ -597,7 +610,7 @@ impl Endpoint {
         let left = self
             .members
             .iter()
-            .filter_map(|m| m.breaker.as_ref().map(Breaker::remaining))
+            .filter_map(|m| m.breaker.as_deref().map(Breaker::remaining))
             .min()
             .unwrap_or_default();
         MediationError::new(
@@ -634,7 +647,7 @@ impl Endpoint {
             let until = self
                 .members
                 .iter()
-                .filter_map(|m| m.breaker.as_ref().map(Breaker::open_until_clock_ms))
+                .filter_map(|m| m.breaker.as_deref().map(Breaker::open_until_clock_ms))
                 .min()
                 .unwrap_or_default();
             self.counters.breaker_state.set_open_until(until);
@@ -718,6 +731,14 @@ impl ProbeGuard<'_> {
         self.done = true;
         if let Some(b) = self.breaker {
             b.record(self.admit, ok);
+        }
+    }
+
+    /// A good answer head whose body still streams ([`Breaker::record_head`]).
+    fn record_head(mut self) {
+        self.done = true;
+        if let Some(b) = self.breaker {
+            b.record_head(self.admit);
         }
     }
 }

@@ -34,6 +34,7 @@ use tokio::net::TcpStream;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::task::AbortHandle;
 
+use super::breaker::Breaker;
 use super::retry::ReplayProbe;
 use super::tls::TlsTarget;
 use crate::headers::strip_hop_by_hop;
@@ -55,6 +56,20 @@ pub struct UpstreamSettings {
     pub max_connections: Option<usize>,
     /// Requests that may wait for one of `max_connections`.
     pub queue: usize,
+}
+
+/// What a URL's health is made of, for its client: its counters, its breaker, and the statuses
+/// its endpoint counts as failures. Response bodies keep it, so a body the back end cuts short
+/// counts as a failure of its URL after the call returned.
+#[derive(Debug)]
+pub struct UrlHealth {
+    /// Counters of the URL.
+    pub stats: Arc<UpstreamCounters>,
+    /// Its circuit breaker, if the endpoint has one.
+    pub breaker: Option<Arc<Breaker>>,
+    /// Statuses that make an answer a failure (`breaker.on_status`, `failover.on_status`,
+    /// `retry_on_status`).
+    pub fails_on: Vec<StatusCode>,
 }
 
 /// A path a shaped `call` appends to the endpoint URL's path (starts with `/`, already
@@ -84,6 +99,18 @@ pub struct Upstream {
     counters: Arc<Counters>,
     /// Counters of this URL.
     pub stats: Arc<UpstreamCounters>,
+    /// What its response bodies report to.
+    body_cx: Arc<BodyContext>,
+}
+
+/// What a response body reports to once its call returned: one per URL, shared by its bodies.
+#[derive(Debug)]
+struct BodyContext {
+    counters: Arc<Counters>,
+    health: UrlHealth,
+    endpoint: Arc<str>,
+    /// As [`Upstream::suffix`].
+    suffix: String,
 }
 
 #[derive(Debug)]
@@ -325,8 +352,9 @@ impl Upstream {
         settings: UpstreamSettings,
         workers: usize,
         counters: Arc<Counters>,
-        stats: Arc<UpstreamCounters>,
+        health: UrlHealth,
     ) -> Result<Self, String> {
+        let stats = health.stats.clone();
         let target = parse_target(url, shown)?;
         let tls = match (target.https, tls) {
             (false, _) => None,
@@ -339,14 +367,21 @@ impl Upstream {
             max,
             queue: settings.queue,
         });
+        let suffix = if several {
+            format!(" ({shown})")
+        } else {
+            String::new()
+        };
+        let body_cx = Arc::new(BodyContext {
+            counters: counters.clone(),
+            health,
+            endpoint: endpoint.clone(),
+            suffix: suffix.clone(),
+        });
         Ok(Self {
             label: shown.into(),
             endpoint: endpoint.clone(),
-            suffix: if several {
-                format!(" ({shown})")
-            } else {
-                String::new()
-            },
+            suffix,
             connect_addr: target.connect_addr,
             host_header: target.host_header,
             target: target
@@ -367,7 +402,13 @@ impl Upstream {
             limit,
             counters,
             stats,
+            body_cx,
         })
+    }
+
+    /// True when the endpoint counts an answer with `status` as a failure of its URL.
+    pub fn fails_on(&self, status: StatusCode) -> bool {
+        self.body_cx.health.fails_on.contains(&status)
     }
 
     fn error(&self, kind: ErrorKind, what: impl std::fmt::Display) -> MediationError {
@@ -490,9 +531,8 @@ impl Upstream {
                 lease: Some(lease),
                 idle_timeout: self.settings.timeout,
                 timer: None,
-                counters: self.counters.clone(),
-                endpoint: self.endpoint.clone(),
-                suffix: self.suffix.clone(),
+                cx: self.body_cx.clone(),
+                settles: !self.fails_on(status),
                 received: 0,
                 cut: false,
                 sending,
@@ -928,16 +968,18 @@ fn with_causes(e: &(dyn std::error::Error + 'static)) -> String {
 
 /// A back-end response body that returns its connection to the pool once read to the end,
 /// and fails if the back end stalls longer than the endpoint's timeout. A body the back end
-/// cuts short is counted once on the endpoint (`responses_cut`) and fails with an error that
-/// names the endpoint and how far it got, so the client's copy never looks complete.
+/// cuts short is counted once on the endpoint (`responses_cut`) and as a failure of its URL
+/// (its failures counter and breaker), and fails with an error that names the endpoint and how
+/// far it got, so the client's copy never looks complete.
 struct LeasedBody {
     inner: Incoming,
     lease: Option<Lease>,
     idle_timeout: Duration,
     timer: Option<Pin<Box<tokio::time::Sleep>>>,
-    counters: Arc<Counters>,
-    endpoint: Arc<str>,
-    suffix: String,
+    cx: Arc<BodyContext>,
+    /// The answer's status counted as a success so far: the body's end or cut settles it on
+    /// the breaker. An answer already counted as a failure is not counted again.
+    settles: bool,
     /// Body bytes received so far.
     received: u64,
     /// The body failed once already: counted, not again.
@@ -953,13 +995,33 @@ impl LeasedBody {
         self.lease = None;
         self.timer = None;
         if !std::mem::replace(&mut self.cut, true) {
-            self.counters.responses_cut.fetch_add(1, Relaxed);
+            self.cx.counters.responses_cut.fetch_add(1, Relaxed);
+            if std::mem::take(&mut self.settles) {
+                // The answer was sent on already: nothing is retried, but its URL failed.
+                self.cx.health.stats.failures.fetch_add(1, Relaxed);
+                if let Some(b) = &self.cx.health.breaker {
+                    b.body_cut();
+                }
+            }
         }
         format!(
             "endpoint '{}'{} {what} after {} bytes of its response body",
-            self.endpoint, self.suffix, self.received
+            self.cx.endpoint, self.cx.suffix, self.received
         )
         .into()
+    }
+
+    /// The body reached its end: the connection goes back to the pool, and the answer counts
+    /// as a success of its URL.
+    fn ended(&mut self) {
+        if let Some(lease) = self.lease.take() {
+            lease.release();
+        }
+        if std::mem::take(&mut self.settles) {
+            if let Some(b) = &self.cx.health.breaker {
+                b.body_ended();
+            }
+        }
     }
 }
 
@@ -979,13 +1041,14 @@ impl http_body::Body for LeasedBody {
             Poll::Ready(Some(Ok(frame))) => {
                 this.timer = None;
                 if let Some(data) = frame.data_ref() {
-                    this.counters.bytes_in.fetch_add(data.len() as u64, Relaxed);
+                    this.cx
+                        .counters
+                        .bytes_in
+                        .fetch_add(data.len() as u64, Relaxed);
                     this.received += data.len() as u64;
                 }
                 if this.inner.is_end_stream() {
-                    if let Some(lease) = this.lease.take() {
-                        lease.release();
-                    }
+                    this.ended();
                 }
                 Poll::Ready(Some(Ok(frame)))
             }
@@ -998,14 +1061,12 @@ impl http_body::Body for LeasedBody {
                         failure,
                     )))));
                 }
-                this.counters.error(ErrorKind::UpstreamReset);
+                this.cx.counters.error(ErrorKind::UpstreamReset);
                 let what = format!("broke off ({})", with_causes(&e));
                 Poll::Ready(Some(Err(this.cut(what))))
             }
             Poll::Ready(None) => {
-                if let Some(lease) = this.lease.take() {
-                    lease.release();
-                }
+                this.ended();
                 Poll::Ready(None)
             }
             Poll::Pending => {
@@ -1015,7 +1076,7 @@ impl http_body::Body for LeasedBody {
                     .get_or_insert_with(|| Box::pin(tokio::time::sleep(timeout)));
                 match timer.as_mut().poll(cx) {
                     Poll::Ready(()) => {
-                        this.counters.error(ErrorKind::ResponseTimeout);
+                        this.cx.counters.error(ErrorKind::ResponseTimeout);
                         let what = format!("paused longer than {timeout:?}");
                         Poll::Ready(Some(Err(this.cut(what))))
                     }
