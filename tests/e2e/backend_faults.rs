@@ -752,3 +752,100 @@ fn a_response_cut_or_stalled_mid_body_is_a_failure_of_its_url_and_opens_its_brea
     assert!(r.text().contains("circuit breaker is open"), "{}", r.text());
     assert_eq!(requests.load(Ordering::SeqCst), 2);
 }
+
+/// A keep-alive back end that answers each request with "ok" and records when a client
+/// connection ended (`closed`); with `close_after`, it closes each connection itself that long
+/// after its first answer.
+fn keep_alive_back_end(
+    close_after: Option<Duration>,
+) -> (SocketAddr, Arc<Mutex<Vec<std::time::Instant>>>) {
+    let closed = Arc::new(Mutex::new(Vec::new()));
+    let record = closed.clone();
+    let addr = scripted(move |mut r| {
+        let Some(head) = read_head(&mut r) else {
+            return;
+        };
+        if read_body(&mut r, &head).is_none() {
+            return;
+        }
+        let _ = r
+            .get_mut()
+            .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok");
+        if let Some(after) = close_after {
+            std::thread::sleep(after);
+            return;
+        }
+        // Waits for the next request, or the end of the connection.
+        if read_head(&mut r).is_none() {
+            record.lock().expect("lock").push(std::time::Instant::now());
+        }
+    });
+    (addr, closed)
+}
+
+#[test]
+fn an_idle_pooled_connection_is_closed_after_keep_alive() {
+    let (addr, closed) = keep_alive_back_end(None);
+    let url = format!("http://{addr}/e");
+    let h = engine(&proxy_yaml(&format!(
+        "    url: \"{url}\"\n    keep_alive: 1s\n"
+    )));
+    let admin = h.admin();
+    let idle = || {
+        metric(
+            admin,
+            &format!("busbar_upstream_idle_connections{{endpoint=\"svc\",url=\"{url}\"}}"),
+        )
+    };
+    let r = Client::connect(h.http())
+        .post("/p", &[JSON], b"{}")
+        .expect("response");
+    assert_eq!(r.status, 200, "{}", r.text());
+    let answered = std::time::Instant::now();
+    assert!(eventually(Duration::from_secs(2), || idle() == Some(1.0)));
+    assert!(
+        eventually(Duration::from_secs(5), || !closed
+            .lock()
+            .expect("lock")
+            .is_empty()),
+        "the idle connection is still open; idle gauge {:?}",
+        idle()
+    );
+    let after = closed.lock().expect("lock")[0].duration_since(answered);
+    assert!(
+        after >= Duration::from_millis(900) && after < Duration::from_secs(3),
+        "closed after {after:?}"
+    );
+    assert!(eventually(Duration::from_secs(2), || idle() == Some(0.0)));
+}
+
+#[test]
+fn a_pooled_connection_the_back_end_closed_leaves_the_idle_gauge() {
+    let (addr, _) = keep_alive_back_end(Some(Duration::from_millis(800)));
+    let url = format!("http://{addr}/e");
+    let h = engine(&proxy_yaml(&format!(
+        "    url: \"{url}\"\n    keep_alive: 1m\n"
+    )));
+    let admin = h.admin();
+    let idle = || {
+        metric(
+            admin,
+            &format!("busbar_upstream_idle_connections{{endpoint=\"svc\",url=\"{url}\"}}"),
+        )
+    };
+    let r = Client::connect(h.http())
+        .post("/p", &[JSON], b"{}")
+        .expect("response");
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(eventually(Duration::from_secs(2), || idle() == Some(1.0)));
+    assert!(
+        eventually(Duration::from_secs(3), || idle() == Some(0.0)),
+        "idle gauge {:?}",
+        idle()
+    );
+    // The next call opens a new connection and is answered.
+    let r = Client::connect(h.http())
+        .post("/p", &[JSON], b"{}")
+        .expect("response");
+    assert_eq!(r.status, 200, "{}", r.text());
+}

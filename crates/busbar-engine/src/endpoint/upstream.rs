@@ -31,7 +31,7 @@ use hyper::client::conn::http1;
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::task::AbortHandle;
 
 use super::breaker::Breaker;
@@ -122,13 +122,28 @@ struct Limit {
 }
 
 /// The idle lists, one per worker; shared with the leases that return connections to them.
+///
+/// Each list has a sweeper task on its worker, started when the list first keeps a connection:
+/// it closes connections idle for `keep_alive`, waking when the oldest one is due, and drops
+/// those the back end closed as soon as their connection task ends. Nothing of it runs on the
+/// request path.
 #[derive(Debug)]
 struct Pools {
-    lists: Vec<Mutex<Vec<Idle>>>,
+    lists: Vec<Mutex<IdleList>>,
+    /// One per list: a connection ended on the back end's side (or the pools went away), for
+    /// the list's sweeper.
+    ended: Vec<Arc<Notify>>,
     pool_size: usize,
     keep_alive: Duration,
     /// Where the number of idle connections is shown (`busbar_upstream_idle_connections`).
     stats: Arc<UpstreamCounters>,
+}
+
+#[derive(Debug, Default)]
+struct IdleList {
+    idle: Vec<Idle>,
+    /// Its sweeper was started.
+    swept: bool,
 }
 
 struct Idle {
@@ -143,32 +158,66 @@ impl std::fmt::Debug for Idle {
     }
 }
 
+/// The sweeper's longest sleep when its list is empty: a connection put back meanwhile is due
+/// no earlier than `keep_alive` after, so it is never late.
+const MIN_SWEEP: Duration = Duration::from_millis(100);
+
 impl Pools {
-    fn list(&self) -> &Mutex<Vec<Idle>> {
-        &self.lists[super::worker_index() % self.lists.len()]
+    fn new(
+        workers: usize,
+        pool_size: usize,
+        keep_alive: Duration,
+        stats: Arc<UpstreamCounters>,
+    ) -> Self {
+        Self {
+            lists: (0..workers).map(|_| Mutex::default()).collect(),
+            ended: (0..workers).map(|_| Arc::default()).collect(),
+            pool_size,
+            keep_alive,
+            stats,
+        }
     }
 
-    fn put_back(&self, sender: http1::SendRequest<Body>, conn: AbortHandle) {
+    fn index(&self) -> usize {
+        super::worker_index() % self.lists.len()
+    }
+
+    fn lock(&self, index: usize) -> std::sync::MutexGuard<'_, IdleList> {
+        self.lists[index].lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn put_back(self: &Arc<Self>, sender: http1::SendRequest<Body>, conn: AbortHandle) {
         if sender.is_closed() || self.pool_size == 0 {
             conn.abort();
             return;
         }
-        let mut pool = self.list().lock().unwrap_or_else(|p| p.into_inner());
-        if pool.len() >= self.pool_size {
+        let index = self.index();
+        let mut pool = self.lock(index);
+        if pool.idle.len() >= self.pool_size {
             conn.abort();
             return;
         }
-        pool.push(Idle {
+        pool.idle.push(Idle {
             sender,
             conn,
             since: Instant::now(),
         });
         self.stats.idle.fetch_add(1, Relaxed);
+        if !pool.swept {
+            if let Ok(rt) = tokio::runtime::Handle::try_current() {
+                pool.swept = true;
+                rt.spawn(sweeper(
+                    Arc::downgrade(self),
+                    index,
+                    self.ended[index].clone(),
+                ));
+            }
+        }
     }
 
     fn take_idle(&self) -> Option<Idle> {
-        let mut pool = self.list().lock().unwrap_or_else(|p| p.into_inner());
-        while let Some(idle) = pool.pop() {
+        let mut pool = self.lock(self.index());
+        while let Some(idle) = pool.idle.pop() {
             self.stats.idle.fetch_sub(1, Relaxed);
             if idle.since.elapsed() < self.keep_alive
                 && !idle.sender.is_closed()
@@ -180,17 +229,57 @@ impl Pools {
         }
         None
     }
+
+    /// Closes the connections of list `index` idle for `keep_alive` and drops those the back
+    /// end closed; says when the next one is due.
+    fn sweep(&self, index: usize) -> Option<Instant> {
+        let now = Instant::now();
+        let mut pool = self.lock(index);
+        let before = pool.idle.len();
+        pool.idle.retain(|idle| {
+            let keep = now.saturating_duration_since(idle.since) < self.keep_alive
+                && !idle.sender.is_closed();
+            if !keep {
+                idle.conn.abort();
+            }
+            keep
+        });
+        let closed = before - pool.idle.len();
+        if closed > 0 {
+            self.stats.idle.fetch_sub(closed as i64, Relaxed);
+        }
+        pool.idle.iter().map(|i| i.since + self.keep_alive).min()
+    }
+}
+
+/// Sweeps one idle list until its pools go away (a reload replaced them).
+async fn sweeper(pools: std::sync::Weak<Pools>, index: usize, ended: Arc<Notify>) {
+    loop {
+        let next = {
+            let Some(pools) = pools.upgrade() else {
+                return;
+            };
+            let quiet = Instant::now() + pools.keep_alive.max(MIN_SWEEP);
+            pools.sweep(index).unwrap_or(quiet)
+        };
+        tokio::select! {
+            () = tokio::time::sleep_until(next.into()) => {}
+            () = ended.notified() => {}
+        }
+    }
 }
 
 impl Drop for Pools {
     fn drop(&mut self) {
         // Idle connections of a replaced runtime are closed, not left to time out.
-        for pool in &self.lists {
+        for (pool, ended) in self.lists.iter().zip(&self.ended) {
             let pool = pool.lock().unwrap_or_else(|p| p.into_inner());
-            self.stats.idle.fetch_sub(pool.len() as i64, Relaxed);
-            for idle in pool.iter() {
+            self.stats.idle.fetch_sub(pool.idle.len() as i64, Relaxed);
+            for idle in pool.idle.iter() {
                 idle.conn.abort();
             }
+            // Its sweeper ends now rather than at its next turn.
+            ended.notify_one();
         }
     }
 }
@@ -390,14 +479,12 @@ impl Upstream {
                 .map_err(|e| format!("invalid path in '{shown}': {e}"))?,
             basic_auth: target.basic_auth,
             tls,
-            pools: Arc::new(Pools {
-                lists: (0..workers.max(1))
-                    .map(|_| Mutex::new(Vec::new()))
-                    .collect(),
-                pool_size: settings.pool_size,
-                keep_alive: settings.keep_alive,
-                stats: stats.clone(),
-            }),
+            pools: Arc::new(Pools::new(
+                workers.max(1),
+                settings.pool_size,
+                settings.keep_alive,
+                stats.clone(),
+            )),
             settings,
             limit,
             counters,
@@ -763,10 +850,14 @@ impl Upstream {
                 .retryable(true)
                 .with_source(e)
             })?;
+        // Connections opened on this worker go back to its idle list.
+        let ended = self.pools.ended[self.pools.index()].clone();
         let task = tokio::spawn(async move {
             // The connection ends when the back end closes it or the lease aborts it; either
-            // way the request that used it has already seen the outcome.
+            // way the request that used it has already seen the outcome. Ended by the back
+            // end, it may be idle in the pool: the sweeper drops it.
             let _ = conn.await;
+            ended.notify_one();
         });
         Ok((sender, task.abort_handle()))
     }
