@@ -235,7 +235,7 @@ fn least_pending_prefers_the_fast_back_end() {
 fn breaker_opens_answers_503_fast_and_closes_after_a_successful_probe() {
     let port = closed_port();
     let h = engine(&proxy_yaml(&format!(
-        "    url: \"http://{port}/e\"\n    breaker: {{ failures: 3, suspend: 300ms, max_suspend: 5s }}\n"
+        "    url: \"http://{port}/e\"\n    breaker: {{ failures: 3, suspend: 1s, max_suspend: 5s }}\n"
     )));
     let json = [("Content-Type", "application/json")];
     let mut c = Client::connect(h.http());
