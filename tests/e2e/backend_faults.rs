@@ -648,3 +648,204 @@ fn a_client_gone_while_an_echo_streams_its_answer_is_the_clients_error() {
     assert_eq!(kind("upstream_reset"), 0.0);
     echo.stop();
 }
+
+#[test]
+fn an_http_1_0_back_end_does_not_change_the_clients_http_version() {
+    let addr = scripted(|mut r| {
+        let Some(head) = read_head(&mut r) else {
+            return;
+        };
+        if read_body(&mut r, &head).is_none() {
+            return;
+        }
+        // An HTTP/1.0 answer, then the connection closes (1.0 without keep-alive).
+        let _ = r.get_mut().write_all(
+            b"HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 2\r\n\r\nok",
+        );
+    });
+    let h = engine(&proxy_yaml(&format!("    url: \"http://{addr}/e\"\n")));
+    let mut s = BufReader::new(TcpStream::connect(h.http()).expect("connect"));
+    // Twice on one client connection: the first answer leaves it open.
+    for i in 0..2 {
+        s.get_mut()
+            .write_all(b"GET /p HTTP/1.1\r\nHost: t\r\n\r\n")
+            .expect("request");
+        let mut status = String::new();
+        s.read_line(&mut status).expect("status line");
+        assert!(status.starts_with("HTTP/1.1 200"), "answer {i}: {status:?}");
+        let mut length = 0;
+        loop {
+            let mut h = String::new();
+            s.read_line(&mut h).expect("header");
+            let h = h.trim_end().to_ascii_lowercase();
+            if h.is_empty() {
+                break;
+            }
+            assert_ne!(h, "connection: close", "answer {i}");
+            if let Some(v) = h.strip_prefix("content-length:") {
+                length = v.trim().parse().expect("length");
+            }
+        }
+        let mut body = vec![0; length];
+        std::io::Read::read_exact(&mut s, &mut body).expect("body");
+        assert_eq!(body, b"ok", "answer {i}");
+    }
+}
+
+#[test]
+fn a_response_cut_or_stalled_mid_body_is_a_failure_of_its_url_and_opens_its_breaker() {
+    let requests = Arc::new(AtomicUsize::new(0));
+    let seen = requests.clone();
+    // The case is the last segment of the path: 5 of the 10 bytes announced, then a close
+    // ("cut") or a pause longer than the endpoint's timeout ("stall").
+    let addr = scripted(move |mut r| {
+        let Some(head) = read_head(&mut r) else {
+            return;
+        };
+        if read_body(&mut r, &head).is_none() {
+            return;
+        }
+        seen.fetch_add(1, Ordering::SeqCst);
+        let _ = r
+            .get_mut()
+            .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n01234");
+        if head.path.ends_with("/stall") {
+            std::thread::sleep(Duration::from_secs(3));
+        }
+    });
+    let url = format!("http://{addr}/e");
+    let h = engine(&format!(
+        "endpoints:\n  svc:\n    url: \"{url}\"\n    timeout: 300ms\n    breaker: {{ failures: 2, suspend: 1m }}\nproxies:\n  P:\n    path: /p/{{case}}\n    in:\n      - call: {{ endpoint: svc, path: \"/{{case}}\" }}\n"
+    ));
+    let admin = h.admin();
+    let failures = || {
+        metric(
+            admin,
+            &format!("busbar_upstream_failures_total{{endpoint=\"svc\",url=\"{url}\"}}"),
+        )
+    };
+    for (i, case) in ["cut", "stall"].into_iter().enumerate() {
+        let r = Client::connect(h.http()).post(&format!("/p/{case}"), &[JSON], b"{}");
+        assert!(
+            !r.as_ref().is_ok_and(|r| r.body.len() == 10),
+            "{case}: a cut answer looked complete: {r:?}"
+        );
+        let want = (i + 1) as f64;
+        assert!(
+            eventually(Duration::from_secs(5), || failures() == Some(want)),
+            "{case}: failures {:?}",
+            failures()
+        );
+    }
+    assert_eq!(
+        metric(
+            admin,
+            "busbar_endpoint_responses_cut_total{endpoint=\"svc\"}"
+        ),
+        Some(2.0)
+    );
+    // Two failures in a row opened the breaker: the next call goes nowhere.
+    let r = Client::connect(h.http())
+        .post("/p/cut", &[JSON], b"{}")
+        .expect("response");
+    assert_eq!(r.status, 503, "{}", r.text());
+    assert!(r.text().contains("circuit breaker is open"), "{}", r.text());
+    assert_eq!(requests.load(Ordering::SeqCst), 2);
+}
+
+/// A keep-alive back end that answers each request with "ok" and records when a client
+/// connection ended (`closed`); with `close_after`, it closes each connection itself that long
+/// after its first answer.
+fn keep_alive_back_end(
+    close_after: Option<Duration>,
+) -> (SocketAddr, Arc<Mutex<Vec<std::time::Instant>>>) {
+    let closed = Arc::new(Mutex::new(Vec::new()));
+    let record = closed.clone();
+    let addr = scripted(move |mut r| {
+        let Some(head) = read_head(&mut r) else {
+            return;
+        };
+        if read_body(&mut r, &head).is_none() {
+            return;
+        }
+        let _ = r
+            .get_mut()
+            .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok");
+        if let Some(after) = close_after {
+            std::thread::sleep(after);
+            return;
+        }
+        // Waits for the next request, or the end of the connection.
+        if read_head(&mut r).is_none() {
+            record.lock().expect("lock").push(std::time::Instant::now());
+        }
+    });
+    (addr, closed)
+}
+
+#[test]
+fn an_idle_pooled_connection_is_closed_after_keep_alive() {
+    let (addr, closed) = keep_alive_back_end(None);
+    let url = format!("http://{addr}/e");
+    let h = engine(&proxy_yaml(&format!(
+        "    url: \"{url}\"\n    keep_alive: 1s\n"
+    )));
+    let admin = h.admin();
+    let idle = || {
+        metric(
+            admin,
+            &format!("busbar_upstream_idle_connections{{endpoint=\"svc\",url=\"{url}\"}}"),
+        )
+    };
+    let r = Client::connect(h.http())
+        .post("/p", &[JSON], b"{}")
+        .expect("response");
+    assert_eq!(r.status, 200, "{}", r.text());
+    let answered = std::time::Instant::now();
+    assert!(eventually(Duration::from_secs(2), || idle() == Some(1.0)));
+    assert!(
+        eventually(Duration::from_secs(5), || !closed
+            .lock()
+            .expect("lock")
+            .is_empty()),
+        "the idle connection is still open; idle gauge {:?}",
+        idle()
+    );
+    let after = closed.lock().expect("lock")[0].duration_since(answered);
+    assert!(
+        after >= Duration::from_millis(900) && after < Duration::from_secs(3),
+        "closed after {after:?}"
+    );
+    assert!(eventually(Duration::from_secs(2), || idle() == Some(0.0)));
+}
+
+#[test]
+fn a_pooled_connection_the_back_end_closed_leaves_the_idle_gauge() {
+    let (addr, _) = keep_alive_back_end(Some(Duration::from_millis(800)));
+    let url = format!("http://{addr}/e");
+    let h = engine(&proxy_yaml(&format!(
+        "    url: \"{url}\"\n    keep_alive: 1m\n"
+    )));
+    let admin = h.admin();
+    let idle = || {
+        metric(
+            admin,
+            &format!("busbar_upstream_idle_connections{{endpoint=\"svc\",url=\"{url}\"}}"),
+        )
+    };
+    let r = Client::connect(h.http())
+        .post("/p", &[JSON], b"{}")
+        .expect("response");
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(eventually(Duration::from_secs(2), || idle() == Some(1.0)));
+    assert!(
+        eventually(Duration::from_secs(3), || idle() == Some(0.0)),
+        "idle gauge {:?}",
+        idle()
+    );
+    // The next call opens a new connection and is answered.
+    let r = Client::connect(h.http())
+        .post("/p", &[JSON], b"{}")
+        .expect("response");
+    assert_eq!(r.status, 200, "{}", r.text());
+}

@@ -235,7 +235,7 @@ fn least_pending_prefers_the_fast_back_end() {
 fn breaker_opens_answers_503_fast_and_closes_after_a_successful_probe() {
     let port = closed_port();
     let h = engine(&proxy_yaml(&format!(
-        "    url: \"http://{port}/e\"\n    breaker: {{ failures: 3, suspend: 300ms, max_suspend: 5s }}\n"
+        "    url: \"http://{port}/e\"\n    breaker: {{ failures: 3, suspend: 1s, max_suspend: 5s }}\n"
     )));
     let json = [("Content-Type", "application/json")];
     let mut c = Client::connect(h.http());
@@ -773,5 +773,258 @@ fn max_connections_queues_then_answers_503_when_the_queue_is_full() {
     assert!(one[1].1.contains("max_connections"), "{one:?}");
     let queued = both("/queued");
     assert_eq!((queued[0].0, queued[1].0), (200, 200), "{queued:?}");
+    slow.stop();
+}
+
+#[test]
+fn validate_refuses_a_url_port_outside_1_to_65535_at_its_line() {
+    let dir = temp_dir("badport");
+    let (code, err) = validate_in(
+        &dir,
+        "listeners:\n  http: { bind: \"127.0.0.1:0\" }\nendpoints:\n  svc:\n    urls:\n      - \"http://127.0.0.1:8080/ok\"\n      - \"http://127.0.0.1:99999/svc\"\nproxies:\n  P: { path: /p, in: [ { call: svc } ] }\n",
+    );
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains(":7: endpoints.svc.urls[1]") && err.contains("invalid port '99999'"),
+        "{err}"
+    );
+    assert!(err.contains("c.yaml"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_retry_stopped_by_the_breaker_it_opened_answers_with_the_back_ends_own_status() {
+    let (addr, seen) = raw_back_end(|_| Some((503, b"status 503 from the back end".to_vec())));
+    let url = format!("http://{addr}/svc");
+    let h = engine(&proxy_yaml(&format!(
+        "    url: \"{url}\"\n    retries: 2\n    retry_on_status: [503]\n    breaker: {{ failures: 1, suspend: 5s }}\n"
+    )));
+    let admin = h.admin();
+    let mut c = Client::connect(h.http());
+    // The first answer opens the breaker: no retry can be sent, and the client gets it.
+    let r = c.get("/p").expect("response");
+    assert_eq!(r.status, 503, "{}", r.text());
+    assert_eq!(r.text(), "status 503 from the back end");
+    assert_eq!(seen.load(Ordering::SeqCst), 1);
+    let counter = |name: &str| metric(admin, &format!("{name}{{endpoint=\"svc\"}}"));
+    assert_eq!(counter("busbar_endpoint_attempts_total"), Some(1.0));
+    assert_eq!(
+        counter("busbar_endpoint_retries_total"),
+        Some(0.0),
+        "nothing was retried"
+    );
+    assert_eq!(
+        metric(
+            admin,
+            "busbar_endpoint_errors_total{endpoint=\"svc\",kind=\"unavailable\"}"
+        ),
+        Some(0.0),
+        "the back end answered"
+    );
+    // Now the breaker is open: the answer is busbar's, and says when to come back.
+    let r = c.get("/p").expect("response");
+    assert_eq!(r.status, 503, "{}", r.text());
+    assert!(
+        r.text()
+            .contains("Endpoint 'svc' is unavailable: its circuit breaker is open"),
+        "{}",
+        r.text()
+    );
+    let after: u64 = r
+        .header("retry-after")
+        .and_then(|v| v.parse().ok())
+        .expect("Retry-After");
+    assert!((4..=5).contains(&after), "Retry-After {after}");
+    assert_eq!(
+        seen.load(Ordering::SeqCst),
+        1,
+        "the open breaker sent nothing"
+    );
+}
+
+#[test]
+fn retries_go_on_until_the_breaker_opens_and_the_last_real_answer_is_kept() {
+    let (addr, seen) = raw_back_end(|_| Some((503, b"busy".to_vec())));
+    let h = engine(&proxy_yaml(&format!(
+        "    url: \"http://{addr}/svc\"\n    retries: 5\n    retry_on_status: [503]\n    breaker: {{ failures: 3, suspend: 5s }}\n"
+    )));
+    let r = Client::connect(h.http()).get("/p").expect("response");
+    assert_eq!(r.status, 503, "{}", r.text());
+    assert_eq!(r.text(), "busy");
+    // Three answers open the breaker; the retries after it are not sent.
+    assert_eq!(seen.load(Ordering::SeqCst), 3);
+    assert_eq!(
+        metric(h.admin(), "busbar_endpoint_retries_total{endpoint=\"svc\"}"),
+        Some(2.0)
+    );
+}
+
+/// A self-signed certificate for localhost that is a CA certificate (basicConstraints
+/// CA:TRUE), as `server.pem` and `server.key` in `dir`: what a quick test server often uses.
+fn make_self_signed_ca_server(dir: &std::path::Path) {
+    let out = std::process::Command::new("openssl")
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=localhost",
+            "-addext",
+            "subjectAltName=DNS:localhost,IP:127.0.0.1",
+            "-addext",
+            "basicConstraints=critical,CA:TRUE",
+            "-keyout",
+            "server.key",
+            "-out",
+            "server.pem",
+        ])
+        .current_dir(dir)
+        .output()
+        .expect("openssl must be installed (Debian package openssl)");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn a_ca_certificate_used_as_the_servers_own_is_refused_in_words() {
+    let dir = temp_dir("selfca");
+    make_self_signed_ca_server(&dir);
+    let addr = tls_back_end(&dir, false);
+    let h = engine(&proxy_yaml(&format!(
+        "    url: \"https://localhost:{}/e\"\n    tls: {{ ca: \"{}\" }}\n",
+        addr.port(),
+        dir.join("server.pem").display()
+    )));
+    let r = Client::connect(h.http())
+        .post("/p", &[("Content-Type", "application/json")], b"{}")
+        .expect("response");
+    assert_eq!(r.status, 502, "{}", r.text());
+    assert!(
+        r.text().contains(
+            "certificate of host localhost rejected: it is a CA certificate, used as the server's own certificate"
+        ),
+        "{}",
+        r.text()
+    );
+    assert!(!r.text().contains("OtherError"), "{}", r.text());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_url_whose_certificate_is_refused_fails_over_to_the_next_and_counts_as_its_failure() {
+    let pki = temp_dir("pki-failover");
+    make_pki(&pki);
+    let good = tls_back_end(&pki, false);
+    let rogue = temp_dir("rogue");
+    make_self_signed_ca_server(&rogue);
+    // Its certificate is not under the endpoint's CA: the handshake fails, nothing is sent.
+    let bad = tls_back_end(&rogue, false);
+    let bad_url = format!("https://localhost:{}/e", bad.port());
+    let h = engine(&proxy_yaml(&format!(
+        "    urls: [ \"{bad_url}\", \"https://localhost:{}/e\" ]\n    retries: 2\n    tls: {{ ca: \"{}\" }}\n",
+        good.port(),
+        pki.join("ca.pem").display()
+    )));
+    let mut c = Client::connect(h.http());
+    for i in 0..4 {
+        let r = c
+            .post("/p", &[("Content-Type", "application/json")], b"{\"n\":1}")
+            .expect("response");
+        assert_eq!(r.status, 200, "request {i}: {}", r.text());
+        assert_eq!(r.body, b"{\"n\":1}", "request {i}");
+    }
+    let admin = h.admin();
+    // Round robin sends every other request to the bad URL first.
+    assert_eq!(
+        metric(admin, "busbar_endpoint_failovers_total{endpoint=\"svc\"}"),
+        Some(2.0)
+    );
+    assert_eq!(
+        metric(
+            admin,
+            &format!("busbar_upstream_failures_total{{endpoint=\"svc\",url=\"{bad_url}\"}}")
+        ),
+        Some(2.0)
+    );
+    // A refused certificate is not retried on its own URL: failover is the only way on.
+    assert_eq!(
+        metric(admin, "busbar_endpoint_retries_total{endpoint=\"svc\"}"),
+        Some(0.0)
+    );
+    let _ = std::fs::remove_dir_all(&pki);
+    let _ = std::fs::remove_dir_all(&rogue);
+}
+
+#[test]
+fn breaker_gauges_show_half_open_once_the_suspension_is_over_without_a_call() {
+    let port = closed_port();
+    let url = format!("http://{port}/e");
+    let h = engine(&proxy_yaml(&format!(
+        "    url: \"{url}\"\n    breaker: {{ failures: 1, suspend: 500ms, max_suspend: 5s }}\n"
+    )));
+    let r = Client::connect(h.http())
+        .post("/p", &[("Content-Type", "application/json")], b"{}")
+        .expect("response");
+    assert_eq!(r.status, 502, "{}", r.text());
+    let admin = h.admin();
+    let endpoint = || metric(admin, "busbar_endpoint_breaker_state{endpoint=\"svc\"}");
+    let upstream = || {
+        metric(
+            admin,
+            &format!("busbar_upstream_breaker_state{{endpoint=\"svc\",url=\"{url}\"}}"),
+        )
+    };
+    let opened = Instant::now();
+    assert_eq!((endpoint(), upstream()), (Some(1.0), Some(1.0)));
+    // No call arrives: the gauges follow the clock.
+    assert!(
+        eventually(Duration::from_secs(5), || endpoint() == Some(2.0)
+            && upstream() == Some(2.0)),
+        "endpoint {:?}, URL {:?}",
+        endpoint(),
+        upstream()
+    );
+    assert!(opened.elapsed() >= Duration::from_millis(400));
+}
+
+#[test]
+fn url_attempts_count_only_what_got_past_the_connection_limit() {
+    let slow = named_echo("slow", Some(Duration::from_millis(400)));
+    let url = format!("http://{}/e", slow.addr);
+    let h = engine(&proxy_yaml(&format!(
+        "    url: \"{url}\"\n    max_connections: 1\n    queue: 0\n"
+    )));
+    let addr = h.http();
+    let clients: Vec<_> = (0..2)
+        .map(|_| {
+            std::thread::spawn(move || {
+                Client::connect(addr)
+                    .post("/p", &[("Content-Type", "application/json")], b"{}")
+                    .expect("response")
+                    .status
+            })
+        })
+        .collect();
+    let mut statuses: Vec<u16> = clients
+        .into_iter()
+        .map(|c| c.join().expect("client"))
+        .collect();
+    statuses.sort();
+    assert_eq!(statuses, vec![200, 503]);
+    assert_eq!(
+        metric(
+            h.admin(),
+            &format!("busbar_upstream_attempts_total{{endpoint=\"svc\",url=\"{url}\"}}")
+        ),
+        Some(1.0),
+        "the refused call never went to the URL"
+    );
     slow.stop();
 }

@@ -121,6 +121,9 @@ pub struct MediationError {
     pub source: Option<BoxError>,
     /// A SOAP fault code chosen by the step, instead of the one the blame implies.
     pub fault_code: Option<FaultCode>,
+    /// For a 503: when trying again makes sense (`Retry-After`), when known; 1 second
+    /// otherwise.
+    pub retry_after_secs: Option<std::num::NonZeroU16>,
 }
 
 impl std::fmt::Display for MediationError {
@@ -156,6 +159,7 @@ impl MediationError {
             status: None,
             source: None,
             fault_code: None,
+            retry_after_secs: None,
         }
     }
 
@@ -187,6 +191,15 @@ impl MediationError {
     /// Sets the status clients get.
     pub fn with_status(mut self, status: StatusCode) -> Self {
         self.status = Some(status);
+        self
+    }
+
+    /// Says when a retry makes sense (`Retry-After` of a 503): `after` rounded up to whole
+    /// seconds, at least 1.
+    pub fn with_retry_after(mut self, after: std::time::Duration) -> Self {
+        let secs = after.as_secs() + u64::from(after.subsec_nanos() > 0);
+        let secs = u16::try_from(secs.max(1)).unwrap_or(u16::MAX);
+        self.retry_after_secs = std::num::NonZeroU16::new(secs);
         self
     }
 

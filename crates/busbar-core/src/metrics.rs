@@ -86,8 +86,9 @@ pub struct Counters {
     /// Failovers to another URL (endpoints only).
     pub failovers: AtomicU64,
     /// Breaker state of the endpoint as a whole (endpoints only): 0 closed (some URL is
-    /// usable), 1 open (every URL suspended), 2 half-open (no URL closed, one probing).
-    pub breaker_state: AtomicU64,
+    /// usable), 1 open (every URL suspended), 2 half-open (no URL closed; one probing, or a
+    /// suspension is over and the next call probes).
+    pub breaker_state: BreakerGauge,
     /// Responses whose body the back end cut short after their head arrived: a reset, a close
     /// before the announced end, or a pause longer than the endpoint's timeout (endpoints
     /// only).
@@ -104,9 +105,48 @@ pub struct UpstreamCounters {
     /// Requests in progress to this URL (what `least_pending` balancing reads).
     pub pending: AtomicI64,
     /// Its circuit breaker: 0 closed, 1 open, 2 half-open.
-    pub breaker_state: AtomicU64,
+    pub breaker_state: BreakerGauge,
     /// Keep-alive connections to this URL waiting in the pools for a request.
     pub idle: AtomicI64,
+}
+
+/// A circuit breaker's state as a scrape sees it: 0 closed, 1 open, 2 half-open. An open
+/// breaker keeps its state until a call arrives, however long after its suspension ended; the
+/// gauge knows when the suspension ends and shows it half-open from then on (the next call is
+/// let through as a probe), so a dashboard does not show a URL suspended that is not.
+#[derive(Debug, Default)]
+pub struct BreakerGauge {
+    state: AtomicU64,
+    /// When an open breaker's suspension ends, in ms since [`clock_ms`]'s epoch.
+    open_until_ms: AtomicU64,
+}
+
+impl BreakerGauge {
+    /// Closed (0) or half-open (2).
+    pub fn set(&self, state: u64) {
+        self.state.store(state, Relaxed);
+    }
+
+    /// Open until `until` (a [`clock_ms`] time).
+    pub fn set_open_until(&self, until_ms: u64) {
+        self.open_until_ms.store(until_ms, Relaxed);
+        self.state.store(1, Relaxed);
+    }
+
+    /// The state as of now.
+    pub fn get(&self) -> u64 {
+        match self.state.load(Relaxed) {
+            1 if clock_ms() >= self.open_until_ms.load(Relaxed) => 2,
+            state => state,
+        }
+    }
+}
+
+/// Milliseconds on a monotonic clock shared by the process (its epoch is the first call).
+pub fn clock_ms() -> u64 {
+    static EPOCH: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    let epoch = *EPOCH.get_or_init(std::time::Instant::now);
+    u64::try_from(epoch.elapsed().as_millis()).unwrap_or(u64::MAX)
 }
 
 /// Transforms made with one stylesheet, by the engine that made them.
@@ -292,18 +332,13 @@ impl Registry {
                     let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
                     for (label, c) in map.iter() {
                         let v = match suffix {
-                            "attempts_total" => &c.attempts,
-                            "retries_total" => &c.retries,
-                            "failovers_total" => &c.failovers,
-                            "responses_cut_total" => &c.responses_cut,
-                            _ => &c.breaker_state,
+                            "attempts_total" => c.attempts.load(Relaxed),
+                            "retries_total" => c.retries.load(Relaxed),
+                            "failovers_total" => c.failovers.load(Relaxed),
+                            "responses_cut_total" => c.responses_cut.load(Relaxed),
+                            _ => c.breaker_state.get(),
                         };
-                        let _ = writeln!(
-                            out,
-                            "{name}{{endpoint=\"{}\"}} {}",
-                            escape(label),
-                            v.load(Relaxed)
-                        );
+                        let _ = writeln!(out, "{name}{{endpoint=\"{}\"}} {v}", escape(label));
                     }
                 }
                 self.render_upstreams(&mut out);
@@ -414,7 +449,7 @@ impl Registry {
                     "failures_total" => c.failures.load(Relaxed) as i64,
                     "pending" => c.pending.load(Relaxed),
                     "idle_connections" => c.idle.load(Relaxed),
-                    _ => c.breaker_state.load(Relaxed) as i64,
+                    _ => c.breaker_state.get() as i64,
                 };
                 let _ = writeln!(
                     out,
@@ -513,14 +548,26 @@ mod tests {
     }
 
     #[test]
+    fn an_open_breaker_whose_suspension_ended_shows_half_open() {
+        let g = BreakerGauge::default();
+        assert_eq!(g.get(), 0);
+        g.set_open_until(clock_ms() + 60_000);
+        assert_eq!(g.get(), 1);
+        g.set_open_until(clock_ms());
+        assert_eq!(g.get(), 2);
+        g.set(0);
+        assert_eq!(g.get(), 0);
+    }
+
+    #[test]
     fn endpoint_policy_and_url_metrics_are_rendered() {
         let r = Registry::default();
         let e = r.endpoint("svc");
         e.retries.fetch_add(3, Relaxed);
-        e.breaker_state.store(1, Relaxed);
+        e.breaker_state.set_open_until(u64::MAX);
         let u = r.upstream("svc", "http://<redacted>@h:1/p");
         u.attempts.fetch_add(7, Relaxed);
-        u.breaker_state.store(2, Relaxed);
+        u.breaker_state.set(2);
         let text = r.render();
         assert!(
             text.contains("busbar_endpoint_retries_total{endpoint=\"svc\"} 3"),

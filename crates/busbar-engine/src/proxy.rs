@@ -426,9 +426,12 @@ fn error_response(
         .insert(CONTENT_TYPE, rendered.content_type);
     if status == http::StatusCode::SERVICE_UNAVAILABLE {
         // Every 503 (a busy pool, a database or back end down on purpose or not) is worth
-        // another try shortly.
-        resp.headers_mut()
-            .insert(http::header::RETRY_AFTER, HeaderValue::from_static("1"));
+        // another try: when the error knows (an open breaker's suspension), or shortly.
+        let after = match e.retry_after_secs {
+            Some(secs) => HeaderValue::from(secs.get()),
+            None => HeaderValue::from_static("1"),
+        };
+        resp.headers_mut().insert(http::header::RETRY_AFTER, after);
     }
     if e.kind == ErrorKind::BodyTooLarge || e.kind == ErrorKind::ClientBody {
         // The rest of the request body was not read: the connection cannot carry another

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use busbar_core::metrics::UpstreamCounters;
+use busbar_core::metrics::{clock_ms, UpstreamCounters};
 
 use super::retry::Window;
 
@@ -64,7 +64,7 @@ pub enum Admit {
 impl Breaker {
     /// A closed breaker; its state is published in `stats`.
     pub fn new(settings: BreakerSettings, stats: Arc<UpstreamCounters>) -> Self {
-        stats.breaker_state.store(u64::from(CLOSED), Relaxed);
+        stats.breaker_state.set(u64::from(CLOSED));
         Self {
             suspend_ms: AtomicU64::new(settings.suspend.as_millis() as u64),
             window: Window::new(settings.window),
@@ -83,7 +83,13 @@ impl Breaker {
 
     fn set(&self, state: u8) {
         self.state.store(state, Relaxed);
-        self.stats.breaker_state.store(u64::from(state), Relaxed);
+        self.stats.breaker_state.set(u64::from(state));
+    }
+
+    /// When the current suspension ends, on the metrics clock.
+    pub fn open_until_clock_ms(&self) -> u64 {
+        let left = self.open_until.load(Relaxed).saturating_sub(self.now_ms());
+        clock_ms() + left
     }
 
     /// 0 closed, 1 open, 2 half-open.
@@ -100,6 +106,16 @@ impl Breaker {
         }
     }
 
+    /// What is left of the suspension: zero unless open (a half-open breaker's probe is under
+    /// way).
+    pub fn remaining(&self) -> Duration {
+        if self.state.load(Relaxed) != OPEN {
+            return Duration::ZERO;
+        }
+        let left = self.open_until.load(Relaxed).saturating_sub(self.now_ms());
+        Duration::from_millis(left)
+    }
+
     /// Admits a call, turning an expired suspension into a half-open probe.
     pub fn admit(&self) -> Admit {
         match self.state.load(Relaxed) {
@@ -110,9 +126,7 @@ impl Breaker {
                     .compare_exchange(OPEN, HALF_OPEN, Relaxed, Relaxed)
                     .is_ok()
                 {
-                    self.stats
-                        .breaker_state
-                        .store(u64::from(HALF_OPEN), Relaxed);
+                    self.stats.breaker_state.set(u64::from(HALF_OPEN));
                     Admit::Probe
                 } else {
                     Admit::No
@@ -128,9 +142,7 @@ impl Breaker {
         if ok {
             self.consecutive.store(0, Relaxed);
             if admit == Admit::Probe {
-                self.suspend_ms
-                    .store(self.settings.suspend.as_millis() as u64, Relaxed);
-                self.set(CLOSED);
+                self.close();
             }
             return;
         }
@@ -142,6 +154,42 @@ impl Breaker {
             self.open_for(grown);
             return;
         }
+        self.maybe_open(consecutive);
+    }
+
+    /// Records a call whose answer head was good and whose body still streams: a call in the
+    /// window, and a probe's success. Its end ([`Breaker::body_ended`]) or its cut
+    /// ([`Breaker::body_cut`]) completes it, so a back end that cuts every answer still makes
+    /// consecutive failures.
+    pub fn record_head(&self, admit: Admit) {
+        self.window.add(1, 0);
+        if admit == Admit::Probe {
+            self.close();
+        }
+    }
+
+    /// The body of a call recorded with [`Breaker::record_head`] ended whole.
+    pub fn body_ended(&self) {
+        self.consecutive.store(0, Relaxed);
+    }
+
+    /// The body of a call recorded with [`Breaker::record_head`] was cut short (a reset, a
+    /// close before its end, a pause past the timeout): a failure.
+    pub fn body_cut(&self) {
+        self.window.add(0, 1);
+        let consecutive = self.consecutive.fetch_add(1, Relaxed) + 1;
+        self.maybe_open(consecutive);
+    }
+
+    fn close(&self) {
+        self.consecutive.store(0, Relaxed);
+        self.suspend_ms
+            .store(self.settings.suspend.as_millis() as u64, Relaxed);
+        self.set(CLOSED);
+    }
+
+    /// Opens a closed breaker when the failures say so.
+    fn maybe_open(&self, consecutive: u32) {
         if self.state.load(Relaxed) != CLOSED {
             return;
         }
@@ -158,14 +206,14 @@ impl Breaker {
     /// A probe whose caller went away: let the next call probe again.
     pub fn abandon(&self, admit: Admit) {
         if admit == Admit::Probe {
-            self.open_until.store(self.now_ms(), Relaxed);
-            self.set(OPEN);
+            self.open_for(0);
         }
     }
 
     fn open_for(&self, ms: u64) {
         self.open_until.store(self.now_ms() + ms, Relaxed);
-        self.set(OPEN);
+        self.state.store(OPEN, Relaxed);
+        self.stats.breaker_state.set_open_until(clock_ms() + ms);
     }
 }
 
@@ -200,6 +248,25 @@ mod tests {
         assert_eq!(b.state(), OPEN);
         assert_eq!(b.admit(), Admit::No);
         assert!(!b.available());
+    }
+
+    #[test]
+    fn a_streamed_answer_counts_when_its_body_ends_or_is_cut() {
+        let b = breaker(60_000);
+        for _ in 0..3 {
+            b.record_head(Admit::Yes);
+            assert_eq!(b.state(), CLOSED);
+            b.body_cut();
+        }
+        assert_eq!(b.state(), OPEN, "three cuts in a row");
+
+        let b = breaker(60_000);
+        b.record(Admit::Yes, false);
+        b.record(Admit::Yes, false);
+        b.record_head(Admit::Yes);
+        b.body_ended();
+        b.record(Admit::Yes, false);
+        assert_eq!(b.state(), CLOSED, "a whole body ends the run of failures");
     }
 
     #[test]

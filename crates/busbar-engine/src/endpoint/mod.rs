@@ -28,7 +28,7 @@ use http::{Request, Response, StatusCode};
 use balance::Balancer;
 use breaker::{Admit, Breaker, BreakerSettings};
 use retry::{Replay, RetryBudget};
-use upstream::{Upstream, UpstreamSettings};
+use upstream::{Upstream, UpstreamSettings, UrlHealth};
 
 thread_local! {
     static WORKER: Cell<usize> = const { Cell::new(0) };
@@ -47,7 +47,7 @@ fn worker_index() -> usize {
 #[derive(Debug)]
 struct Member {
     upstream: Upstream,
-    breaker: Option<Breaker>,
+    breaker: Option<Arc<Breaker>>,
 }
 
 /// A back-end endpoint.
@@ -61,7 +61,6 @@ pub struct Endpoint {
     retry_on_status: Vec<StatusCode>,
     failover: bool,
     failover_on_status: Vec<StatusCode>,
-    breaker_on_status: Vec<StatusCode>,
     replay_buffer: u64,
     budget: RetryBudget,
     /// Its metrics.
@@ -97,17 +96,6 @@ impl BodyGone {
 enum Failure {
     Error(MediationError),
     Status(Response<Body>),
-}
-
-impl Failure {
-    /// The error, if it is one; a response is dropped here, which closes its connection and
-    /// gives the request body back for the next attempt.
-    fn into_error(self) -> Option<MediationError> {
-        match self {
-            Failure::Error(e) => Some(e),
-            Failure::Status(_) => None,
-        }
-    }
 }
 
 impl Endpoint {
@@ -164,46 +152,6 @@ impl Endpoint {
             max_connections: cfg.max_connections,
             queue: cfg.queue,
         };
-        let several = urls.len() > 1;
-        let mut members = Vec::with_capacity(urls.len());
-        for u in &urls {
-            let shown = u.url.redacted();
-            let stats = metrics.upstream(name, &shown);
-            let https = u.url.expose().starts_with("https:");
-            if https && tls.is_none() {
-                // The TLS error was reported above.
-                continue;
-            }
-            match Upstream::new(
-                &endpoint_name,
-                u.url.expose(),
-                &shown,
-                several,
-                tls.as_ref(),
-                settings.clone(),
-                workers,
-                counters.clone(),
-                stats.clone(),
-            ) {
-                Ok(upstream) => {
-                    let breaker = cfg.breaker.as_ref().map(|b| {
-                        Breaker::new(
-                            BreakerSettings {
-                                failures: b.failures.max(1),
-                                failure_ratio: b.failure_ratio,
-                                window: b.window.0,
-                                min_calls: b.min_calls,
-                                suspend: b.suspend.0,
-                                max_suspend: b.max_suspend.0,
-                            },
-                            stats.clone(),
-                        )
-                    });
-                    members.push(Member { upstream, breaker });
-                }
-                Err(msg) => errors.push(loaded.error(u.line, format!("{path}.{}", u.path), msg)),
-            }
-        }
         let statuses = |list: &[u16], key: &str, errors: &mut Vec<ConfigError>| {
             list.iter()
                 .filter_map(|s| match StatusCode::from_u16(*s) {
@@ -231,6 +179,58 @@ impl Endpoint {
             Some(b) => statuses(&b.on_status, "breaker.on_status", &mut errors),
             None => Vec::new(),
         };
+        // Statuses that make an answer a failure of its URL.
+        let mut fails_on: Vec<StatusCode> = breaker_on_status
+            .iter()
+            .chain(&failover_on_status)
+            .chain(&retry_on_status)
+            .copied()
+            .collect();
+        fails_on.sort_unstable();
+        fails_on.dedup();
+        let several = urls.len() > 1;
+        let mut members = Vec::with_capacity(urls.len());
+        for u in &urls {
+            let shown = u.url.redacted();
+            let stats = metrics.upstream(name, &shown);
+            let https = u.url.expose().starts_with("https:");
+            if https && tls.is_none() {
+                // The TLS error was reported above.
+                continue;
+            }
+            let breaker = cfg.breaker.as_ref().map(|b| {
+                Arc::new(Breaker::new(
+                    BreakerSettings {
+                        failures: b.failures.max(1),
+                        failure_ratio: b.failure_ratio,
+                        window: b.window.0,
+                        min_calls: b.min_calls,
+                        suspend: b.suspend.0,
+                        max_suspend: b.max_suspend.0,
+                    },
+                    stats.clone(),
+                ))
+            });
+            let health = UrlHealth {
+                stats: stats.clone(),
+                breaker: breaker.clone(),
+                fails_on: fails_on.clone(),
+            };
+            match Upstream::new(
+                &endpoint_name,
+                u.url.expose(),
+                &shown,
+                several,
+                tls.as_ref(),
+                settings.clone(),
+                workers,
+                counters.clone(),
+                health,
+            ) {
+                Ok(upstream) => members.push(Member { upstream, breaker }),
+                Err(msg) => errors.push(loaded.error(u.line, format!("{path}.{}", u.path), msg)),
+            }
+        }
         if !errors.is_empty() {
             return Err(errors);
         }
@@ -240,7 +240,7 @@ impl Endpoint {
             busbar_config::Balance::Weighted => Balancer::weighted(&weights),
             busbar_config::Balance::LeastPending => Balancer::least_pending(members.len()),
         };
-        counters.breaker_state.store(0, Relaxed);
+        counters.breaker_state.set(0);
         let b = &cfg.retry_budget;
         Ok(Arc::new(Endpoint {
             name: endpoint_name,
@@ -250,7 +250,6 @@ impl Endpoint {
             retry_on_status,
             failover,
             failover_on_status,
-            breaker_on_status,
             replay_buffer: cfg.replay_buffer.0,
             budget: RetryBudget::new(b.ratio, b.min_retries, b.window.0),
             counters,
@@ -347,19 +346,25 @@ impl Endpoint {
         let mut tried = Tried::new(n);
         let mut retries_left = self.retries;
         let mut failover_from: Option<usize> = None;
-        // The last failed attempt's error, answered when no URL is left for the next one.
-        let mut last_error: Option<MediationError> = None;
         let mut attempt: u64 = 0;
         if self.retries > 0 {
             // Only an endpoint that retries needs the requests counted for its budget.
             self.budget.request();
         }
+        // The URL of the next attempt is chosen (and admitted by its breaker) before the failed
+        // one is let go: when none may be called, the client gets what the last attempt got.
+        let Some(mut chosen) = self.choose(&tried, None) else {
+            return Err(self.unavailable());
+        };
         loop {
-            let Some((index, admit)) = self.choose(&tried, failover_from) else {
-                return Err(last_error.unwrap_or_else(|| self.unavailable()));
-            };
+            let (index, admit) = chosen;
             tried.set(index);
             let member = &self.members[index];
+            let guard = ProbeGuard {
+                breaker: member.breaker.as_deref(),
+                admit,
+                done: false,
+            };
             let body = match replay.body().await {
                 Ok(b) => b,
                 Err(why) => {
@@ -405,13 +410,7 @@ impl Endpoint {
 
             self.counters.attempts.fetch_add(1, Relaxed);
             let stats = &member.upstream.stats;
-            stats.attempts.fetch_add(1, Relaxed);
             let pending = InProgress::enter(&stats.pending);
-            let guard = ProbeGuard {
-                breaker: member.breaker.as_ref(),
-                admit,
-                done: false,
-            };
             let outcome = member.upstream.call(req).await;
             drop(pending);
             if let Some(mut r) = recording {
@@ -434,12 +433,15 @@ impl Endpoint {
             let failure = match outcome {
                 Ok(resp) => {
                     let status = resp.status();
-                    let failed = self.breaker_on_status.contains(&status)
-                        || self.failover_on_status.contains(&status)
-                        || self.retry_on_status.contains(&status);
-                    guard.record(!failed);
+                    let failed = member.upstream.fails_on(status);
                     if failed {
                         stats.failures.fetch_add(1, Relaxed);
+                        guard.record(false);
+                    } else if http_body::Body::is_end_stream(resp.body()) {
+                        guard.record(true);
+                    } else {
+                        // The body still streams: its end, or its cut, completes the count.
+                        guard.record_head();
                     }
                     self.update_breaker_gauge();
                     if !self.failover_on_status.contains(&status)
@@ -468,14 +470,18 @@ impl Endpoint {
             // Failover: to an untried URL, when nothing was sent or the status asks for it.
             let wants_failover = self.failover
                 && match &failure {
-                    Failure::Error(e) => e.retryable && is_connect(e.kind),
+                    Failure::Error(e) => nothing_sent(e),
                     Failure::Status(r) => self.failover_on_status.contains(&r.status()),
                 };
-            if wants_failover && self.has_untried(&tried) && replay.lost().is_none() {
-                self.counters.failovers.fetch_add(1, Relaxed);
-                failover_from = Some(index);
-                last_error = failure.into_error();
-                continue;
+            if wants_failover && replay.lost().is_none() {
+                if let Some(next) = self.choose(&tried, Some(index)) {
+                    self.counters.failovers.fetch_add(1, Relaxed);
+                    failover_from = Some(index);
+                    chosen = next;
+                    // The failed attempt's response is dropped here, which closes its
+                    // connection and gives the request body back for the next attempt.
+                    continue;
+                }
             }
             failover_from = None;
 
@@ -508,13 +514,20 @@ impl Endpoint {
                 }
             } else if let Some(lost) = replay.lost() {
                 Some(lost)
-            } else if !self.budget.try_retry() {
-                Some("the retry budget is spent".to_owned())
             } else {
-                retries_left -= 1;
-                self.counters.retries.fetch_add(1, Relaxed);
-                last_error = failure.into_error();
-                continue;
+                match self.choose(&tried, None) {
+                    None => Some(self.suspended().to_owned()),
+                    Some(next) if !self.budget.try_retry() => {
+                        self.release(next);
+                        Some("the retry budget is spent".to_owned())
+                    }
+                    Some(next) => {
+                        retries_left -= 1;
+                        self.counters.retries.fetch_add(1, Relaxed);
+                        chosen = next;
+                        continue;
+                    }
+                }
             };
             return match failure {
                 Failure::Status(r) => {
@@ -533,11 +546,21 @@ impl Endpoint {
         }
     }
 
-    fn has_untried(&self, tried: &Tried) -> bool {
-        self.members
-            .iter()
-            .enumerate()
-            .any(|(i, m)| !tried.get(i) && m.breaker.as_ref().is_none_or(Breaker::available))
+    /// Lets go of a URL chosen for an attempt that will not be made: a probe it was admitted
+    /// as goes to the next call.
+    fn release(&self, (index, admit): (usize, Admit)) {
+        if let Some(b) = &self.members[index].breaker {
+            b.abandon(admit);
+        }
+    }
+
+    /// Why no URL may be called now.
+    fn suspended(&self) -> &'static str {
+        if self.members.len() == 1 {
+            "its circuit breaker is open"
+        } else {
+            "the circuit breakers of its URLs are open"
+        }
     }
 
     /// The URL for the next attempt, admitted by its breaker.
@@ -546,7 +569,7 @@ impl Endpoint {
         let available = |i: usize| {
             self.members[i]
                 .breaker
-                .as_ref()
+                .as_deref()
                 .is_none_or(Breaker::available)
         };
         for _ in 0..n {
@@ -580,8 +603,16 @@ impl Endpoint {
         None
     }
 
+    /// The error of a call no URL may take: every breaker is open. Its `Retry-After` is what
+    /// is left of the shortest suspension.
     fn unavailable(&self) -> MediationError {
         let urls: Vec<&str> = self.members.iter().map(|m| &*m.upstream.label).collect();
+        let left = self
+            .members
+            .iter()
+            .filter_map(|m| m.breaker.as_deref().map(Breaker::remaining))
+            .min()
+            .unwrap_or_default();
         MediationError::new(
             ErrorKind::Unavailable,
             Blame::Upstream,
@@ -591,6 +622,7 @@ impl Endpoint {
                 urls.join(", ")
             ),
         )
+        .with_retry_after(left)
     }
 
     /// The endpoint's breaker gauge: open when no URL may be called, half-open when one is
@@ -606,14 +638,20 @@ impl Endpoint {
             any_closed |= b.state() == 0;
             any_half |= b.state() == 2;
         }
-        let state = if any_closed {
-            0
+        if any_closed {
+            self.counters.breaker_state.set(0);
         } else if any_half {
-            2
+            self.counters.breaker_state.set(2);
         } else {
-            1
-        };
-        self.counters.breaker_state.store(state, Relaxed);
+            // Every URL is suspended until the first of them may be probed.
+            let until = self
+                .members
+                .iter()
+                .filter_map(|m| m.breaker.as_deref().map(Breaker::open_until_clock_ms))
+                .min()
+                .unwrap_or_default();
+            self.counters.breaker_state.set_open_until(until);
+        }
     }
 }
 
@@ -647,18 +685,20 @@ impl Tried {
     }
 }
 
-/// Failures where nothing reached the back end (or the request may safely go again, which
-/// `retryable` tells): worth trying another URL. A timeout is not: the back end may be busy
-/// with the request.
-fn is_connect(kind: ErrorKind) -> bool {
-    matches!(
-        kind,
+/// Failures after which another URL may have the request: nothing reached the back end (the
+/// connection failed, TLS handshake included, or the URL's queue was full), or the request may
+/// safely go again (`retryable` on a closed connection). Failover does not depend on
+/// `retryable` otherwise: a certificate refused is not worth a retry on the same URL, but
+/// another URL may well take the request. A timeout is not: the back end may be busy with it.
+fn nothing_sent(e: &MediationError) -> bool {
+    match e.kind {
         ErrorKind::ConnectRefused
-            | ErrorKind::ConnectTimeout
-            | ErrorKind::Connect
-            | ErrorKind::Unavailable
-            | ErrorKind::UpstreamReset
-    )
+        | ErrorKind::ConnectTimeout
+        | ErrorKind::Connect
+        | ErrorKind::Unavailable => true,
+        ErrorKind::UpstreamReset => e.retryable,
+        _ => false,
+    }
 }
 
 /// Counts one call in progress on a gauge for as long as it lives, so a call abandoned
@@ -691,6 +731,14 @@ impl ProbeGuard<'_> {
         self.done = true;
         if let Some(b) = self.breaker {
             b.record(self.admit, ok);
+        }
+    }
+
+    /// A good answer head whose body still streams ([`Breaker::record_head`]).
+    fn record_head(mut self) {
+        self.done = true;
+        if let Some(b) = self.breaker {
+            b.record_head(self.admit);
         }
     }
 }

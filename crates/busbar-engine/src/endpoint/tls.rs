@@ -192,28 +192,7 @@ impl TlsTarget {
             .get_ref()
             .and_then(|inner| inner.downcast_ref::<rustls::Error>());
         let (message, retryable) = match tls {
-            Some(rustls::Error::InvalidCertificate(c)) => (
-                match c {
-                    CertificateError::UnknownIssuer => {
-                        format!("certificate not trusted for host {host} (unknown issuer)")
-                    }
-                    CertificateError::NotValidForName
-                    | CertificateError::NotValidForNameContext { .. } => {
-                        format!("certificate not valid for host {host} (name mismatch)")
-                    }
-                    CertificateError::Expired | CertificateError::ExpiredContext { .. } => {
-                        format!("certificate of host {host} has expired")
-                    }
-                    CertificateError::NotValidYet | CertificateError::NotValidYetContext { .. } => {
-                        format!("certificate of host {host} is not valid yet")
-                    }
-                    CertificateError::Revoked => {
-                        format!("certificate of host {host} is revoked")
-                    }
-                    other => format!("certificate of host {host} rejected: {other:?}"),
-                },
-                false,
-            ),
+            Some(rustls::Error::InvalidCertificate(c)) => (certificate_problem(host, c), false),
             Some(rustls::Error::AlertReceived(alert)) => (
                 format!(
                     "host {host} refused the handshake ({alert:?}); it may require a client certificate (tls.cert, tls.key)"
@@ -228,6 +207,103 @@ impl TlsTarget {
             retryable,
             source: Box::new(e),
         }
+    }
+}
+
+/// Why the certificate of `host` was refused, in words.
+fn certificate_problem(host: &str, c: &CertificateError) -> String {
+    let why = match c {
+        CertificateError::UnknownIssuer => {
+            return format!("certificate not trusted for host {host} (unknown issuer)")
+        }
+        CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. } => {
+            return format!("certificate not valid for host {host} (name mismatch)")
+        }
+        CertificateError::Expired | CertificateError::ExpiredContext { .. } => {
+            return format!("certificate of host {host} has expired")
+        }
+        CertificateError::NotValidYet | CertificateError::NotValidYetContext { .. } => {
+            return format!("certificate of host {host} is not valid yet")
+        }
+        CertificateError::Revoked => return format!("certificate of host {host} is revoked"),
+        CertificateError::BadEncoding => "it is malformed".into(),
+        CertificateError::BadSignature => "its signature does not verify".into(),
+        #[allow(deprecated)]
+        CertificateError::UnsupportedSignatureAlgorithm
+        | CertificateError::UnsupportedSignatureAlgorithmContext { .. }
+        | CertificateError::UnsupportedSignatureAlgorithmForPublicKeyContext { .. } => {
+            "it is signed with an algorithm that is not supported".into()
+        }
+        CertificateError::UnhandledCriticalExtension => {
+            "it has a critical extension that cannot be checked".into()
+        }
+        CertificateError::InvalidPurpose | CertificateError::InvalidPurposeContext { .. } => {
+            "it is not meant for a TLS server (extended key usage)".into()
+        }
+        CertificateError::UnknownRevocationStatus => "its revocation status is unknown".into(),
+        CertificateError::ExpiredRevocationList
+        | CertificateError::ExpiredRevocationListContext { .. } => {
+            "the revocation list to check it against has expired".into()
+        }
+        CertificateError::InvalidOcspResponse => "its stapled OCSP response is invalid".into(),
+        CertificateError::ApplicationVerificationFailure => "the handshake was refused".into(),
+        CertificateError::Other(other) => match other.0.downcast_ref::<webpki::Error>() {
+            Some(e) => webpki_problem(e),
+            None => other.to_string().into(),
+        },
+        other => other.to_string().into(),
+    };
+    format!("certificate of host {host} rejected: {why}")
+}
+
+/// The certificate checks' errors that rustls passes on as `Other`, in words (their own
+/// Display is the variant's name).
+fn webpki_problem(e: &webpki::Error) -> std::borrow::Cow<'static, str> {
+    use webpki::Error as W;
+    match e {
+        W::CaUsedAsEndEntity => {
+            "it is a CA certificate, used as the server's own certificate".into()
+        }
+        W::EndEntityUsedAsCa => {
+            "a certificate of its chain that is not a CA certificate issued another".into()
+        }
+        W::CertDistrusted => "it is distrusted".into(),
+        W::BadDer | W::BadDerTime | W::TrailingData(_) => "it is malformed".into(),
+        W::EmptyEkuExtension => "its extended key usage extension is empty".into(),
+        #[allow(deprecated)]
+        W::RequiredEkuNotFound | W::RequiredEkuNotFoundContext(_) => {
+            "it is not meant for a TLS server (extended key usage)".into()
+        }
+        W::ExtensionValueInvalid => "one of its extensions has an invalid value".into(),
+        W::MalformedExtensions => "its extensions are malformed".into(),
+        W::InvalidSerialNumber => "its serial number is invalid".into(),
+        W::MalformedDnsIdentifier => "a DNS name in it is malformed".into(),
+        W::InvalidNetworkMaskConstraint | W::MalformedNameConstraint => {
+            "a name constraint of its chain is malformed".into()
+        }
+        W::NameConstraintViolation => "it violates a name constraint of its issuer".into(),
+        W::PathLenConstraintViolated => {
+            "its chain is longer than an issuer allows (path length constraint)".into()
+        }
+        W::MaximumNameConstraintComparisonsExceeded
+        | W::MaximumPathBuildCallsExceeded
+        | W::MaximumPathDepthExceeded
+        | W::MaximumSignatureChecksExceeded => "its chain is too long or complex to check".into(),
+        W::SignatureAlgorithmMismatch => {
+            "its signature algorithm does not match its issuer's key".into()
+        }
+        W::UnsupportedCertVersion => "its X.509 version is not supported (v3 only)".into(),
+        W::UnsupportedCriticalExtension => {
+            "it has a critical extension that cannot be checked".into()
+        }
+        W::UnsupportedNameType => "it names its subject in a form that cannot be checked".into(),
+        W::InvalidCertValidity => "its validity period is invalid".into(),
+        W::CertExpired { .. } => "it has expired".into(),
+        W::CertNotValidYet { .. } => "it is not valid yet".into(),
+        W::CertRevoked => "it is revoked".into(),
+        W::UnknownIssuer => "its issuer is not trusted".into(),
+        W::CertNotValidForName(_) => "it is not valid for this host name".into(),
+        other => other.to_string().into(),
     }
 }
 

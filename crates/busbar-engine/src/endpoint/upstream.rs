@@ -31,9 +31,10 @@ use hyper::client::conn::http1;
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::task::AbortHandle;
 
+use super::breaker::Breaker;
 use super::retry::ReplayProbe;
 use super::tls::TlsTarget;
 use crate::headers::strip_hop_by_hop;
@@ -55,6 +56,20 @@ pub struct UpstreamSettings {
     pub max_connections: Option<usize>,
     /// Requests that may wait for one of `max_connections`.
     pub queue: usize,
+}
+
+/// What a URL's health is made of, for its client: its counters, its breaker, and the statuses
+/// its endpoint counts as failures. Response bodies keep it, so a body the back end cuts short
+/// counts as a failure of its URL after the call returned.
+#[derive(Debug)]
+pub struct UrlHealth {
+    /// Counters of the URL.
+    pub stats: Arc<UpstreamCounters>,
+    /// Its circuit breaker, if the endpoint has one.
+    pub breaker: Option<Arc<Breaker>>,
+    /// Statuses that make an answer a failure (`breaker.on_status`, `failover.on_status`,
+    /// `retry_on_status`).
+    pub fails_on: Vec<StatusCode>,
 }
 
 /// A path a shaped `call` appends to the endpoint URL's path (starts with `/`, already
@@ -84,6 +99,18 @@ pub struct Upstream {
     counters: Arc<Counters>,
     /// Counters of this URL.
     pub stats: Arc<UpstreamCounters>,
+    /// What its response bodies report to.
+    body_cx: Arc<BodyContext>,
+}
+
+/// What a response body reports to once its call returned: one per URL, shared by its bodies.
+#[derive(Debug)]
+struct BodyContext {
+    counters: Arc<Counters>,
+    health: UrlHealth,
+    endpoint: Arc<str>,
+    /// As [`Upstream::suffix`].
+    suffix: String,
 }
 
 #[derive(Debug)]
@@ -95,13 +122,28 @@ struct Limit {
 }
 
 /// The idle lists, one per worker; shared with the leases that return connections to them.
+///
+/// Each list has a sweeper task on its worker, started when the list first keeps a connection:
+/// it closes connections idle for `keep_alive`, waking when the oldest one is due, and drops
+/// those the back end closed as soon as their connection task ends. Nothing of it runs on the
+/// request path.
 #[derive(Debug)]
 struct Pools {
-    lists: Vec<Mutex<Vec<Idle>>>,
+    lists: Vec<Mutex<IdleList>>,
+    /// One per list: a connection ended on the back end's side (or the pools went away), for
+    /// the list's sweeper.
+    ended: Vec<Arc<Notify>>,
     pool_size: usize,
     keep_alive: Duration,
     /// Where the number of idle connections is shown (`busbar_upstream_idle_connections`).
     stats: Arc<UpstreamCounters>,
+}
+
+#[derive(Debug, Default)]
+struct IdleList {
+    idle: Vec<Idle>,
+    /// Its sweeper was started.
+    swept: bool,
 }
 
 struct Idle {
@@ -116,32 +158,66 @@ impl std::fmt::Debug for Idle {
     }
 }
 
+/// The sweeper's longest sleep when its list is empty: a connection put back meanwhile is due
+/// no earlier than `keep_alive` after, so it is never late.
+const MIN_SWEEP: Duration = Duration::from_millis(100);
+
 impl Pools {
-    fn list(&self) -> &Mutex<Vec<Idle>> {
-        &self.lists[super::worker_index() % self.lists.len()]
+    fn new(
+        workers: usize,
+        pool_size: usize,
+        keep_alive: Duration,
+        stats: Arc<UpstreamCounters>,
+    ) -> Self {
+        Self {
+            lists: (0..workers).map(|_| Mutex::default()).collect(),
+            ended: (0..workers).map(|_| Arc::default()).collect(),
+            pool_size,
+            keep_alive,
+            stats,
+        }
     }
 
-    fn put_back(&self, sender: http1::SendRequest<Body>, conn: AbortHandle) {
+    fn index(&self) -> usize {
+        super::worker_index() % self.lists.len()
+    }
+
+    fn lock(&self, index: usize) -> std::sync::MutexGuard<'_, IdleList> {
+        self.lists[index].lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn put_back(self: &Arc<Self>, sender: http1::SendRequest<Body>, conn: AbortHandle) {
         if sender.is_closed() || self.pool_size == 0 {
             conn.abort();
             return;
         }
-        let mut pool = self.list().lock().unwrap_or_else(|p| p.into_inner());
-        if pool.len() >= self.pool_size {
+        let index = self.index();
+        let mut pool = self.lock(index);
+        if pool.idle.len() >= self.pool_size {
             conn.abort();
             return;
         }
-        pool.push(Idle {
+        pool.idle.push(Idle {
             sender,
             conn,
             since: Instant::now(),
         });
         self.stats.idle.fetch_add(1, Relaxed);
+        if !pool.swept {
+            if let Ok(rt) = tokio::runtime::Handle::try_current() {
+                pool.swept = true;
+                rt.spawn(sweeper(
+                    Arc::downgrade(self),
+                    index,
+                    self.ended[index].clone(),
+                ));
+            }
+        }
     }
 
     fn take_idle(&self) -> Option<Idle> {
-        let mut pool = self.list().lock().unwrap_or_else(|p| p.into_inner());
-        while let Some(idle) = pool.pop() {
+        let mut pool = self.lock(self.index());
+        while let Some(idle) = pool.idle.pop() {
             self.stats.idle.fetch_sub(1, Relaxed);
             if idle.since.elapsed() < self.keep_alive
                 && !idle.sender.is_closed()
@@ -153,17 +229,57 @@ impl Pools {
         }
         None
     }
+
+    /// Closes the connections of list `index` idle for `keep_alive` and drops those the back
+    /// end closed; says when the next one is due.
+    fn sweep(&self, index: usize) -> Option<Instant> {
+        let now = Instant::now();
+        let mut pool = self.lock(index);
+        let before = pool.idle.len();
+        pool.idle.retain(|idle| {
+            let keep = now.saturating_duration_since(idle.since) < self.keep_alive
+                && !idle.sender.is_closed();
+            if !keep {
+                idle.conn.abort();
+            }
+            keep
+        });
+        let closed = before - pool.idle.len();
+        if closed > 0 {
+            self.stats.idle.fetch_sub(closed as i64, Relaxed);
+        }
+        pool.idle.iter().map(|i| i.since + self.keep_alive).min()
+    }
+}
+
+/// Sweeps one idle list until its pools go away (a reload replaced them).
+async fn sweeper(pools: std::sync::Weak<Pools>, index: usize, ended: Arc<Notify>) {
+    loop {
+        let next = {
+            let Some(pools) = pools.upgrade() else {
+                return;
+            };
+            let quiet = Instant::now() + pools.keep_alive.max(MIN_SWEEP);
+            pools.sweep(index).unwrap_or(quiet)
+        };
+        tokio::select! {
+            () = tokio::time::sleep_until(next.into()) => {}
+            () = ended.notified() => {}
+        }
+    }
 }
 
 impl Drop for Pools {
     fn drop(&mut self) {
         // Idle connections of a replaced runtime are closed, not left to time out.
-        for pool in &self.lists {
+        for (pool, ended) in self.lists.iter().zip(&self.ended) {
             let pool = pool.lock().unwrap_or_else(|p| p.into_inner());
-            self.stats.idle.fetch_sub(pool.len() as i64, Relaxed);
-            for idle in pool.iter() {
+            self.stats.idle.fetch_sub(pool.idle.len() as i64, Relaxed);
+            for idle in pool.idle.iter() {
                 idle.conn.abort();
             }
+            // Its sweeper ends now rather than at its next turn.
+            ended.notify_one();
         }
     }
 }
@@ -228,9 +344,31 @@ fn parse_target(url: &str, shown: &str) -> Result<Target, String> {
     if host.is_empty() {
         return Err(format!("no host in '{shown}'"));
     }
-    let port = authority.port_u16().unwrap_or(if https { 443 } else { 80 });
+    // The port as written after the host (`http` keeps a port it cannot read as `None`, which
+    // would quietly become the scheme's default): empty means the default (RFC 3986 3.2.3).
+    let host_and_port = authority
+        .as_str()
+        .rsplit_once('@')
+        .map_or(authority.as_str(), |(_, h)| h);
+    let written = host_and_port
+        .strip_prefix(host)
+        .and_then(|rest| rest.strip_prefix(':'))
+        .filter(|p| !p.is_empty());
+    let port = match written {
+        None => {
+            if https {
+                443
+            } else {
+                80
+            }
+        }
+        Some(p) => match p.parse::<u16>() {
+            Ok(n) if n > 0 && p.bytes().all(|b| b.is_ascii_digit()) => n,
+            _ => return Err(format!("invalid port '{p}' in '{shown}': use 1 to 65535")),
+        },
+    };
     // The Host header is the authority without credentials.
-    let host_port = match authority.port() {
+    let host_port = match written {
         Some(p) => format!("{host}:{p}"),
         None => host.to_owned(),
     };
@@ -303,8 +441,9 @@ impl Upstream {
         settings: UpstreamSettings,
         workers: usize,
         counters: Arc<Counters>,
-        stats: Arc<UpstreamCounters>,
+        health: UrlHealth,
     ) -> Result<Self, String> {
+        let stats = health.stats.clone();
         let target = parse_target(url, shown)?;
         let tls = match (target.https, tls) {
             (false, _) => None,
@@ -317,14 +456,21 @@ impl Upstream {
             max,
             queue: settings.queue,
         });
+        let suffix = if several {
+            format!(" ({shown})")
+        } else {
+            String::new()
+        };
+        let body_cx = Arc::new(BodyContext {
+            counters: counters.clone(),
+            health,
+            endpoint: endpoint.clone(),
+            suffix: suffix.clone(),
+        });
         Ok(Self {
             label: shown.into(),
             endpoint: endpoint.clone(),
-            suffix: if several {
-                format!(" ({shown})")
-            } else {
-                String::new()
-            },
+            suffix,
             connect_addr: target.connect_addr,
             host_header: target.host_header,
             target: target
@@ -333,19 +479,23 @@ impl Upstream {
                 .map_err(|e| format!("invalid path in '{shown}': {e}"))?,
             basic_auth: target.basic_auth,
             tls,
-            pools: Arc::new(Pools {
-                lists: (0..workers.max(1))
-                    .map(|_| Mutex::new(Vec::new()))
-                    .collect(),
-                pool_size: settings.pool_size,
-                keep_alive: settings.keep_alive,
-                stats: stats.clone(),
-            }),
+            pools: Arc::new(Pools::new(
+                workers.max(1),
+                settings.pool_size,
+                settings.keep_alive,
+                stats.clone(),
+            )),
             settings,
             limit,
             counters,
             stats,
+            body_cx,
         })
+    }
+
+    /// True when the endpoint counts an answer with `status` as a failure of its URL.
+    pub fn fails_on(&self, status: StatusCode) -> bool {
+        self.body_cx.health.fails_on.contains(&status)
     }
 
     fn error(&self, kind: ErrorKind, what: impl std::fmt::Display) -> MediationError {
@@ -362,6 +512,8 @@ impl Upstream {
     /// headers and `Expect` are removed and `Host` is the URL's authority.
     pub async fn call(&self, req: Request<Body>) -> Result<Response<Body>, MediationError> {
         let permit = self.permit().await?;
+        // Past the queue of max_connections: the attempt goes to this URL.
+        self.stats.attempts.fetch_add(1, Relaxed);
         let (mut parts, body) = req.into_parts();
         let probe = parts.extensions.remove::<ReplayProbe>();
         let replayable_after_send = idempotent(&parts.method)
@@ -447,6 +599,9 @@ impl Upstream {
                 .retryable(replayable_after_send));
         }
         let (mut parts, incoming) = response.into_parts();
+        // A proxy answers in its own HTTP version (RFC 9110 6.2, 7.6.3): an HTTP/1.0 back end
+        // must not turn the client's keep-alive HTTP/1.1 connection into a 1.0 one.
+        parts.version = Version::HTTP_11;
         // RFC 9112 6.3: with Transfer-Encoding, a Content-Length is wrong (hyper decoded the
         // body by the encoding); forwarded, it would cut the client's copy at its count.
         if parts.headers.contains_key(TRANSFER_ENCODING) {
@@ -463,9 +618,8 @@ impl Upstream {
                 lease: Some(lease),
                 idle_timeout: self.settings.timeout,
                 timer: None,
-                counters: self.counters.clone(),
-                endpoint: self.endpoint.clone(),
-                suffix: self.suffix.clone(),
+                cx: self.body_cx.clone(),
+                settles: !self.fails_on(status),
                 received: 0,
                 cut: false,
                 sending,
@@ -696,10 +850,14 @@ impl Upstream {
                 .retryable(true)
                 .with_source(e)
             })?;
+        // Connections opened on this worker go back to its idle list.
+        let ended = self.pools.ended[self.pools.index()].clone();
         let task = tokio::spawn(async move {
             // The connection ends when the back end closes it or the lease aborts it; either
-            // way the request that used it has already seen the outcome.
+            // way the request that used it has already seen the outcome. Ended by the back
+            // end, it may be idle in the pool: the sweeper drops it.
             let _ = conn.await;
+            ended.notify_one();
         });
         Ok((sender, task.abort_handle()))
     }
@@ -901,16 +1059,18 @@ fn with_causes(e: &(dyn std::error::Error + 'static)) -> String {
 
 /// A back-end response body that returns its connection to the pool once read to the end,
 /// and fails if the back end stalls longer than the endpoint's timeout. A body the back end
-/// cuts short is counted once on the endpoint (`responses_cut`) and fails with an error that
-/// names the endpoint and how far it got, so the client's copy never looks complete.
+/// cuts short is counted once on the endpoint (`responses_cut`) and as a failure of its URL
+/// (its failures counter and breaker), and fails with an error that names the endpoint and how
+/// far it got, so the client's copy never looks complete.
 struct LeasedBody {
     inner: Incoming,
     lease: Option<Lease>,
     idle_timeout: Duration,
     timer: Option<Pin<Box<tokio::time::Sleep>>>,
-    counters: Arc<Counters>,
-    endpoint: Arc<str>,
-    suffix: String,
+    cx: Arc<BodyContext>,
+    /// The answer's status counted as a success so far: the body's end or cut settles it on
+    /// the breaker. An answer already counted as a failure is not counted again.
+    settles: bool,
     /// Body bytes received so far.
     received: u64,
     /// The body failed once already: counted, not again.
@@ -926,13 +1086,33 @@ impl LeasedBody {
         self.lease = None;
         self.timer = None;
         if !std::mem::replace(&mut self.cut, true) {
-            self.counters.responses_cut.fetch_add(1, Relaxed);
+            self.cx.counters.responses_cut.fetch_add(1, Relaxed);
+            if std::mem::take(&mut self.settles) {
+                // The answer was sent on already: nothing is retried, but its URL failed.
+                self.cx.health.stats.failures.fetch_add(1, Relaxed);
+                if let Some(b) = &self.cx.health.breaker {
+                    b.body_cut();
+                }
+            }
         }
         format!(
             "endpoint '{}'{} {what} after {} bytes of its response body",
-            self.endpoint, self.suffix, self.received
+            self.cx.endpoint, self.cx.suffix, self.received
         )
         .into()
+    }
+
+    /// The body reached its end: the connection goes back to the pool, and the answer counts
+    /// as a success of its URL.
+    fn ended(&mut self) {
+        if let Some(lease) = self.lease.take() {
+            lease.release();
+        }
+        if std::mem::take(&mut self.settles) {
+            if let Some(b) = &self.cx.health.breaker {
+                b.body_ended();
+            }
+        }
     }
 }
 
@@ -952,13 +1132,14 @@ impl http_body::Body for LeasedBody {
             Poll::Ready(Some(Ok(frame))) => {
                 this.timer = None;
                 if let Some(data) = frame.data_ref() {
-                    this.counters.bytes_in.fetch_add(data.len() as u64, Relaxed);
+                    this.cx
+                        .counters
+                        .bytes_in
+                        .fetch_add(data.len() as u64, Relaxed);
                     this.received += data.len() as u64;
                 }
                 if this.inner.is_end_stream() {
-                    if let Some(lease) = this.lease.take() {
-                        lease.release();
-                    }
+                    this.ended();
                 }
                 Poll::Ready(Some(Ok(frame)))
             }
@@ -971,14 +1152,12 @@ impl http_body::Body for LeasedBody {
                         failure,
                     )))));
                 }
-                this.counters.error(ErrorKind::UpstreamReset);
+                this.cx.counters.error(ErrorKind::UpstreamReset);
                 let what = format!("broke off ({})", with_causes(&e));
                 Poll::Ready(Some(Err(this.cut(what))))
             }
             Poll::Ready(None) => {
-                if let Some(lease) = this.lease.take() {
-                    lease.release();
-                }
+                this.ended();
                 Poll::Ready(None)
             }
             Poll::Pending => {
@@ -988,7 +1167,7 @@ impl http_body::Body for LeasedBody {
                     .get_or_insert_with(|| Box::pin(tokio::time::sleep(timeout)));
                 match timer.as_mut().poll(cx) {
                     Poll::Ready(()) => {
-                        this.counters.error(ErrorKind::ResponseTimeout);
+                        this.cx.counters.error(ErrorKind::ResponseTimeout);
                         let what = format!("paused longer than {timeout:?}");
                         Poll::Ready(Some(Err(this.cut(what))))
                     }
@@ -1042,6 +1221,25 @@ mod tests {
         assert_eq!(t.connect_addr, "example.com:443");
         assert_eq!(t.host_header, "example.com");
         assert_eq!(t.host, "example.com");
+    }
+
+    #[test]
+    fn a_port_outside_1_to_65535_is_refused_not_defaulted() {
+        for url in [
+            "http://127.0.0.1:99999/",
+            "http://h:0/",
+            "https://u:p@h:65536/x",
+            "http://[::1]:70000/",
+        ] {
+            let err = parse_target(url, url).err().unwrap_or_default();
+            assert!(err.starts_with("invalid port"), "{url}: {err:?}");
+        }
+        let t = parse_target("http://[::1]:8080/", "shown").expect("target");
+        assert_eq!(t.connect_addr, "[::1]:8080");
+        let t = parse_target("http://u:p@h:65535/", "shown").expect("target");
+        assert_eq!(t.connect_addr, "h:65535");
+        let t = parse_target("http://h:/", "shown").expect("target");
+        assert_eq!(t.connect_addr, "h:80");
     }
 
     #[test]
