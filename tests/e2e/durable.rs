@@ -219,6 +219,22 @@ impl Node {
              persistence: {{ database: flows, node: {name}, lease: 2s, completion: always{more} }}\n",
             dir.display()
         );
+        let node = Node::spawn(dir, name, http, admin, &yaml);
+        // Ready once the saved instances are taken up (503 until then).
+        let ready = eventually(Duration::from_secs(30), || {
+            std::net::TcpStream::connect(node.http).is_ok()
+                && std::net::TcpStream::connect(node.admin).is_ok()
+                && Client::connect(node.admin)
+                    .get("/readyz")
+                    .is_ok_and(|r| r.status == 200)
+        });
+        assert!(ready, "busbar did not start: {}", node.log_text());
+        node
+    }
+
+    /// `busbar run` on `yaml` (written to NAME.yaml in `dir`, its log to NAME.log), not
+    /// waiting for anything.
+    fn spawn(dir: &Path, name: &str, http: SocketAddr, admin: SocketAddr, yaml: &str) -> Node {
         let config = dir.join(format!("{name}.yaml"));
         std::fs::write(&config, yaml).expect("write config");
         let log = dir.join(format!("{name}.log"));
@@ -236,22 +252,12 @@ impl Node {
             )
             .spawn()
             .expect("busbar run");
-        let node = Node {
+        Node {
             child,
             http,
             admin,
             log,
-        };
-        // Ready once the saved instances are taken up (503 until then).
-        let ready = eventually(Duration::from_secs(30), || {
-            std::net::TcpStream::connect(node.http).is_ok()
-                && std::net::TcpStream::connect(node.admin).is_ok()
-                && Client::connect(node.admin)
-                    .get("/readyz")
-                    .is_ok_and(|r| r.status == 200)
-        });
-        assert!(ready, "busbar did not start: {}", node.log_text());
-        node
+        }
     }
 
     fn log_text(&self) -> String {
@@ -945,5 +951,58 @@ fn in_memory_processes_stay_transient_and_a_changed_process_is_not_resumed() {
         "{}",
         node.log_text()
     );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// More waiting instances than one claim takes (500): after a `kill -9` every one is taken
+/// up once, the node gets ready, and each conversation and timer completes exactly once.
+#[test]
+fn a_restart_with_more_waiting_instances_than_a_claim_page_resumes_each_once() {
+    let dir = folder("PT2S");
+    let file = dir.join("flows.db");
+    let db = Db::Sqlite(&file);
+    let (recorder, seen) = recording_back_end();
+    let (waiters, sleepers) = (620, 20);
+    let mut node = Node::start(&dir, "n1", &db, recorder);
+    for r in many(&node, waiters, |i| {
+        (
+            "/durable/Waiter".into(),
+            "urn:dur:start".into(),
+            format!("w{i}"),
+        )
+    }) {
+        assert_eq!(r.status, 200, "{}", r.text());
+    }
+    for r in many(&node, sleepers, |i| {
+        (
+            "/durable/Sleeper".into(),
+            "urn:dur:sleep".into(),
+            format!("s{i}"),
+        )
+    }) {
+        assert_eq!(r.status, 200, "{}", r.text());
+    }
+    node.kill();
+    // Ready (200) within the 30 s `start` allows: the take-up ended.
+    let node = Node::start(&dir, "n1", &db, recorder);
+    for r in many(&node, waiters, |i| {
+        (
+            "/durable/Waiter".into(),
+            "urn:dur:finish".into(),
+            format!("w{i}"),
+        )
+    }) {
+        assert_eq!(r.status, 200, "{}: {}", r.text(), node.log_text());
+        assert!(r.text().contains("finished w"), "{}", r.text());
+    }
+    let all = eventually(Duration::from_secs(30), || {
+        recorded(&seen).len() == waiters + sleepers
+    });
+    assert!(all, "{:?}\n{}", recorded(&seen), node.log_text());
+    std::thread::sleep(Duration::from_millis(500));
+    let got = recorded(&seen);
+    for (text, n) in &got {
+        assert_eq!(*n, 1, "{text} recorded {n} times");
+    }
     let _ = std::fs::remove_dir_all(dir);
 }

@@ -138,10 +138,12 @@ INSERT INTO busbar_bpel_nodes (node, heartbeat) VALUES (:node, :now)
 ON CONFLICT (node) DO UPDATE SET heartbeat = excluded.heartbeat";
 
 /// Which waiting instances a node may claim; `{processes}` is the dialect's way of reading
-/// the JSON array of process names bound to `:processes`.
+/// the JSON array of process names bound to `:processes`. `:paged` = 1 keeps only ids after
+/// `:after` (the last of the page before), in the stored (signed) order the claim sorts by.
 const CLAIMABLE: &str = "
 i.state = 'waiting'
 AND i.process IN ({processes})
+AND (:paged = 0 OR i.id > :after)
 AND (i.owner IS NULL
      OR (:own = 1 AND i.owner = :node)
      OR NOT EXISTS (SELECT 1 FROM busbar_bpel_nodes n
@@ -813,6 +815,7 @@ impl SqlStore {
             .unwrap_or_else(|_| Err(format!("{what} instance {id}: the writer has stopped")))
     }
 
+    #[allow(clippy::too_many_arguments)]
     async fn claim_now(
         &self,
         node: &str,
@@ -820,6 +823,7 @@ impl SqlStore {
         stale_ms: i64,
         now_ms: i64,
         processes: Vec<String>,
+        after: Option<u64>,
         limit: usize,
     ) -> Result<Vec<Stored>, String> {
         if processes.is_empty() || limit == 0 {
@@ -831,6 +835,8 @@ impl SqlStore {
             ("stale", Value::Int(stale_ms)),
             ("now", Value::Int(now_ms)),
             ("processes", Value::Json(processes.into())),
+            ("paged", Value::Int(i64::from(after.is_some()))),
+            ("after", id(after.unwrap_or(0))),
             ("limit", count(limit)),
         ];
         let out = self
@@ -842,7 +848,8 @@ impl SqlStore {
             .into_iter()
             .map(InstanceRow::into_stored)
             .collect::<Result<Vec<_>, _>>()?;
-        claimed.sort_by_key(|s| s.id);
+        // In the order the statement pages by: the stored, signed, value of the id.
+        claimed.sort_by_key(|s| s.id as i64);
         Ok(claimed)
     }
 
@@ -915,13 +922,22 @@ impl Store for SqlStore {
         lease: Duration,
         now_ms: i64,
         processes: &[String],
+        after: Option<u64>,
         limit: usize,
     ) -> BoxFuture<'_, Result<Vec<Stored>, String>> {
         let node = node.to_owned();
         let processes = processes.to_vec();
         Box::pin(async move {
-            self.claim_now(&node, own, stale(now_ms, lease), now_ms, processes, limit)
-                .await
+            self.claim_now(
+                &node,
+                own,
+                stale(now_ms, lease),
+                now_ms,
+                processes,
+                after,
+                limit,
+            )
+            .await
         })
     }
 
@@ -1177,7 +1193,10 @@ mod tests {
         limit: usize,
     ) -> Vec<u64> {
         let processes: Vec<String> = processes.iter().map(|p| (*p).to_owned()).collect();
-        let claimed = must(s.claim(node, own, LEASE, NOW, &processes, limit).await);
+        let claimed = must(
+            s.claim(node, own, LEASE, NOW, &processes, None, limit)
+                .await,
+        );
         for c in &claimed {
             assert_eq!(c.owner.as_deref(), Some(node), "{c:?}");
             assert_eq!(c.updated_ms, NOW, "{c:?}");
@@ -1403,6 +1422,37 @@ mod tests {
         );
     }
 
+    /// A node taking up its own instances after a restart matches the rows it just claimed
+    /// again: pages that start after the last id still take each one once, ids past
+    /// `i64::MAX` (stored negative) included.
+    async fn claims_page_by_id_and_take_own_instances_once(s: &SqlStore) {
+        must(s.heartbeat("me", NOW).await);
+        let big = u64::MAX - 2;
+        let ids: Vec<u64> = (1..=7).chain([big, big + 1]).collect();
+        for id in &ids {
+            must(s.save(waiting(*id, P, "me", NOW - 100_000, &[])).await);
+        }
+        let processes = vec![P.to_owned()];
+        let mut after = None;
+        let mut seen = Vec::new();
+        for _ in 0..10 {
+            let page = must(s.claim("me", true, LEASE, NOW, &processes, after, 2).await);
+            assert!(page.len() <= 2, "{page:?}");
+            let Some(last) = page.last() else { break };
+            after = Some(last.id);
+            seen.extend(page.iter().map(|r| r.id));
+        }
+        let mut want = ids.clone();
+        // The stored order: ids past i64::MAX are negative there, so they come first.
+        want.sort_by_key(|i| *i as i64);
+        assert_eq!(seen, want);
+        // Without a starting point the same rows come again (they are this node's).
+        assert_eq!(
+            must(s.claim("me", true, LEASE, NOW, &processes, None, 2).await).len(),
+            2
+        );
+    }
+
     /// Past a buffer's worth of rows the database streams its answer; it is read whole.
     async fn claims_return_large_snapshots_whole(s: &SqlStore) {
         let big = format!(r#"{{"format":1,"vars":"{}"}}"#, "x".repeat(4_000));
@@ -1412,7 +1462,7 @@ mod tests {
             must(s.save(save).await);
         }
         let processes = [P.to_owned()];
-        let claimed = must(s.claim("me", false, LEASE, NOW, &processes, 50).await);
+        let claimed = must(s.claim("me", false, LEASE, NOW, &processes, None, 50).await);
         assert_eq!(claimed.len(), 20);
         assert!(claimed
             .iter()
@@ -1601,6 +1651,7 @@ mod tests {
             first_finishes_commit_together_and_a_clash_fails_alone,
             claims_take_unowned_and_dead_instances_and_own_ones_when_asked,
             claims_respect_the_limit_and_the_processes,
+            claims_page_by_id_and_take_own_instances_once,
             claims_return_large_snapshots_whole,
             key_owner_tells_whether_the_owner_is_alive,
             transitions_happen_only_from_the_given_state,

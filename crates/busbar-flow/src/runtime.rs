@@ -236,6 +236,10 @@ pub struct Persistence {
 /// Longest a message waits for the saved instances to be taken up after a start.
 const RECOVERY_WAIT: Duration = Duration::from_secs(30);
 
+/// Saved instances claimed per statement while recovering; the next page starts after the
+/// last id of the one before, so each is taken up once however many there are.
+const CLAIM_PAGE: usize = 500;
+
 /// Upper bounds (ms) of the write-latency histogram's buckets.
 pub const WRITE_BUCKETS_MS: [f64; 10] =
     [0.5, 1.0, 2.5, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 1000.0];
@@ -600,18 +604,31 @@ impl Engine {
             if names.is_empty() {
                 continue;
             }
+            // Page by id: a claim with `own` matches the rows it just claimed again, so
+            // asking for "the next 500" without a starting point would return the same
+            // ones for ever.
+            let mut after = None;
             loop {
                 let rows = p
                     .store
-                    .claim(&p.node, own, p.lease, durable::now_ms(), &names, 500)
+                    .claim(
+                        &p.node,
+                        own,
+                        p.lease,
+                        durable::now_ms(),
+                        &names,
+                        after,
+                        CLAIM_PAGE,
+                    )
                     .await?;
                 let n = rows.len();
+                after = rows.last().map(|r| r.id).or(after);
                 for row in rows {
                     if self.resume_row(&p, &lives, row).await {
                         resumed += 1;
                     }
                 }
-                if n < 500 {
+                if n < CLAIM_PAGE {
                     break;
                 }
             }

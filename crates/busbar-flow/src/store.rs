@@ -152,6 +152,11 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// no owner) and, when `own`, those `node` owns already (after its restart). On
     /// PostgreSQL the rows are locked with `FOR UPDATE SKIP LOCKED`, so nodes claiming at the
     /// same time take different instances.
+    ///
+    /// Rows come in the store's order of ids, and only those after `after` (the last id of
+    /// the page before; `None`: from the first): a caller pages through them with it, and
+    /// takes each once even when `own` makes the rows it claimed claimable again.
+    #[allow(clippy::too_many_arguments)]
     fn claim(
         &self,
         node: &str,
@@ -159,6 +164,7 @@ pub trait Store: Send + Sync + std::fmt::Debug {
         lease: Duration,
         now_ms: i64,
         processes: &[String],
+        after: Option<u64>,
         limit: usize,
     ) -> BoxFuture<'_, Result<Vec<Stored>, String>>;
 
