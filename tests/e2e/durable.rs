@@ -1006,3 +1006,28 @@ fn a_restart_with_more_waiting_instances_than_a_claim_page_resumes_each_once() {
     }
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// The end of an instance cannot be written (PostgreSQL stopped): the reply it held is a
+/// `persistenceFailed` fault, not a success the database does not hold; after a restart the
+/// instance waits at its last saved point again.
+#[test]
+fn an_end_that_cannot_be_saved_answers_persistence_failed() {
+    let pg = TempPostgres::start().unwrap_or_else(|e| panic!("{e}"));
+    let dir = folder("PT2S");
+    let db = Db::Postgres(&pg);
+    let (recorder, _seen) = recording_back_end();
+    let mut node = Node::start(&dir, "n1", &db, recorder);
+    let r = node.call("/durable/Waiter", "urn:dur:start", "p1");
+    assert_eq!(r.status, 200, "{}", r.text());
+    pg.stop().unwrap_or_else(|e| panic!("{e}"));
+    let r = node.call("/durable/Waiter", "urn:dur:finish", "p1");
+    assert_eq!(r.status, 500, "{}\n{}", r.text(), node.log_text());
+    assert!(r.text().contains("persistenceFailed"), "{}", r.text());
+    node.kill();
+    pg.restart().unwrap_or_else(|e| panic!("{e}"));
+    let node = Node::start(&dir, "n1", &db, recorder);
+    let r = node.call("/durable/Waiter", "urn:dur:finish", "p1");
+    assert_eq!(r.status, 200, "{}\n{}", r.text(), node.log_text());
+    assert!(r.text().contains("finished p1"), "{}", r.text());
+    let _ = std::fs::remove_dir_all(dir);
+}

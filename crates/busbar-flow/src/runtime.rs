@@ -1589,7 +1589,10 @@ struct InstanceDur {
 
 impl InstanceDur {
     /// Records the instance's end after any write queued before it, then sends the answers
-    /// it held (as they are: the instance did end so, even when the record failed).
+    /// it held. When the record fails, the database still holds the instance at its last
+    /// wait point, and a restart resumes it from there and runs the steps after it again:
+    /// a client told of success would repeat nothing, yet its step would happen twice. So
+    /// each held answer becomes a `persistenceFailed` fault, as when a snapshot fails.
     fn write_finish(
         self: &Arc<Self>,
         finish: crate::store::Finish,
@@ -1603,11 +1606,22 @@ impl InstanceDur {
             let r = d.durability.persistence.store.finish(finish).await;
             d.durability.observe(t0.elapsed(), r.is_ok());
             drop(written);
-            if let Err(e) = r {
-                tracing::error!(instance = id, "cannot record the instance's end: {e}");
-            }
-            for (tx, o) in held {
-                let _ = tx.send(o);
+            match r {
+                Ok(()) => {
+                    for (tx, o) in held {
+                        let _ = tx.send(o);
+                    }
+                }
+                Err(e) => {
+                    tracing::error!(instance = id, "cannot record the instance's end: {e}");
+                    let f = Fault::busbar(
+                        "persistenceFailed",
+                        format!("the instance's end could not be saved: {e}"),
+                    );
+                    for (tx, _) in held {
+                        let _ = tx.send(Outcome::Fault(f.clone()));
+                    }
+                }
             }
         });
     }
