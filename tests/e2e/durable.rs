@@ -1031,3 +1031,44 @@ fn an_end_that_cannot_be_saved_answers_persistence_failed() {
     assert!(r.text().contains("finished p1"), "{}", r.text());
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// A SQLite file keeps the instances of one busbar: a second one on the same file refuses
+/// to start, naming it, while the first serves on and can still reload.
+#[test]
+fn a_second_busbar_on_the_same_sqlite_file_refuses_to_start() {
+    let dir = folder("PT2S");
+    let file = dir.join("flows.db");
+    let db = Db::Sqlite(&file);
+    let (recorder, _seen) = recording_back_end();
+    let first = Node::start(&dir, "n1", &db, recorder);
+    let yaml = std::fs::read_to_string(dir.join("n1.yaml")).expect("config");
+    let (http, admin) = (free_addr(), free_addr());
+    let yaml = yaml
+        .replace(&first.http.to_string(), &http.to_string())
+        .replace(&first.admin.to_string(), &admin.to_string())
+        .replace("node: n1", "node: n2");
+    let mut second = Node::spawn(&dir, "n2", http, admin, &yaml);
+    let mut status = None;
+    let ended = eventually(Duration::from_secs(30), || {
+        status = second.child.try_wait().ok().flatten();
+        status.is_some()
+    });
+    assert!(ended, "the second busbar runs: {}", second.log_text());
+    assert!(status.is_some_and(|s| !s.success()), "{status:?}");
+    let log = second.log_text();
+    assert!(
+        log.contains(&*file.to_string_lossy()) && log.contains("another running busbar"),
+        "{log}"
+    );
+    // The first one is unharmed, and a reload (a new store beside the old one) is no
+    // second holder.
+    let mut c = Client::connect(first.admin);
+    c.send_raw(b"POST /reload HTTP/1.1\r\nHost: t\r\nContent-Length: 0\r\n\r\n");
+    let r = c.read_response().expect("reload");
+    assert_eq!(r.status, 200, "{}\n{}", r.text(), first.log_text());
+    let r = first.call("/durable/Waiter", "urn:dur:start", "x1");
+    assert_eq!(r.status, 200, "{}", r.text());
+    let r = first.call("/durable/Waiter", "urn:dur:finish", "x1");
+    assert_eq!(r.status, 200, "{}", r.text());
+    let _ = std::fs::remove_dir_all(dir);
+}

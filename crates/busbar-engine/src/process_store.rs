@@ -24,13 +24,20 @@
 //!   WHERE clause again on the row's new version: a subquery is evaluated again for the new
 //!   owner, whereas a joined heartbeat row stays the one found for the old owner (none, for
 //!   an unowned row), and the row would be claimed twice.
+//! - SQLite has one owner per file, and nothing in the file says who: a second busbar on the
+//!   same file would resume, accept and time out the same instances. [`Store::hold`] takes
+//!   an exclusive lock on `FILE.lock` beside it ([`busbar_sql::FileLock`]) for the life of
+//!   the process's stores; the stores of one process (a reload's beside the old one's)
+//!   share it through [`HELD`].
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use busbar_flow::runtime::BoxFuture;
 use busbar_flow::store::{Counts, Finish, KeyOwner, Save, State, Store, Stored};
-use busbar_sql::{Database, DbError, NumericAs, Output, Query, Shape, Statement, Value};
+use busbar_sql::{
+    Database, DbError, FileLock, LockError, NumericAs, Output, Query, Shape, Statement, Value,
+};
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
 
@@ -183,10 +190,47 @@ const COUNTS: &str = "
 SELECT process, state, COUNT(*) AS n FROM busbar_bpel_instances
 GROUP BY process, state ORDER BY process, state";
 
+/// The SQLite lock files this process holds, by the database file's canonical path; an
+/// entry lives as long as a store holding it.
+static HELD: std::sync::Mutex<Vec<(std::path::PathBuf, std::sync::Weak<FileLock>)>> =
+    std::sync::Mutex::new(Vec::new());
+
+/// Takes (or shares, within this process) the lock of SQLite database `file`.
+fn lock_sqlite(file: &std::path::Path) -> Result<Arc<FileLock>, String> {
+    let key = std::fs::canonicalize(file).unwrap_or_else(|_| file.to_path_buf());
+    let mut held = HELD.lock().unwrap_or_else(|e| e.into_inner());
+    held.retain(|(_, w)| w.strong_count() > 0);
+    if let Some(l) = held
+        .iter()
+        .find(|(k, _)| *k == key)
+        .and_then(|(_, w)| w.upgrade())
+    {
+        return Ok(l);
+    }
+    let mut name = key.clone().into_os_string();
+    name.push(".lock");
+    let path = std::path::PathBuf::from(name);
+    let l = busbar_sql::lock_file(&path).map_err(|e| match e {
+        LockError::Held => format!(
+            "the SQLite database {} keeps the durable instances of another running busbar \
+             (it holds {}): a SQLite file has one node only; give each busbar a file of its \
+             own, or use PostgreSQL to share instances",
+            key.display(),
+            path.display()
+        ),
+        LockError::Failed(e) => format!("cannot lock {}: {e}", path.display()),
+    })?;
+    let l = Arc::new(l);
+    held.push((key, Arc::downgrade(&l)));
+    Ok(l)
+}
+
 /// A [`Store`] in a SQLite or PostgreSQL database.
 pub struct SqlStore {
     db: Arc<Database>,
     sql: Arc<Sql>,
+    /// The lock of a SQLite file, once [`Store::hold`] took it.
+    held: std::sync::OnceLock<Arc<FileLock>>,
     /// Saves and finishes go to one writer that commits what has queued up meanwhile in one
     /// transaction (group commit); started by the first write.
     writer: std::sync::OnceLock<tokio::sync::mpsc::UnboundedSender<Write>>,
@@ -756,6 +800,7 @@ impl SqlStore {
             sql,
             writer: std::sync::OnceLock::new(),
             ready: tokio::sync::OnceCell::new(),
+            held: std::sync::OnceLock::new(),
         })
     }
 
@@ -894,6 +939,17 @@ impl Store for SqlStore {
 
     fn init(&self) -> BoxFuture<'_, Result<(), String>> {
         Box::pin(self.ensure())
+    }
+
+    fn hold(&self) -> Result<(), String> {
+        let Some(file) = self.db.sqlite_file() else {
+            return Ok(());
+        };
+        if self.held.get().is_none() {
+            let l = lock_sqlite(file)?;
+            let _ = self.held.set(l);
+        }
+        Ok(())
     }
 
     fn save(&self, save: Save) -> BoxFuture<'_, Result<(), String>> {
@@ -1715,6 +1771,38 @@ mod tests {
         assert_eq!(s.kind(), "sqlite");
         suite(&s).await;
         drop(s);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// One process's stores on a file share its lock (a reload builds a second one beside
+    /// the first); anyone else holding it (another busbar) makes `hold` fail, naming the
+    /// file, until it lets go.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_sqlite_store_is_held_by_one_process_and_shared_within_it() {
+        let dir = tempdir("hold");
+        let file = dir.join("instances.sqlite");
+        let other = must(busbar_sql::lock_file(&dir.join("instances.sqlite.lock")));
+        let first = sqlite_store(&dir).await;
+        let e = first.hold().err().unwrap_or_default();
+        assert!(
+            e.contains("instances.sqlite") && e.contains("another"),
+            "{e}"
+        );
+        drop(other);
+        must(first.hold());
+        let second = sqlite_store(&dir).await;
+        must(second.hold());
+        // Anyone else is refused while either store lives.
+        drop(first);
+        assert!(matches!(
+            busbar_sql::lock_file(&dir.join("instances.sqlite.lock")),
+            Err(LockError::Held)
+        ));
+        drop(second);
+        drop(must(busbar_sql::lock_file(
+            &dir.join("instances.sqlite.lock"),
+        )));
+        assert!(file.exists());
         let _ = std::fs::remove_dir_all(&dir);
     }
 

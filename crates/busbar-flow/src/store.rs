@@ -137,6 +137,14 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// Creates the tables when missing (idempotent).
     fn init(&self) -> BoxFuture<'_, Result<(), String>>;
 
+    /// Takes the store for this process, for as long as the store lives, where it may have
+    /// one node only (a SQLite file): a second process that asks fails, with an error
+    /// naming the store. Stores of one process share the hold, so a reload, which builds
+    /// a new store beside the old one, keeps it. Nothing to do for a shared store.
+    fn hold(&self) -> Result<(), String> {
+        Ok(())
+    }
+
     /// Writes a waiting instance's snapshot and keys (insert or replace), as owned by
     /// `save.node`. Fails when another node owns the instance now (it was taken over).
     fn save(&self, save: Save) -> BoxFuture<'_, Result<(), String>>;

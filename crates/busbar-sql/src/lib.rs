@@ -21,6 +21,7 @@ mod statement;
 pub mod testing;
 mod value;
 
+pub use sqlite::{lock_file, FileLock, LockError};
 pub use statement::Statement;
 /// Whether a PostgreSQL URL asked for TLS (`sslmode=`).
 pub use tokio_postgres::config::SslMode as PgSslMode;
@@ -271,6 +272,14 @@ impl Database {
         match self.backend {
             Backend::Sqlite(_) => "sqlite",
             Backend::Postgres(_) => "postgres",
+        }
+    }
+
+    /// The file of a SQLite database (none for PostgreSQL and SQLite's `:memory:`).
+    pub fn sqlite_file(&self) -> Option<&std::path::Path> {
+        match &self.backend {
+            Backend::Sqlite(s) => s.file(),
+            Backend::Postgres(_) => None,
         }
     }
 

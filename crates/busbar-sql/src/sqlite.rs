@@ -36,6 +36,8 @@ pub(crate) struct Sqlite {
     acquire_timeout: Duration,
     statement_timeout: Duration,
     health: Arc<Health>,
+    /// The database file (none for `:memory:`).
+    file: Option<std::path::PathBuf>,
 }
 
 impl Sqlite {
@@ -111,7 +113,12 @@ impl Sqlite {
             acquire_timeout: options.acquire_timeout,
             statement_timeout: options.statement_timeout,
             health: health.clone(),
+            file: (!memory).then(|| path.clone()),
         })
+    }
+
+    pub fn file(&self) -> Option<&std::path::Path> {
+        self.file.as_deref()
     }
 
     pub fn status(&self) -> (usize, usize) {
@@ -177,6 +184,65 @@ impl Sqlite {
         }
         result
     }
+}
+
+/// An exclusive lock on a file, held while this value lives; the system releases it when
+/// the process ends, however it ends (`kill -9` included).
+///
+/// It is a SQLite connection to that file in exclusive locking mode that has written once:
+/// SQLite then keeps its exclusive lock until the connection closes, and another
+/// connection (of this process or another) gets "database is locked" at once. This needs no
+/// `unsafe` and no locking crate, and works wherever SQLite's own locks do.
+pub struct FileLock {
+    _conn: Mutex<Connection>,
+}
+
+impl std::fmt::Debug for FileLock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FileLock").finish_non_exhaustive()
+    }
+}
+
+/// Why [`lock_file`] did not lock.
+#[derive(Debug)]
+pub enum LockError {
+    /// Someone else holds the lock.
+    Held,
+    /// The file could not be opened or locked.
+    Failed(String),
+}
+
+impl std::fmt::Display for LockError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            LockError::Held => f.write_str("the file is locked by another holder"),
+            LockError::Failed(e) => f.write_str(e),
+        }
+    }
+}
+
+/// Takes an exclusive lock on `path` (created when missing), without waiting.
+pub fn lock_file(path: &std::path::Path) -> Result<FileLock, LockError> {
+    let failed = |e: rusqlite::Error| match e.sqlite_error_code() {
+        Some(rusqlite::ErrorCode::DatabaseBusy) | Some(rusqlite::ErrorCode::DatabaseLocked) => {
+            LockError::Held
+        }
+        _ => LockError::Failed(e.to_string()),
+    };
+    let conn = Connection::open(path).map_err(failed)?;
+    conn.busy_timeout(Duration::ZERO).map_err(failed)?;
+    conn.execute_batch(
+        "PRAGMA locking_mode=EXCLUSIVE;
+         BEGIN EXCLUSIVE;
+         CREATE TABLE IF NOT EXISTS holder (since INTEGER);
+         DELETE FROM holder;
+         INSERT INTO holder VALUES (strftime('%s', 'now'));
+         COMMIT;",
+    )
+    .map_err(failed)?;
+    Ok(FileLock {
+        _conn: Mutex::new(conn),
+    })
 }
 
 /// One query's work, run on a SQLite thread.
