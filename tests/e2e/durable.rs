@@ -1072,3 +1072,60 @@ fn a_second_busbar_on_the_same_sqlite_file_refuses_to_start() {
     assert_eq!(r.status, 200, "{}", r.text());
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// A durable folder's PostgreSQL is down at start: its processes wait for the take-up, but
+/// a transient folder's process answers at once.
+#[test]
+fn a_transient_process_does_not_wait_for_an_unreachable_store() {
+    let pg = TempPostgres::start().unwrap_or_else(|e| panic!("{e}"));
+    pg.stop().unwrap_or_else(|e| panic!("{e}"));
+    let dir = folder("PT2S");
+    let other = temp_dir("transient");
+    for name in ["durable.wsdl", "Waiter.bpel", "Sleeper.bpel", "deploy.xml"] {
+        let text = std::fs::read_to_string(dir.join(name)).expect("read");
+        let text = text
+            .replace("urn:dur", "urn:tra")
+            .replace("/durable/", "/transient/");
+        std::fs::write(other.join(name), text).expect("write");
+    }
+    let (recorder, _seen) = recording_back_end();
+    let (http, admin) = (free_addr(), free_addr());
+    let yaml = format!(
+        "workers: 1\nadmin: {{ bind: \"{admin}\" }}\nlisteners:\n  http: {{ bind: \"{http}\" }}\n\
+         databases:\n  flows: {{ url: \"{}\" }}\n\
+         endpoints:\n  recorder: {{ url: \"http://{recorder}/record\", timeout: 10s }}\n\
+         processes:\n  Durable:\n    dir: {}\n    partners: {{ recorder: recorder }}\n    \
+         persistence: {{ database: flows, node: n1, lease: 2s }}\n  \
+         Transient:\n    dir: {}\n    partners: {{ recorder: recorder }}\n",
+        pg.url(),
+        dir.display(),
+        other.display()
+    );
+    let node = Node::spawn(&dir, "n1", http, admin, &yaml);
+    let up = eventually(Duration::from_secs(30), || {
+        std::net::TcpStream::connect(node.http).is_ok()
+    });
+    assert!(up, "{}", node.log_text());
+    let envelope = envelope("t1").replace("urn:dur", "urn:tra");
+    let t0 = std::time::Instant::now();
+    let r = Client::connect(node.http)
+        .post(
+            "/transient/Sleeper",
+            &[
+                ("Content-Type", "text/xml; charset=UTF-8"),
+                ("SOAPAction", "urn:tra:sleep"),
+            ],
+            envelope.as_bytes(),
+        )
+        .expect("call");
+    assert_eq!(r.status, 200, "{}\n{}", r.text(), node.log_text());
+    assert!(
+        t0.elapsed() < Duration::from_secs(5),
+        "took {:?}",
+        t0.elapsed()
+    );
+    let ready = Client::connect(node.admin).get("/readyz").expect("readyz");
+    assert_eq!(ready.status, 503, "{}", ready.text());
+    let _ = std::fs::remove_dir_all(dir);
+    let _ = std::fs::remove_dir_all(other);
+}
