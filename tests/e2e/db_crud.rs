@@ -741,3 +741,74 @@ fn the_bench_kit_reads_and_writes_the_example_and_verifies_it() {
         "a changed row went unnoticed: {text}"
     );
 }
+
+/// A table changes under the statements a connection has cached (`SELECT *` after one
+/// column is dropped and another added): the next answer has the new columns under their
+/// own names, on the one connection of the pool that ran the statement before.
+fn a_schema_change_is_seen_by_cached_statements(database: &str) {
+    let h = engine(&format!(
+        r#"
+databases:
+  db: {database}
+proxies:
+  Setup:
+    path: /setup
+    methods: [POST]
+    in:
+      - sql:
+          database: db
+          transaction:
+            - query: "CREATE TABLE items (id INTEGER PRIMARY KEY, name TEXT, qty INTEGER)"
+            - query: "INSERT INTO items (id, name, qty) VALUES (1, 'a', 5)"
+          result: affected
+  Alter:
+    path: /alter
+    methods: [POST]
+    in:
+      - sql:
+          database: db
+          transaction:
+            - query: "ALTER TABLE items DROP COLUMN qty"
+            - query: "ALTER TABLE items ADD COLUMN secret TEXT DEFAULT 'SECRET'"
+          result: affected
+  Get:
+    path: /items/{{id}}
+    methods: [GET]
+    in:
+      - sql:
+          database: db
+          query: "SELECT * FROM items WHERE id = :id"
+          params: {{ id: {{ path: id, type: int }} }}
+          result: row
+"#
+    ));
+    let post = |path: &str| {
+        Client::connect(h.http())
+            .request("POST", path, &[JSON], b"")
+            .expect("answer")
+    };
+    let ready = eventually(Duration::from_secs(30), || post("/setup").status == 200);
+    assert!(ready, "{}", post("/setup").text());
+    let get = || {
+        let r = Client::connect(h.http()).get("/items/1").expect("answer");
+        assert_eq!(r.status, 200, "{}", r.text());
+        serde_json::from_slice::<Value>(&r.body).unwrap_or_else(|e| panic!("{e}: {}", r.text()))
+    };
+    assert_eq!(get(), json!({"id": 1, "name": "a", "qty": 5}));
+    let r = post("/alter");
+    assert_eq!(r.status, 200, "{}", r.text());
+    for _ in 0..3 {
+        assert_eq!(get(), json!({"id": 1, "name": "a", "secret": "SECRET"}));
+    }
+}
+
+#[test]
+fn sqlite_answers_after_a_schema_change_name_the_new_columns() {
+    let dir = temp_dir("schema");
+    let file = dir.join("s.sqlite");
+    a_schema_change_is_seen_by_cached_statements(&format!(
+        "{{ path: \"{}\", pool: 1 }}",
+        file.display()
+    ));
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -340,12 +340,15 @@ fn run_one(
 ) -> Result<Output, DbError> {
     let mut stmt = conn.prepare_cached(statement.sqlite()).map_err(classify)?;
     let binds: Vec<rusqlite::types::Value> = values.iter().map(to_sqlite).collect();
-    let columns: Vec<String> = stmt.column_names().map(str::to_owned).collect();
-    let decls: Vec<Decl> = stmt.columns().map(|c| Decl::of(c.decl_type())).collect();
     let mut rows = stmt
         .query(rusqlite::params_from_iter(binds))
         .map_err(classify)?;
-    let mut w = RowWriter::new(&columns, numeric);
+    // The columns are read once the statement has run its first step, not before: a cached
+    // statement whose table changed since (a column dropped, another added) is prepared
+    // again by SQLite at that step, and the names read before it would be the old ones,
+    // each put over another column's values.
+    let mut described: Option<(Vec<String>, Vec<Decl>)> = None;
+    let mut w = RowWriter::new(std::iter::empty::<&str>(), numeric);
     let mut first_id: Option<Vec<u8>> = None;
     let mut count = 0u64;
     if shape == Shape::Rows {
@@ -353,6 +356,11 @@ fn run_one(
     }
     while let Some(row) = rows.next().map_err(classify)? {
         count += 1;
+        let (columns, decls) = described.get_or_insert_with(|| {
+            let d = describe(row.as_ref());
+            w.set_columns(&d.0);
+            d
+        });
         match shape {
             Shape::Row if count > 1 => continue,
             Shape::Row | Shape::Rows => {
@@ -383,6 +391,10 @@ fn run_one(
         }
     }
     drop(rows);
+    let columns = match described {
+        Some((columns, _)) => columns,
+        None => describe(&stmt).0,
+    };
     match shape {
         Shape::Rows => {
             w.out.push(b']');
@@ -417,6 +429,14 @@ fn run_one(
             },
         }),
     }
+}
+
+/// A statement's column names and what their declared types say.
+fn describe(stmt: &rusqlite::Statement<'_>) -> (Vec<String>, Vec<Decl>) {
+    (
+        stmt.column_names().map(str::to_owned).collect(),
+        stmt.columns().map(|c| Decl::of(c.decl_type())).collect(),
+    )
 }
 
 /// Hands a chunk on: the first one opens the stream. False when the client is gone.

@@ -98,6 +98,11 @@ impl RowWriter {
         }
     }
 
+    /// Names the columns (when they are known only once the first row is read).
+    pub fn set_columns(&mut self, columns: impl IntoIterator<Item = impl AsRef<str>>) {
+        self.keys = Self::new(columns, self.numeric).keys;
+    }
+
     /// Starts a row; in a list, rows after the first are preceded by a comma.
     pub fn begin_row(&mut self, in_list: bool) {
         if in_list && self.rows > 0 {
