@@ -812,3 +812,9 @@ fn sqlite_answers_after_a_schema_change_name_the_new_columns() {
     ));
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[test]
+fn postgres_answers_after_a_schema_change_instead_of_failing_until_restart() {
+    let pg = TempPostgres::start().unwrap_or_else(|e| panic!("{e}"));
+    a_schema_change_is_seen_by_cached_statements(&format!("{{ url: \"{}\", pool: 1 }}", pg.url()));
+}

@@ -154,6 +154,9 @@ pub struct DbError {
     pub message: String,
     /// For the log.
     pub detail: String,
+    /// A prepared statement the server no longer runs as it was prepared (its tables
+    /// changed): preparing it again and running it once more is safe, as nothing ran.
+    pub(crate) stale_statement: bool,
 }
 
 impl DbError {
@@ -166,6 +169,7 @@ impl DbError {
             class,
             message: message.into(),
             detail: detail.into(),
+            stale_statement: false,
         }
     }
 }
