@@ -834,8 +834,11 @@ fn the_admin_api_shows_retries_and_terminates_stored_instances() {
     assert!(ended);
     let r = node.call("/durable/Waiter", "urn:dur:finish", "w2");
     assert_eq!(r.status, 500, "{}", r.text());
+    // SOAP 1.1: a `Client` fault whose detail names it.
     assert!(
-        r.text().contains("noMatchingInstance") || r.text().contains("no instance"),
+        r.text().contains("<faultcode>soapenv:Client</faultcode>")
+            && r.text()
+                .contains("<detail><bb:noMatchingInstance xmlns:bb=\"urn:busbar:bpel\"/></detail>"),
         "{}",
         r.text()
     );
