@@ -818,3 +818,87 @@ fn postgres_answers_after_a_schema_change_instead_of_failing_until_restart() {
     let pg = TempPostgres::start().unwrap_or_else(|e| panic!("{e}"));
     a_schema_change_is_seen_by_cached_statements(&format!("{{ url: \"{}\", pool: 1 }}", pg.url()));
 }
+
+/// JSON numbers an `i64` or a double does not hold exactly reach the database with their
+/// written digits (PostgreSQL) or are refused naming the parameter (SQLite), never rounded.
+fn long_numbers(database: &str, query: &str) -> Vec<(u16, String)> {
+    let h = engine(&format!(
+        r#"
+databases:
+  db: {database}
+proxies:
+  Echo:
+    path: /echo
+    methods: [POST]
+    in:
+      - sql:
+          database: db
+          query: "{query}"
+          params: {{ v: {{ json: "$.v" }} }}
+          result: row
+"#
+    ));
+    let mut out = Vec::new();
+    for v in [
+        "9223372036854775807",
+        "9223372036854775808",
+        "12345678901234567890.12345",
+        "0.1",
+        "-2.5e-3",
+        "0.10000000000000000001",
+    ] {
+        let body = format!(r#"{{"note": "1.5 \" 7", "list": [1, 2.5], "v": {v}}}"#);
+        let answer = eventually(Duration::from_secs(30), || {
+            let r = Client::connect(h.http())
+                .request("POST", "/echo", &[JSON], body.as_bytes())
+                .expect("answer");
+            if r.status == 503 {
+                return false;
+            }
+            out.push((r.status, r.text()));
+            true
+        });
+        assert!(answer, "{v}: the database never answered");
+    }
+    out
+}
+
+#[test]
+fn sqlite_refuses_numbers_it_cannot_hold_exactly() {
+    let got = long_numbers(r#"{ path: ":memory:" }"#, "SELECT :v AS v");
+    let want_ok = [
+        (0, r#"{"v":9223372036854775807}"#),
+        (3, r#"{"v":0.1}"#),
+        (4, r#"{"v":-0.0025}"#),
+    ];
+    for (i, body) in want_ok {
+        assert_eq!(got[i], (200, body.to_owned()), "{got:?}");
+    }
+    for i in [1, 2, 5] {
+        assert_eq!(got[i].0, 400, "{got:?}");
+        assert!(
+            got[i].1.contains("Parameter 'v'") && got[i].1.contains("send it as a string"),
+            "{got:?}"
+        );
+    }
+}
+
+#[test]
+fn postgres_binds_long_numbers_with_their_written_digits() {
+    let pg = TempPostgres::start().unwrap_or_else(|e| panic!("{e}"));
+    let got = long_numbers(
+        &format!("{{ url: \"{}\" }}", pg.url()),
+        "SELECT CAST(:v AS numeric) AS v",
+    );
+    let want = [
+        r#"{"v":9223372036854775807}"#,
+        r#"{"v":9223372036854775808}"#,
+        r#"{"v":12345678901234567890.12345}"#,
+        r#"{"v":0.1}"#,
+        r#"{"v":-0.0025}"#,
+        r#"{"v":0.10000000000000000001}"#,
+    ];
+    for (i, body) in want.iter().enumerate() {
+        assert_eq!(got[i], (200, (*body).to_owned()), "{got:?}");
+    }
+}

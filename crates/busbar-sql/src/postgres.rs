@@ -277,7 +277,7 @@ fn check_types(statement: &Statement, types: &[Type], values: &[Value]) -> Resul
             Type::INT2 | Type::INT4 | Type::INT8 => match v {
                 Value::Int(_) | Value::Null => true,
                 Value::Float(f) => f.fract() == 0.0,
-                Value::Text(t) => t.trim().parse::<i64>().is_ok(),
+                Value::Text(t) | Value::Decimal(t) => t.trim().parse::<i64>().is_ok(),
                 _ => false,
             },
             Type::BOOL => {
@@ -285,7 +285,7 @@ fn check_types(statement: &Statement, types: &[Type], values: &[Value]) -> Resul
                     || matches!(v, Value::Text(t) if t == "true" || t == "false")
             }
             Type::FLOAT4 | Type::FLOAT8 | Type::NUMERIC => match v {
-                Value::Int(_) | Value::Float(_) | Value::Null => true,
+                Value::Int(_) | Value::Float(_) | Value::Decimal(_) | Value::Null => true,
                 Value::Text(t) => t.trim().parse::<f64>().is_ok(),
                 _ => false,
             },

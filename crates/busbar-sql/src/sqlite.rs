@@ -338,6 +338,7 @@ fn run_one(
     numeric: NumericAs,
     mut reply: Option<(&mut Reply, &AtomicU64)>,
 ) -> Result<Output, DbError> {
+    exact(statement, values)?;
     let mut stmt = conn.prepare_cached(statement.sqlite()).map_err(classify)?;
     let binds: Vec<rusqlite::types::Value> = values.iter().map(to_sqlite).collect();
     let mut rows = stmt
@@ -429,6 +430,25 @@ fn run_one(
             },
         }),
     }
+}
+
+/// SQLite holds a number as a 64-bit integer or a double: one neither holds exactly is
+/// refused, naming the parameter, rather than rounded (bound as text, a column of numeric
+/// affinity would round it all the same).
+fn exact(statement: &Statement, values: &[Value]) -> Result<(), DbError> {
+    for (v, name) in values.iter().zip(&statement.names) {
+        if let Value::Decimal(t) = v {
+            return Err(DbError::new(
+                ErrorClass::BadValue,
+                format!(
+                    "Parameter '{name}' is a number SQLite cannot hold exactly (more than 64 \
+                     bits or about 17 digits): send it as a string"
+                ),
+                format!("parameter '{name}': {t}"),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// A statement's column names and what their declared types say.
@@ -525,6 +545,8 @@ fn to_sqlite(v: &Value) -> rusqlite::types::Value {
         Value::Float(f) => V::Real(*f),
         Value::Text(s) => V::Text(s.clone()),
         Value::Json(j) => V::Text(j.to_string()),
+        // Refused before binding (`exact`): kept as text should it ever get here.
+        Value::Decimal(t) => V::Text(t.clone()),
     }
 }
 
