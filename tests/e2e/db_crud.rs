@@ -741,3 +741,164 @@ fn the_bench_kit_reads_and_writes_the_example_and_verifies_it() {
         "a changed row went unnoticed: {text}"
     );
 }
+
+/// A table changes under the statements a connection has cached (`SELECT *` after one
+/// column is dropped and another added): the next answer has the new columns under their
+/// own names, on the one connection of the pool that ran the statement before.
+fn a_schema_change_is_seen_by_cached_statements(database: &str) {
+    let h = engine(&format!(
+        r#"
+databases:
+  db: {database}
+proxies:
+  Setup:
+    path: /setup
+    methods: [POST]
+    in:
+      - sql:
+          database: db
+          transaction:
+            - query: "CREATE TABLE items (id INTEGER PRIMARY KEY, name TEXT, qty INTEGER)"
+            - query: "INSERT INTO items (id, name, qty) VALUES (1, 'a', 5)"
+          result: affected
+  Alter:
+    path: /alter
+    methods: [POST]
+    in:
+      - sql:
+          database: db
+          transaction:
+            - query: "ALTER TABLE items DROP COLUMN qty"
+            - query: "ALTER TABLE items ADD COLUMN secret TEXT DEFAULT 'SECRET'"
+          result: affected
+  Get:
+    path: /items/{{id}}
+    methods: [GET]
+    in:
+      - sql:
+          database: db
+          query: "SELECT * FROM items WHERE id = :id"
+          params: {{ id: {{ path: id, type: int }} }}
+          result: row
+"#
+    ));
+    let post = |path: &str| {
+        Client::connect(h.http())
+            .request("POST", path, &[JSON], b"")
+            .expect("answer")
+    };
+    let ready = eventually(Duration::from_secs(30), || post("/setup").status == 200);
+    assert!(ready, "{}", post("/setup").text());
+    let get = || {
+        let r = Client::connect(h.http()).get("/items/1").expect("answer");
+        assert_eq!(r.status, 200, "{}", r.text());
+        serde_json::from_slice::<Value>(&r.body).unwrap_or_else(|e| panic!("{e}: {}", r.text()))
+    };
+    assert_eq!(get(), json!({"id": 1, "name": "a", "qty": 5}));
+    let r = post("/alter");
+    assert_eq!(r.status, 200, "{}", r.text());
+    for _ in 0..3 {
+        assert_eq!(get(), json!({"id": 1, "name": "a", "secret": "SECRET"}));
+    }
+}
+
+#[test]
+fn sqlite_answers_after_a_schema_change_name_the_new_columns() {
+    let dir = temp_dir("schema");
+    let file = dir.join("s.sqlite");
+    a_schema_change_is_seen_by_cached_statements(&format!(
+        "{{ path: \"{}\", pool: 1 }}",
+        file.display()
+    ));
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn postgres_answers_after_a_schema_change_instead_of_failing_until_restart() {
+    let pg = TempPostgres::start().unwrap_or_else(|e| panic!("{e}"));
+    a_schema_change_is_seen_by_cached_statements(&format!("{{ url: \"{}\", pool: 1 }}", pg.url()));
+}
+
+/// JSON numbers an `i64` or a double does not hold exactly reach the database with their
+/// written digits (PostgreSQL) or are refused naming the parameter (SQLite), never rounded.
+fn long_numbers(database: &str, query: &str) -> Vec<(u16, String)> {
+    let h = engine(&format!(
+        r#"
+databases:
+  db: {database}
+proxies:
+  Echo:
+    path: /echo
+    methods: [POST]
+    in:
+      - sql:
+          database: db
+          query: "{query}"
+          params: {{ v: {{ json: "$.v" }} }}
+          result: row
+"#
+    ));
+    let mut out = Vec::new();
+    for v in [
+        "9223372036854775807",
+        "9223372036854775808",
+        "12345678901234567890.12345",
+        "0.1",
+        "-2.5e-3",
+        "0.10000000000000000001",
+    ] {
+        let body = format!(r#"{{"note": "1.5 \" 7", "list": [1, 2.5], "v": {v}}}"#);
+        let answer = eventually(Duration::from_secs(30), || {
+            let r = Client::connect(h.http())
+                .request("POST", "/echo", &[JSON], body.as_bytes())
+                .expect("answer");
+            if r.status == 503 {
+                return false;
+            }
+            out.push((r.status, r.text()));
+            true
+        });
+        assert!(answer, "{v}: the database never answered");
+    }
+    out
+}
+
+#[test]
+fn sqlite_refuses_numbers_it_cannot_hold_exactly() {
+    let got = long_numbers(r#"{ path: ":memory:" }"#, "SELECT :v AS v");
+    let want_ok = [
+        (0, r#"{"v":9223372036854775807}"#),
+        (3, r#"{"v":0.1}"#),
+        (4, r#"{"v":-0.0025}"#),
+    ];
+    for (i, body) in want_ok {
+        assert_eq!(got[i], (200, body.to_owned()), "{got:?}");
+    }
+    for i in [1, 2, 5] {
+        assert_eq!(got[i].0, 400, "{got:?}");
+        assert!(
+            got[i].1.contains("Parameter 'v'") && got[i].1.contains("send it as a string"),
+            "{got:?}"
+        );
+    }
+}
+
+#[test]
+fn postgres_binds_long_numbers_with_their_written_digits() {
+    let pg = TempPostgres::start().unwrap_or_else(|e| panic!("{e}"));
+    let got = long_numbers(
+        &format!("{{ url: \"{}\" }}", pg.url()),
+        "SELECT CAST(:v AS numeric) AS v",
+    );
+    let want = [
+        r#"{"v":9223372036854775807}"#,
+        r#"{"v":9223372036854775808}"#,
+        r#"{"v":12345678901234567890.12345}"#,
+        r#"{"v":0.1}"#,
+        r#"{"v":-0.0025}"#,
+        r#"{"v":0.10000000000000000001}"#,
+    ];
+    for (i, body) in want.iter().enumerate() {
+        assert_eq!(got[i], (200, (*body).to_owned()), "{got:?}");
+    }
+}

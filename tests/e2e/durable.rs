@@ -219,6 +219,22 @@ impl Node {
              persistence: {{ database: flows, node: {name}, lease: 2s, completion: always{more} }}\n",
             dir.display()
         );
+        let node = Node::spawn(dir, name, http, admin, &yaml);
+        // Ready once the saved instances are taken up (503 until then).
+        let ready = eventually(Duration::from_secs(30), || {
+            std::net::TcpStream::connect(node.http).is_ok()
+                && std::net::TcpStream::connect(node.admin).is_ok()
+                && Client::connect(node.admin)
+                    .get("/readyz")
+                    .is_ok_and(|r| r.status == 200)
+        });
+        assert!(ready, "busbar did not start: {}", node.log_text());
+        node
+    }
+
+    /// `busbar run` on `yaml` (written to NAME.yaml in `dir`, its log to NAME.log), not
+    /// waiting for anything.
+    fn spawn(dir: &Path, name: &str, http: SocketAddr, admin: SocketAddr, yaml: &str) -> Node {
         let config = dir.join(format!("{name}.yaml"));
         std::fs::write(&config, yaml).expect("write config");
         let log = dir.join(format!("{name}.log"));
@@ -236,22 +252,12 @@ impl Node {
             )
             .spawn()
             .expect("busbar run");
-        let node = Node {
+        Node {
             child,
             http,
             admin,
             log,
-        };
-        // Ready once the saved instances are taken up (503 until then).
-        let ready = eventually(Duration::from_secs(30), || {
-            std::net::TcpStream::connect(node.http).is_ok()
-                && std::net::TcpStream::connect(node.admin).is_ok()
-                && Client::connect(node.admin)
-                    .get("/readyz")
-                    .is_ok_and(|r| r.status == 200)
-        });
-        assert!(ready, "busbar did not start: {}", node.log_text());
-        node
+        }
     }
 
     fn log_text(&self) -> String {
@@ -828,8 +834,11 @@ fn the_admin_api_shows_retries_and_terminates_stored_instances() {
     assert!(ended);
     let r = node.call("/durable/Waiter", "urn:dur:finish", "w2");
     assert_eq!(r.status, 500, "{}", r.text());
+    // SOAP 1.1: a `Client` fault whose detail names it.
     assert!(
-        r.text().contains("noMatchingInstance") || r.text().contains("no instance"),
+        r.text().contains("<faultcode>soapenv:Client</faultcode>")
+            && r.text()
+                .contains("<detail><bb:noMatchingInstance xmlns:bb=\"urn:busbar:bpel\"/></detail>"),
         "{}",
         r.text()
     );
@@ -946,4 +955,180 @@ fn in_memory_processes_stay_transient_and_a_changed_process_is_not_resumed() {
         node.log_text()
     );
     let _ = std::fs::remove_dir_all(dir);
+}
+
+/// More waiting instances than one claim takes (500): after a `kill -9` every one is taken
+/// up once, the node gets ready, and each conversation and timer completes exactly once.
+#[test]
+fn a_restart_with_more_waiting_instances_than_a_claim_page_resumes_each_once() {
+    let dir = folder("PT2S");
+    let file = dir.join("flows.db");
+    let db = Db::Sqlite(&file);
+    let (recorder, seen) = recording_back_end();
+    let (waiters, sleepers) = (620, 20);
+    let mut node = Node::start(&dir, "n1", &db, recorder);
+    for r in many(&node, waiters, |i| {
+        (
+            "/durable/Waiter".into(),
+            "urn:dur:start".into(),
+            format!("w{i}"),
+        )
+    }) {
+        assert_eq!(r.status, 200, "{}", r.text());
+    }
+    for r in many(&node, sleepers, |i| {
+        (
+            "/durable/Sleeper".into(),
+            "urn:dur:sleep".into(),
+            format!("s{i}"),
+        )
+    }) {
+        assert_eq!(r.status, 200, "{}", r.text());
+    }
+    node.kill();
+    // Ready (200) within the 30 s `start` allows: the take-up ended.
+    let node = Node::start(&dir, "n1", &db, recorder);
+    for r in many(&node, waiters, |i| {
+        (
+            "/durable/Waiter".into(),
+            "urn:dur:finish".into(),
+            format!("w{i}"),
+        )
+    }) {
+        assert_eq!(r.status, 200, "{}: {}", r.text(), node.log_text());
+        assert!(r.text().contains("finished w"), "{}", r.text());
+    }
+    let all = eventually(Duration::from_secs(30), || {
+        recorded(&seen).len() == waiters + sleepers
+    });
+    assert!(all, "{:?}\n{}", recorded(&seen), node.log_text());
+    std::thread::sleep(Duration::from_millis(500));
+    let got = recorded(&seen);
+    for (text, n) in &got {
+        assert_eq!(*n, 1, "{text} recorded {n} times");
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// The end of an instance cannot be written (PostgreSQL stopped): the reply it held is a
+/// `persistenceFailed` fault, not a success the database does not hold; after a restart the
+/// instance waits at its last saved point again.
+#[test]
+fn an_end_that_cannot_be_saved_answers_persistence_failed() {
+    let pg = TempPostgres::start().unwrap_or_else(|e| panic!("{e}"));
+    let dir = folder("PT2S");
+    let db = Db::Postgres(&pg);
+    let (recorder, _seen) = recording_back_end();
+    let mut node = Node::start(&dir, "n1", &db, recorder);
+    let r = node.call("/durable/Waiter", "urn:dur:start", "p1");
+    assert_eq!(r.status, 200, "{}", r.text());
+    pg.stop().unwrap_or_else(|e| panic!("{e}"));
+    let r = node.call("/durable/Waiter", "urn:dur:finish", "p1");
+    assert_eq!(r.status, 500, "{}\n{}", r.text(), node.log_text());
+    assert!(r.text().contains("persistenceFailed"), "{}", r.text());
+    node.kill();
+    pg.restart().unwrap_or_else(|e| panic!("{e}"));
+    let node = Node::start(&dir, "n1", &db, recorder);
+    let r = node.call("/durable/Waiter", "urn:dur:finish", "p1");
+    assert_eq!(r.status, 200, "{}\n{}", r.text(), node.log_text());
+    assert!(r.text().contains("finished p1"), "{}", r.text());
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// A SQLite file keeps the instances of one busbar: a second one on the same file refuses
+/// to start, naming it, while the first serves on and can still reload.
+#[test]
+fn a_second_busbar_on_the_same_sqlite_file_refuses_to_start() {
+    let dir = folder("PT2S");
+    let file = dir.join("flows.db");
+    let db = Db::Sqlite(&file);
+    let (recorder, _seen) = recording_back_end();
+    let first = Node::start(&dir, "n1", &db, recorder);
+    let yaml = std::fs::read_to_string(dir.join("n1.yaml")).expect("config");
+    let (http, admin) = (free_addr(), free_addr());
+    let yaml = yaml
+        .replace(&first.http.to_string(), &http.to_string())
+        .replace(&first.admin.to_string(), &admin.to_string())
+        .replace("node: n1", "node: n2");
+    let mut second = Node::spawn(&dir, "n2", http, admin, &yaml);
+    let mut status = None;
+    let ended = eventually(Duration::from_secs(30), || {
+        status = second.child.try_wait().ok().flatten();
+        status.is_some()
+    });
+    assert!(ended, "the second busbar runs: {}", second.log_text());
+    assert!(status.is_some_and(|s| !s.success()), "{status:?}");
+    let log = second.log_text();
+    assert!(
+        log.contains(&*file.to_string_lossy()) && log.contains("another running busbar"),
+        "{log}"
+    );
+    // The first one is unharmed, and a reload (a new store beside the old one) is no
+    // second holder.
+    let mut c = Client::connect(first.admin);
+    c.send_raw(b"POST /reload HTTP/1.1\r\nHost: t\r\nContent-Length: 0\r\n\r\n");
+    let r = c.read_response().expect("reload");
+    assert_eq!(r.status, 200, "{}\n{}", r.text(), first.log_text());
+    let r = first.call("/durable/Waiter", "urn:dur:start", "x1");
+    assert_eq!(r.status, 200, "{}", r.text());
+    let r = first.call("/durable/Waiter", "urn:dur:finish", "x1");
+    assert_eq!(r.status, 200, "{}", r.text());
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// A durable folder's PostgreSQL is down at start: its processes wait for the take-up, but
+/// a transient folder's process answers at once.
+#[test]
+fn a_transient_process_does_not_wait_for_an_unreachable_store() {
+    let pg = TempPostgres::start().unwrap_or_else(|e| panic!("{e}"));
+    pg.stop().unwrap_or_else(|e| panic!("{e}"));
+    let dir = folder("PT2S");
+    let other = temp_dir("transient");
+    for name in ["durable.wsdl", "Waiter.bpel", "Sleeper.bpel", "deploy.xml"] {
+        let text = std::fs::read_to_string(dir.join(name)).expect("read");
+        let text = text
+            .replace("urn:dur", "urn:tra")
+            .replace("/durable/", "/transient/");
+        std::fs::write(other.join(name), text).expect("write");
+    }
+    let (recorder, _seen) = recording_back_end();
+    let (http, admin) = (free_addr(), free_addr());
+    let yaml = format!(
+        "workers: 1\nadmin: {{ bind: \"{admin}\" }}\nlisteners:\n  http: {{ bind: \"{http}\" }}\n\
+         databases:\n  flows: {{ url: \"{}\" }}\n\
+         endpoints:\n  recorder: {{ url: \"http://{recorder}/record\", timeout: 10s }}\n\
+         processes:\n  Durable:\n    dir: {}\n    partners: {{ recorder: recorder }}\n    \
+         persistence: {{ database: flows, node: n1, lease: 2s }}\n  \
+         Transient:\n    dir: {}\n    partners: {{ recorder: recorder }}\n",
+        pg.url(),
+        dir.display(),
+        other.display()
+    );
+    let node = Node::spawn(&dir, "n1", http, admin, &yaml);
+    let up = eventually(Duration::from_secs(30), || {
+        std::net::TcpStream::connect(node.http).is_ok()
+    });
+    assert!(up, "{}", node.log_text());
+    let envelope = envelope("t1").replace("urn:dur", "urn:tra");
+    let t0 = std::time::Instant::now();
+    let r = Client::connect(node.http)
+        .post(
+            "/transient/Sleeper",
+            &[
+                ("Content-Type", "text/xml; charset=UTF-8"),
+                ("SOAPAction", "urn:tra:sleep"),
+            ],
+            envelope.as_bytes(),
+        )
+        .expect("call");
+    assert_eq!(r.status, 200, "{}\n{}", r.text(), node.log_text());
+    assert!(
+        t0.elapsed() < Duration::from_secs(5),
+        "took {:?}",
+        t0.elapsed()
+    );
+    let ready = Client::connect(node.admin).get("/readyz").expect("readyz");
+    assert_eq!(ready.status, 503, "{}", ready.text());
+    let _ = std::fs::remove_dir_all(dir);
+    let _ = std::fs::remove_dir_all(other);
 }

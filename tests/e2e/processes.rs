@@ -231,22 +231,35 @@ fn a_deployed_process_answers_soap_calls_faults_and_shows_in_the_admin_api() {
 
     // Unknown operation, missing part, not XML: Client faults with 500, and the connection
     // goes on serving.
-    for (body, want) in [
+    // busbar's own faults are told apart by their name in the detail (SOAP 1.1 has no
+    // subcode).
+    for (body, want, name) in [
         (
             soap11(r#"<m:shout xmlns:m="urn:e2e"><name>x</name></m:shout>"#),
             "no operation of port type {urn:e2e}Greeter takes element {urn:e2e}shout",
+            Some("unknownOperation"),
         ),
         (
             soap11(r#"<m:greet xmlns:m="urn:e2e"/>"#),
             "part 'name' missing",
+            Some("invalidMessage"),
         ),
-        (b"this is not XML".to_vec(), "not a SOAP envelope"),
+        (b"this is not XML".to_vec(), "not a SOAP envelope", None),
     ] {
         let r = c.post("/processes/Greeter", &xml, &body).expect("fault");
         assert_eq!(r.status, 500, "{}", r.text());
         let t = r.text();
         assert!(t.contains("<faultcode>soapenv:Client</faultcode>"), "{t}");
         assert!(t.contains(want), "{want} in {t}");
+        match name {
+            Some(n) => assert!(
+                t.contains(&format!(
+                    "<detail><bb:{n} xmlns:bb=\"urn:busbar:bpel\"/></detail>"
+                )),
+                "{n} in {t}"
+            ),
+            None => assert!(!t.contains("<detail>"), "{t}"),
+        }
     }
 
     // Only POST.

@@ -172,6 +172,27 @@ async fn keep_durable(engine: busbar_flow::Engine, own: bool) {
     engine.maintain();
 }
 
+/// Takes the stores of durable processes that allow one node only (a SQLite file) for this
+/// process: a second busbar on the same file is refused here, before it serves. Not done
+/// by `busbar validate`, which may check the config of a running node.
+fn hold_stores(loaded: &LoadedConfig, runtime: &Runtime) -> Result<(), ConfigErrors> {
+    let Some(p) = &runtime.processes else {
+        return Ok(());
+    };
+    let errors: Vec<_> = p
+        .engine
+        .persistence()
+        .iter()
+        .filter_map(|s| s.store.hold().err())
+        .map(|e| loaded.error(None, "processes", e))
+        .collect();
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(ConfigErrors(errors))
+    }
+}
+
 fn workers_of(cfg: &busbar_config::Config) -> usize {
     match cfg.workers {
         Workers::Count(n) => n,
@@ -296,6 +317,7 @@ impl Engine {
         let workers = workers_of(&loaded.config);
         let metrics = Arc::new(Registry::default());
         let runtime = Runtime::build(&loaded, &metrics, workers).map_err(ConfigErrors)?;
+        hold_stores(&loaded, &runtime)?;
         let access_log = start_access_log(&loaded, &metrics)?;
         let exporter = start_exporter(&loaded, &metrics)?;
         let shared = Arc::new(Shared {
@@ -575,6 +597,7 @@ impl Control {
         }
         let runtime =
             Runtime::build(&loaded, &self.shared.metrics, self.workers).map_err(ConfigErrors)?;
+        hold_stores(&loaded, &runtime)?;
         let proxies = loaded.config.proxies.len();
         let current = self.shared.access_log.load();
         if current.as_ref().map(|l| &l.config) != loaded.config.access_log.as_ref() {

@@ -24,13 +24,20 @@
 //!   WHERE clause again on the row's new version: a subquery is evaluated again for the new
 //!   owner, whereas a joined heartbeat row stays the one found for the old owner (none, for
 //!   an unowned row), and the row would be claimed twice.
+//! - SQLite has one owner per file, and nothing in the file says who: a second busbar on the
+//!   same file would resume, accept and time out the same instances. [`Store::hold`] takes
+//!   an exclusive lock on `FILE.lock` beside it ([`busbar_sql::FileLock`]) for the life of
+//!   the process's stores; the stores of one process (a reload's beside the old one's)
+//!   share it through [`HELD`].
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use busbar_flow::runtime::BoxFuture;
 use busbar_flow::store::{Counts, Finish, KeyOwner, Save, State, Store, Stored};
-use busbar_sql::{Database, DbError, NumericAs, Output, Query, Shape, Statement, Value};
+use busbar_sql::{
+    Database, DbError, FileLock, LockError, NumericAs, Output, Query, Shape, Statement, Value,
+};
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
 
@@ -138,10 +145,12 @@ INSERT INTO busbar_bpel_nodes (node, heartbeat) VALUES (:node, :now)
 ON CONFLICT (node) DO UPDATE SET heartbeat = excluded.heartbeat";
 
 /// Which waiting instances a node may claim; `{processes}` is the dialect's way of reading
-/// the JSON array of process names bound to `:processes`.
+/// the JSON array of process names bound to `:processes`. `:paged` = 1 keeps only ids after
+/// `:after` (the last of the page before), in the stored (signed) order the claim sorts by.
 const CLAIMABLE: &str = "
 i.state = 'waiting'
 AND i.process IN ({processes})
+AND (:paged = 0 OR i.id > :after)
 AND (i.owner IS NULL
      OR (:own = 1 AND i.owner = :node)
      OR NOT EXISTS (SELECT 1 FROM busbar_bpel_nodes n
@@ -181,10 +190,47 @@ const COUNTS: &str = "
 SELECT process, state, COUNT(*) AS n FROM busbar_bpel_instances
 GROUP BY process, state ORDER BY process, state";
 
+/// The SQLite lock files this process holds, by the database file's canonical path; an
+/// entry lives as long as a store holding it.
+static HELD: std::sync::Mutex<Vec<(std::path::PathBuf, std::sync::Weak<FileLock>)>> =
+    std::sync::Mutex::new(Vec::new());
+
+/// Takes (or shares, within this process) the lock of SQLite database `file`.
+fn lock_sqlite(file: &std::path::Path) -> Result<Arc<FileLock>, String> {
+    let key = std::fs::canonicalize(file).unwrap_or_else(|_| file.to_path_buf());
+    let mut held = HELD.lock().unwrap_or_else(|e| e.into_inner());
+    held.retain(|(_, w)| w.strong_count() > 0);
+    if let Some(l) = held
+        .iter()
+        .find(|(k, _)| *k == key)
+        .and_then(|(_, w)| w.upgrade())
+    {
+        return Ok(l);
+    }
+    let mut name = key.clone().into_os_string();
+    name.push(".lock");
+    let path = std::path::PathBuf::from(name);
+    let l = busbar_sql::lock_file(&path).map_err(|e| match e {
+        LockError::Held => format!(
+            "the SQLite database {} keeps the durable instances of another running busbar \
+             (it holds {}): a SQLite file has one node only; give each busbar a file of its \
+             own, or use PostgreSQL to share instances",
+            key.display(),
+            path.display()
+        ),
+        LockError::Failed(e) => format!("cannot lock {}: {e}", path.display()),
+    })?;
+    let l = Arc::new(l);
+    held.push((key, Arc::downgrade(&l)));
+    Ok(l)
+}
+
 /// A [`Store`] in a SQLite or PostgreSQL database.
 pub struct SqlStore {
     db: Arc<Database>,
     sql: Arc<Sql>,
+    /// The lock of a SQLite file, once [`Store::hold`] took it.
+    held: std::sync::OnceLock<Arc<FileLock>>,
     /// Saves and finishes go to one writer that commits what has queued up meanwhile in one
     /// transaction (group commit); started by the first write.
     writer: std::sync::OnceLock<tokio::sync::mpsc::UnboundedSender<Write>>,
@@ -754,6 +800,7 @@ impl SqlStore {
             sql,
             writer: std::sync::OnceLock::new(),
             ready: tokio::sync::OnceCell::new(),
+            held: std::sync::OnceLock::new(),
         })
     }
 
@@ -813,6 +860,7 @@ impl SqlStore {
             .unwrap_or_else(|_| Err(format!("{what} instance {id}: the writer has stopped")))
     }
 
+    #[allow(clippy::too_many_arguments)]
     async fn claim_now(
         &self,
         node: &str,
@@ -820,6 +868,7 @@ impl SqlStore {
         stale_ms: i64,
         now_ms: i64,
         processes: Vec<String>,
+        after: Option<u64>,
         limit: usize,
     ) -> Result<Vec<Stored>, String> {
         if processes.is_empty() || limit == 0 {
@@ -831,6 +880,8 @@ impl SqlStore {
             ("stale", Value::Int(stale_ms)),
             ("now", Value::Int(now_ms)),
             ("processes", Value::Json(processes.into())),
+            ("paged", Value::Int(i64::from(after.is_some()))),
+            ("after", id(after.unwrap_or(0))),
             ("limit", count(limit)),
         ];
         let out = self
@@ -842,7 +893,8 @@ impl SqlStore {
             .into_iter()
             .map(InstanceRow::into_stored)
             .collect::<Result<Vec<_>, _>>()?;
-        claimed.sort_by_key(|s| s.id);
+        // In the order the statement pages by: the stored, signed, value of the id.
+        claimed.sort_by_key(|s| s.id as i64);
         Ok(claimed)
     }
 
@@ -889,6 +941,17 @@ impl Store for SqlStore {
         Box::pin(self.ensure())
     }
 
+    fn hold(&self) -> Result<(), String> {
+        let Some(file) = self.db.sqlite_file() else {
+            return Ok(());
+        };
+        if self.held.get().is_none() {
+            let l = lock_sqlite(file)?;
+            let _ = self.held.set(l);
+        }
+        Ok(())
+    }
+
     fn save(&self, save: Save) -> BoxFuture<'_, Result<(), String>> {
         Box::pin(self.save_now(save))
     }
@@ -915,13 +978,22 @@ impl Store for SqlStore {
         lease: Duration,
         now_ms: i64,
         processes: &[String],
+        after: Option<u64>,
         limit: usize,
     ) -> BoxFuture<'_, Result<Vec<Stored>, String>> {
         let node = node.to_owned();
         let processes = processes.to_vec();
         Box::pin(async move {
-            self.claim_now(&node, own, stale(now_ms, lease), now_ms, processes, limit)
-                .await
+            self.claim_now(
+                &node,
+                own,
+                stale(now_ms, lease),
+                now_ms,
+                processes,
+                after,
+                limit,
+            )
+            .await
         })
     }
 
@@ -1177,7 +1249,10 @@ mod tests {
         limit: usize,
     ) -> Vec<u64> {
         let processes: Vec<String> = processes.iter().map(|p| (*p).to_owned()).collect();
-        let claimed = must(s.claim(node, own, LEASE, NOW, &processes, limit).await);
+        let claimed = must(
+            s.claim(node, own, LEASE, NOW, &processes, None, limit)
+                .await,
+        );
         for c in &claimed {
             assert_eq!(c.owner.as_deref(), Some(node), "{c:?}");
             assert_eq!(c.updated_ms, NOW, "{c:?}");
@@ -1403,6 +1478,37 @@ mod tests {
         );
     }
 
+    /// A node taking up its own instances after a restart matches the rows it just claimed
+    /// again: pages that start after the last id still take each one once, ids past
+    /// `i64::MAX` (stored negative) included.
+    async fn claims_page_by_id_and_take_own_instances_once(s: &SqlStore) {
+        must(s.heartbeat("me", NOW).await);
+        let big = u64::MAX - 2;
+        let ids: Vec<u64> = (1..=7).chain([big, big + 1]).collect();
+        for id in &ids {
+            must(s.save(waiting(*id, P, "me", NOW - 100_000, &[])).await);
+        }
+        let processes = vec![P.to_owned()];
+        let mut after = None;
+        let mut seen = Vec::new();
+        for _ in 0..10 {
+            let page = must(s.claim("me", true, LEASE, NOW, &processes, after, 2).await);
+            assert!(page.len() <= 2, "{page:?}");
+            let Some(last) = page.last() else { break };
+            after = Some(last.id);
+            seen.extend(page.iter().map(|r| r.id));
+        }
+        let mut want = ids.clone();
+        // The stored order: ids past i64::MAX are negative there, so they come first.
+        want.sort_by_key(|i| *i as i64);
+        assert_eq!(seen, want);
+        // Without a starting point the same rows come again (they are this node's).
+        assert_eq!(
+            must(s.claim("me", true, LEASE, NOW, &processes, None, 2).await).len(),
+            2
+        );
+    }
+
     /// Past a buffer's worth of rows the database streams its answer; it is read whole.
     async fn claims_return_large_snapshots_whole(s: &SqlStore) {
         let big = format!(r#"{{"format":1,"vars":"{}"}}"#, "x".repeat(4_000));
@@ -1412,7 +1518,7 @@ mod tests {
             must(s.save(save).await);
         }
         let processes = [P.to_owned()];
-        let claimed = must(s.claim("me", false, LEASE, NOW, &processes, 50).await);
+        let claimed = must(s.claim("me", false, LEASE, NOW, &processes, None, 50).await);
         assert_eq!(claimed.len(), 20);
         assert!(claimed
             .iter()
@@ -1601,6 +1707,7 @@ mod tests {
             first_finishes_commit_together_and_a_clash_fails_alone,
             claims_take_unowned_and_dead_instances_and_own_ones_when_asked,
             claims_respect_the_limit_and_the_processes,
+            claims_page_by_id_and_take_own_instances_once,
             claims_return_large_snapshots_whole,
             key_owner_tells_whether_the_owner_is_alive,
             transitions_happen_only_from_the_given_state,
@@ -1664,6 +1771,38 @@ mod tests {
         assert_eq!(s.kind(), "sqlite");
         suite(&s).await;
         drop(s);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// One process's stores on a file share its lock (a reload builds a second one beside
+    /// the first); anyone else holding it (another busbar) makes `hold` fail, naming the
+    /// file, until it lets go.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_sqlite_store_is_held_by_one_process_and_shared_within_it() {
+        let dir = tempdir("hold");
+        let file = dir.join("instances.sqlite");
+        let other = must(busbar_sql::lock_file(&dir.join("instances.sqlite.lock")));
+        let first = sqlite_store(&dir).await;
+        let e = first.hold().err().unwrap_or_default();
+        assert!(
+            e.contains("instances.sqlite") && e.contains("another"),
+            "{e}"
+        );
+        drop(other);
+        must(first.hold());
+        let second = sqlite_store(&dir).await;
+        must(second.hold());
+        // Anyone else is refused while either store lives.
+        drop(first);
+        assert!(matches!(
+            busbar_sql::lock_file(&dir.join("instances.sqlite.lock")),
+            Err(LockError::Held)
+        ));
+        drop(second);
+        drop(must(busbar_sql::lock_file(
+            &dir.join("instances.sqlite.lock"),
+        )));
+        assert!(file.exists());
         let _ = std::fs::remove_dir_all(&dir);
     }
 

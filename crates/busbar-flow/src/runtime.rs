@@ -236,6 +236,10 @@ pub struct Persistence {
 /// Longest a message waits for the saved instances to be taken up after a start.
 const RECOVERY_WAIT: Duration = Duration::from_secs(30);
 
+/// Saved instances claimed per statement while recovering; the next page starts after the
+/// last id of the one before, so each is taken up once however many there are.
+const CLAIM_PAGE: usize = 500;
+
 /// Upper bounds (ms) of the write-latency histogram's buckets.
 pub const WRITE_BUCKETS_MS: [f64; 10] =
     [0.5, 1.0, 2.5, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 1000.0];
@@ -258,6 +262,17 @@ struct Durability {
     /// The process frame's variable names (for the final state).
     names: Vec<String>,
     stats: Arc<WriteStats>,
+    /// True once the store's saved instances have been taken up: until then messages for
+    /// the process wait.
+    recovered: Arc<tokio::sync::watch::Sender<bool>>,
+}
+
+/// A store of durable processes (one per store and node), and whether its saved instances
+/// have been taken up since the engine started.
+#[derive(Clone)]
+struct StoreSlot {
+    persistence: Persistence,
+    recovered: Arc<tokio::sync::watch::Sender<bool>>,
 }
 
 impl Durability {
@@ -316,12 +331,10 @@ struct Inner {
     alive: AtomicI64,
     busy: AtomicI64,
     next_id: AtomicU64,
-    /// The stores of durable processes (one per store and node).
-    stores: Mutex<Vec<Persistence>>,
+    /// The stores of durable processes (one per store and node). Each is recovered on its
+    /// own: a store that cannot be reached holds up its processes' messages, not others'.
+    stores: Mutex<Vec<StoreSlot>>,
     stats: Arc<WriteStats>,
-    /// False from the deployment of a durable process until [`Engine::recover`] has taken
-    /// up the saved instances: messages wait meanwhile, so none misses its instance.
-    recovered: tokio::sync::watch::Sender<bool>,
 }
 
 /// The process engine: deployed processes and their instances.
@@ -350,7 +363,6 @@ impl Engine {
                 next_id: AtomicU64::new(1),
                 stores: Mutex::new(Vec::new()),
                 stats: Arc::new(WriteStats::default()),
-                recovered: tokio::sync::watch::Sender::new(true),
             }),
         }
     }
@@ -363,15 +375,27 @@ impl Engine {
     /// Adds deployed processes, durable ones kept by `persistence` (a process whose
     /// `deploy.xml` says `<in-memory>true</in-memory>` stays transient).
     pub fn add_with(&self, deployed: Vec<Deployed>, persistence: Option<&Persistence>) {
-        if let Some(p) = persistence {
-            self.inner.recovered.send_replace(false);
+        let recovered = persistence.map(|p| {
             let mut stores = self.inner.stores.lock().unwrap_or_else(|e| e.into_inner());
-            if !stores
-                .iter()
-                .any(|s| Arc::ptr_eq(&s.store, &p.store) && s.node == p.node)
-            {
-                stores.push(p.clone());
+            let found = stores.iter().find(|s| {
+                Arc::ptr_eq(&s.persistence.store, &p.store) && s.persistence.node == p.node
+            });
+            match found {
+                Some(s) => s.recovered.clone(),
+                None => {
+                    // False until [`Engine::recover`] has taken up the saved instances:
+                    // messages for the store's processes wait meanwhile, so none misses
+                    // its instance.
+                    let recovered = Arc::new(tokio::sync::watch::Sender::new(false));
+                    stores.push(StoreSlot {
+                        persistence: p.clone(),
+                        recovered: recovered.clone(),
+                    });
+                    recovered
+                }
             }
+        });
+        if let Some(p) = persistence {
             // Ids stay unique across restarts and nodes: the start time in ms above 22
             // bits of this node's name's digest.
             if self.inner.next_id.load(Ordering::Relaxed) == 1 {
@@ -388,20 +412,25 @@ impl Engine {
             .write()
             .unwrap_or_else(|e| e.into_inner());
         for d in deployed {
-            let durable = match persistence {
-                Some(p) if !d.descriptor.in_memory => Some(Arc::new(Durability {
-                    persistence: p.clone(),
-                    digest: durable::digest(&std::fs::read(&d.process.file).unwrap_or_default()),
-                    names: d
-                        .process
-                        .root
-                        .frame
-                        .vars
-                        .iter()
-                        .map(|v| v.name.clone())
-                        .collect(),
-                    stats: self.inner.stats.clone(),
-                })),
+            let durable = match (persistence, &recovered) {
+                (Some(p), Some(recovered)) if !d.descriptor.in_memory => {
+                    Some(Arc::new(Durability {
+                        persistence: p.clone(),
+                        digest: durable::digest(
+                            &std::fs::read(&d.process.file).unwrap_or_default(),
+                        ),
+                        names: d
+                            .process
+                            .root
+                            .frame
+                            .vars
+                            .iter()
+                            .map(|v| v.name.clone())
+                            .collect(),
+                        stats: self.inner.stats.clone(),
+                        recovered: recovered.clone(),
+                    }))
+                }
                 _ => None,
             };
             ps.push(Arc::new(Live {
@@ -549,7 +578,15 @@ impl Engine {
     /// False while the saved instances of durable processes have not been taken up yet
     /// (after a start, until [`Engine::recover`] succeeds).
     pub fn recovered(&self) -> bool {
-        *self.inner.recovered.borrow()
+        self.slots().iter().all(|s| *s.recovered.borrow())
+    }
+
+    fn slots(&self) -> Vec<StoreSlot> {
+        self.inner
+            .stores
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// Writes of durable instances' snapshots and ends.
@@ -559,11 +596,7 @@ impl Engine {
 
     /// The stores durable processes are kept in (one per store and node).
     pub fn persistence(&self) -> Vec<Persistence> {
-        self.inner
-            .stores
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
+        self.slots().into_iter().map(|s| s.persistence).collect()
     }
 
     /// The durable processes kept in `p`'s store, by name (Clark notation).
@@ -580,40 +613,70 @@ impl Engine {
 
     /// Takes up waiting durable instances: after a start (`own`: this node's own too, which
     /// it ran before it stopped) or from nodes whose lease ran out. Each resumes from its
-    /// last saved wait point. Returns how many resumed. Until a first call succeeds,
-    /// messages for the processes wait (at most 30 s).
+    /// last saved wait point. Returns how many resumed. Until a first call succeeds for a
+    /// store, messages for the processes kept there wait (at most 30 s); processes kept
+    /// elsewhere, or not at all, do not. A store that fails does not hold up the others:
+    /// the first error is returned once every store was tried, and a call with `own` again
+    /// takes up only the stores not recovered yet (this node's instances of the others run
+    /// already).
     pub async fn recover(&self, own: bool) -> Result<usize, String> {
-        let r = self.recover_now(own).await;
-        if r.is_ok() {
-            self.inner.recovered.send_replace(true);
-        }
-        r
-    }
-
-    async fn recover_now(&self, own: bool) -> Result<usize, String> {
         let mut resumed = 0;
-        for p in self.persistence() {
-            let now = durable::now_ms();
-            p.store.heartbeat(&p.node, now).await?;
-            let lives = self.durable_processes(&p);
-            let names: Vec<String> = lives.iter().map(|l| l.process.name.clark()).collect();
-            if names.is_empty() {
+        let mut failed = None;
+        for slot in self.slots() {
+            if own && *slot.recovered.borrow() {
                 continue;
             }
-            loop {
-                let rows = p
-                    .store
-                    .claim(&p.node, own, p.lease, durable::now_ms(), &names, 500)
-                    .await?;
-                let n = rows.len();
-                for row in rows {
-                    if self.resume_row(&p, &lives, row).await {
-                        resumed += 1;
-                    }
+            match self.recover_store(&slot.persistence, own).await {
+                Ok(n) => {
+                    resumed += n;
+                    slot.recovered.send_replace(true);
                 }
-                if n < 500 {
-                    break;
+                Err(e) => {
+                    failed.get_or_insert(e);
                 }
+            }
+        }
+        match failed {
+            Some(e) => Err(e),
+            None => Ok(resumed),
+        }
+    }
+
+    async fn recover_store(&self, p: &Persistence, own: bool) -> Result<usize, String> {
+        let mut resumed = 0;
+        let now = durable::now_ms();
+        p.store.heartbeat(&p.node, now).await?;
+        let lives = self.durable_processes(p);
+        let names: Vec<String> = lives.iter().map(|l| l.process.name.clark()).collect();
+        if names.is_empty() {
+            return Ok(0);
+        }
+        // Page by id: a claim with `own` matches the rows it just claimed again, so
+        // asking for "the next 500" without a starting point would return the same ones
+        // for ever.
+        let mut after = None;
+        loop {
+            let rows = p
+                .store
+                .claim(
+                    &p.node,
+                    own,
+                    p.lease,
+                    durable::now_ms(),
+                    &names,
+                    after,
+                    CLAIM_PAGE,
+                )
+                .await?;
+            let n = rows.len();
+            after = rows.last().map(|r| r.id).or(after);
+            for row in rows {
+                if self.resume_row(p, &lives, row).await {
+                    resumed += 1;
+                }
+            }
+            if n < CLAIM_PAGE {
+                break;
             }
         }
         Ok(resumed)
@@ -973,11 +1036,18 @@ impl Engine {
     /// Delivers a message for `operation` of the process providing `service` (the port is
     /// not needed to choose). Returns when the reply is known (one-way: when accepted).
     pub async fn deliver(&self, service: &Name, operation: &str, message: Arc<Doc>) -> Outcome {
-        if !*self.inner.recovered.borrow() {
-            let mut rx = self.inner.recovered.subscribe();
-            let _ = tokio::time::timeout(RECOVERY_WAIT, rx.wait_for(|r| *r)).await;
+        let provider = self.provider(service);
+        // Only a durable process whose store is still being recovered waits.
+        if let Some(d) = provider
+            .as_ref()
+            .and_then(|(live, _)| live.durable.as_ref())
+        {
+            if !*d.recovered.borrow() {
+                let mut rx = d.recovered.subscribe();
+                let _ = tokio::time::timeout(RECOVERY_WAIT, rx.wait_for(|r| *r)).await;
+            }
         }
-        let outcome = match self.provider(service) {
+        let outcome = match provider {
             Some((live, pl)) => {
                 self.deliver_to(&live, pl, operation, message.clone(), true)
                     .await
@@ -1572,7 +1642,10 @@ struct InstanceDur {
 
 impl InstanceDur {
     /// Records the instance's end after any write queued before it, then sends the answers
-    /// it held (as they are: the instance did end so, even when the record failed).
+    /// it held. When the record fails, the database still holds the instance at its last
+    /// wait point, and a restart resumes it from there and runs the steps after it again:
+    /// a client told of success would repeat nothing, yet its step would happen twice. So
+    /// each held answer becomes a `persistenceFailed` fault, as when a snapshot fails.
     fn write_finish(
         self: &Arc<Self>,
         finish: crate::store::Finish,
@@ -1586,11 +1659,22 @@ impl InstanceDur {
             let r = d.durability.persistence.store.finish(finish).await;
             d.durability.observe(t0.elapsed(), r.is_ok());
             drop(written);
-            if let Err(e) = r {
-                tracing::error!(instance = id, "cannot record the instance's end: {e}");
-            }
-            for (tx, o) in held {
-                let _ = tx.send(o);
+            match r {
+                Ok(()) => {
+                    for (tx, o) in held {
+                        let _ = tx.send(o);
+                    }
+                }
+                Err(e) => {
+                    tracing::error!(instance = id, "cannot record the instance's end: {e}");
+                    let f = Fault::busbar(
+                        "persistenceFailed",
+                        format!("the instance's end could not be saved: {e}"),
+                    );
+                    for (tx, _) in held {
+                        let _ = tx.send(Outcome::Fault(f.clone()));
+                    }
+                }
             }
         });
     }

@@ -93,6 +93,9 @@ pub struct SoapError(pub String, pub Unread);
 pub enum Unread {
     /// `Client` (SOAP 1.2: `Sender`).
     Client,
+    /// `Client` (`Sender`) naming busbar's fault of this local name (`unknownOperation`,
+    /// `invalidMessage`): SOAP 1.2 as the subcode, SOAP 1.1 as the detail's element.
+    Named(&'static str),
     /// `MustUnderstand`: a header with `mustUnderstand` on, addressed to us.
     MustUnderstand,
     /// `VersionMismatch`: the envelope is not of the SOAP version its Content-Type announces.
@@ -101,6 +104,16 @@ pub enum Unread {
 
 fn err(msg: impl Into<String>) -> SoapError {
     SoapError(msg.into(), Unread::Client)
+}
+
+/// A request whose operation no port type operation takes.
+fn unknown_operation(msg: impl Into<String>) -> SoapError {
+    SoapError(msg.into(), Unread::Named("unknownOperation"))
+}
+
+/// A request whose Body does not hold its operation's input message.
+fn invalid_message(msg: impl Into<String>) -> SoapError {
+    SoapError(msg.into(), Unread::Named("invalidMessage"))
 }
 
 /// Refuses a header block marked `mustUnderstand` that is addressed to this node (no
@@ -372,7 +385,7 @@ fn choose<'a>(
             }),
     });
     found.ok_or_else(|| {
-        err(format!(
+        unknown_operation(format!(
             "no operation of port type {} takes element {}",
             pt.name.clark(),
             name.clark()
@@ -424,14 +437,14 @@ fn doc_parts(doc: &Doc, elems: &[NodeId], def: Option<&Message>) -> Result<Doc, 
     };
     for (i, p) in def.parts.iter().enumerate() {
         let Some(&e) = elems.get(i) else {
-            return Err(err(format!("part '{}' missing", p.name)));
+            return Err(invalid_message(format!("part '{}' missing", p.name)));
         };
         let name = doc.name(e).cloned().unwrap_or_default();
         let holder = out.append_element(root, Name::new("", p.name.as_str()));
         match &p.element {
             Some(want) => {
                 if !want.is(&name.ns, &name.local) {
-                    return Err(err(format!(
+                    return Err(invalid_message(format!(
                         "part '{}' must be element {}, found {}",
                         p.name,
                         want.clark(),
@@ -466,7 +479,7 @@ fn rpc_parts(doc: &Doc, wrapper: NodeId, def: Option<&Message>) -> Result<Doc, S
             .child_elements(wrapper)
             .find(|c| doc.name(*c).is_some_and(|n| n.local == p.name));
         let Some(accessor) = accessor else {
-            return Err(err(format!("part '{}' missing", p.name)));
+            return Err(invalid_message(format!("part '{}' missing", p.name)));
         };
         let holder = out.append_element(root, Name::new("", p.name.as_str()));
         copy_children(&mut out, holder, doc, accessor);
@@ -659,6 +672,25 @@ fn fault_envelope(
             Name::new(env, "Detail").with_prefix(p)
         }
     };
+    // SOAP 1.1 has no subcode: a `Client` fault of busbar's own carries its name as the
+    // detail's element, so a client can tell `noMatchingInstance` from `invalidMessage`.
+    let named_client = match (version, top, code) {
+        (Version::V11, Top::Client, Some(n)) if !n.ns.is_empty() => Some(n),
+        _ => None,
+    };
+    if let Some(n) = named_client.filter(|_| data.is_none_or(|d| d.root_element().is_none())) {
+        let d = out.append_element(f, detail_name.clone());
+        let prefix = if n.prefix.is_empty() || n.prefix == p {
+            "f"
+        } else {
+            n.prefix.as_str()
+        };
+        let e = out.append_element(
+            d,
+            Name::new(n.ns.as_str(), n.local.as_str()).with_prefix(prefix),
+        );
+        out.declare_ns(e, prefix, &n.ns);
+    }
     if let Some(data) = data.filter(|d| d.root_element().is_some()) {
         let d = out.append_element(f, detail_name);
         if let Some(root) = data.root_element() {
@@ -701,6 +733,10 @@ pub fn client_fault(version: Version, text: &str) -> Vec<u8> {
 pub fn unread_fault(version: Version, e: &SoapError) -> Vec<u8> {
     match e.1 {
         Unread::Client => client_fault(version, &e.0),
+        Unread::Named(local) => {
+            let name = Name::new(BUSBAR_FAULT_NS, local).with_prefix("bb");
+            fault_envelope(version, Some(&name), Top::Client, &e.0, None)
+        }
         Unread::MustUnderstand => fault_envelope(version, None, Top::MustUnderstand, &e.0, None),
         Unread::VersionMismatch => fault_envelope(version, None, Top::VersionMismatch, &e.0, None),
     }
@@ -1111,8 +1147,15 @@ mod tests {
             e.0,
             "no operation of port type {urn:hello}Hello takes element {urn:x}other"
         );
+        assert_eq!(e.1, Unread::Named("unknownOperation"));
+        let out = String::from_utf8(unread_fault(Version::V11, &e)).unwrap();
+        assert!(
+            out.contains("<detail><bb:unknownOperation xmlns:bb=\"urn:busbar:bpel\"/></detail>"),
+            "{out}"
+        );
         let e = decode_request(&i, None, env11("<first>a</first>").as_bytes()).unwrap_err();
         assert_eq!(e.0, "part 'last' missing");
+        assert_eq!(e.1, Unread::Named("invalidMessage"));
         let e = decode_request(&i, None, env11("<first>a</first><last/><more/>").as_bytes())
             .unwrap_err();
         assert!(e.0.starts_with("unexpected element more"), "{e}");
@@ -1285,8 +1328,15 @@ mod tests {
         let f = Fault::busbar("invalidMessage", "message lacks part 'x'");
         assert!(is_client_fault(&f));
         let out = String::from_utf8(encode_fault(Version::V11, &f)).unwrap();
+        // SOAP 1.1: `Client`, with the fault's name as the detail's element.
         assert!(
-            out.contains("<faultcode>soapenv:Client</faultcode><faultstring>message lacks part 'x'</faultstring>"),
+            out.contains("<faultcode>soapenv:Client</faultcode><faultstring>message lacks part 'x'</faultstring><detail><bb:invalidMessage xmlns:bb=\"urn:busbar:bpel\"/></detail>"),
+            "{out}"
+        );
+        let n = Fault::busbar("noMatchingInstance", "no instance waits");
+        let out = String::from_utf8(encode_fault(Version::V11, &n)).unwrap();
+        assert!(
+            out.contains("<faultcode>soapenv:Client</faultcode><faultstring>no instance waits</faultstring><detail><bb:noMatchingInstance xmlns:bb=\"urn:busbar:bpel\"/></detail>"),
             "{out}"
         );
         let out = String::from_utf8(encode_fault(Version::V12, &f)).unwrap();

@@ -137,6 +137,14 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// Creates the tables when missing (idempotent).
     fn init(&self) -> BoxFuture<'_, Result<(), String>>;
 
+    /// Takes the store for this process, for as long as the store lives, where it may have
+    /// one node only (a SQLite file): a second process that asks fails, with an error
+    /// naming the store. Stores of one process share the hold, so a reload, which builds
+    /// a new store beside the old one, keeps it. Nothing to do for a shared store.
+    fn hold(&self) -> Result<(), String> {
+        Ok(())
+    }
+
     /// Writes a waiting instance's snapshot and keys (insert or replace), as owned by
     /// `save.node`. Fails when another node owns the instance now (it was taken over).
     fn save(&self, save: Save) -> BoxFuture<'_, Result<(), String>>;
@@ -152,6 +160,11 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// no owner) and, when `own`, those `node` owns already (after its restart). On
     /// PostgreSQL the rows are locked with `FOR UPDATE SKIP LOCKED`, so nodes claiming at the
     /// same time take different instances.
+    ///
+    /// Rows come in the store's order of ids, and only those after `after` (the last id of
+    /// the page before; `None`: from the first): a caller pages through them with it, and
+    /// takes each once even when `own` makes the rows it claimed claimable again.
+    #[allow(clippy::too_many_arguments)]
     fn claim(
         &self,
         node: &str,
@@ -159,6 +172,7 @@ pub trait Store: Send + Sync + std::fmt::Debug {
         lease: Duration,
         now_ms: i64,
         processes: &[String],
+        after: Option<u64>,
         limit: usize,
     ) -> BoxFuture<'_, Result<Vec<Stored>, String>>;
 

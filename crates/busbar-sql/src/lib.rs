@@ -21,6 +21,7 @@ mod statement;
 pub mod testing;
 mod value;
 
+pub use sqlite::{lock_file, FileLock, LockError};
 pub use statement::Statement;
 /// Whether a PostgreSQL URL asked for TLS (`sslmode=`).
 pub use tokio_postgres::config::SslMode as PgSslMode;
@@ -153,6 +154,9 @@ pub struct DbError {
     pub message: String,
     /// For the log.
     pub detail: String,
+    /// A prepared statement the server no longer runs as it was prepared (its tables
+    /// changed): preparing it again and running it once more is safe, as nothing ran.
+    pub(crate) stale_statement: bool,
 }
 
 impl DbError {
@@ -165,6 +169,7 @@ impl DbError {
             class,
             message: message.into(),
             detail: detail.into(),
+            stale_statement: false,
         }
     }
 }
@@ -271,6 +276,14 @@ impl Database {
         match self.backend {
             Backend::Sqlite(_) => "sqlite",
             Backend::Postgres(_) => "postgres",
+        }
+    }
+
+    /// The file of a SQLite database (none for PostgreSQL and SQLite's `:memory:`).
+    pub fn sqlite_file(&self) -> Option<&std::path::Path> {
+        match &self.backend {
+            Backend::Sqlite(s) => s.file(),
+            Backend::Postgres(_) => None,
         }
     }
 

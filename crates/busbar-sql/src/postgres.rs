@@ -163,7 +163,22 @@ impl Postgres {
         result
     }
 
+    /// Runs the query; when a cached statement went stale (a table it reads changed since
+    /// it was prepared: "cached plan must not change result type"), the connection's cached
+    /// statements are dropped and the query runs once more, prepared afresh. The server
+    /// refuses such a statement before running it (and a transaction is rolled back), so
+    /// nothing runs twice.
     async fn execute(&self, client: &mut Object, query: &Query<'_>) -> Result<Step, DbError> {
+        match self.execute_once(client, query).await {
+            Err(e) if e.stale_statement && self.statement_cache => {
+                client.statement_cache.clear();
+                self.execute_once(client, query).await
+            }
+            other => other,
+        }
+    }
+
+    async fn execute_once(&self, client: &mut Object, query: &Query<'_>) -> Result<Step, DbError> {
         if query.statements.len() == 1 {
             let rows = query_raw(
                 Conn::Client(client),
@@ -262,7 +277,7 @@ fn check_types(statement: &Statement, types: &[Type], values: &[Value]) -> Resul
             Type::INT2 | Type::INT4 | Type::INT8 => match v {
                 Value::Int(_) | Value::Null => true,
                 Value::Float(f) => f.fract() == 0.0,
-                Value::Text(t) => t.trim().parse::<i64>().is_ok(),
+                Value::Text(t) | Value::Decimal(t) => t.trim().parse::<i64>().is_ok(),
                 _ => false,
             },
             Type::BOOL => {
@@ -270,7 +285,7 @@ fn check_types(statement: &Statement, types: &[Type], values: &[Value]) -> Resul
                     || matches!(v, Value::Text(t) if t == "true" || t == "false")
             }
             Type::FLOAT4 | Type::FLOAT8 | Type::NUMERIC => match v {
-                Value::Int(_) | Value::Float(_) | Value::Null => true,
+                Value::Int(_) | Value::Float(_) | Value::Decimal(_) | Value::Null => true,
                 Value::Text(t) => t.trim().parse::<f64>().is_ok(),
                 _ => false,
             },
@@ -679,6 +694,11 @@ fn classify(e: tokio_postgres::Error) -> DbError {
         db.detail().unwrap_or("")
     );
     let code = db.code();
+    let stale = (*code == SqlState::FEATURE_NOT_SUPPORTED
+        && db
+            .message()
+            .starts_with("cached plan must not change result type"))
+        || *code == SqlState::INVALID_SQL_STATEMENT_NAME;
     let (class, message) = if *code == SqlState::UNIQUE_VIOLATION {
         (
             ErrorClass::Conflict,
@@ -715,7 +735,10 @@ fn classify(e: tokio_postgres::Error) -> DbError {
     } else {
         (ErrorClass::Other, "The database failed")
     };
-    DbError::new(class, message, detail)
+    DbError {
+        stale_statement: stale,
+        ..DbError::new(class, message, detail)
+    }
 }
 
 /// Runs `init` once the server answers, then probes it, on a thread of its own.

@@ -36,6 +36,8 @@ pub(crate) struct Sqlite {
     acquire_timeout: Duration,
     statement_timeout: Duration,
     health: Arc<Health>,
+    /// The database file (none for `:memory:`).
+    file: Option<std::path::PathBuf>,
 }
 
 impl Sqlite {
@@ -111,7 +113,12 @@ impl Sqlite {
             acquire_timeout: options.acquire_timeout,
             statement_timeout: options.statement_timeout,
             health: health.clone(),
+            file: (!memory).then(|| path.clone()),
         })
+    }
+
+    pub fn file(&self) -> Option<&std::path::Path> {
+        self.file.as_deref()
     }
 
     pub fn status(&self) -> (usize, usize) {
@@ -177,6 +184,65 @@ impl Sqlite {
         }
         result
     }
+}
+
+/// An exclusive lock on a file, held while this value lives; the system releases it when
+/// the process ends, however it ends (`kill -9` included).
+///
+/// It is a SQLite connection to that file in exclusive locking mode that has written once:
+/// SQLite then keeps its exclusive lock until the connection closes, and another
+/// connection (of this process or another) gets "database is locked" at once. This needs no
+/// `unsafe` and no locking crate, and works wherever SQLite's own locks do.
+pub struct FileLock {
+    _conn: Mutex<Connection>,
+}
+
+impl std::fmt::Debug for FileLock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FileLock").finish_non_exhaustive()
+    }
+}
+
+/// Why [`lock_file`] did not lock.
+#[derive(Debug)]
+pub enum LockError {
+    /// Someone else holds the lock.
+    Held,
+    /// The file could not be opened or locked.
+    Failed(String),
+}
+
+impl std::fmt::Display for LockError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            LockError::Held => f.write_str("the file is locked by another holder"),
+            LockError::Failed(e) => f.write_str(e),
+        }
+    }
+}
+
+/// Takes an exclusive lock on `path` (created when missing), without waiting.
+pub fn lock_file(path: &std::path::Path) -> Result<FileLock, LockError> {
+    let failed = |e: rusqlite::Error| match e.sqlite_error_code() {
+        Some(rusqlite::ErrorCode::DatabaseBusy) | Some(rusqlite::ErrorCode::DatabaseLocked) => {
+            LockError::Held
+        }
+        _ => LockError::Failed(e.to_string()),
+    };
+    let conn = Connection::open(path).map_err(failed)?;
+    conn.busy_timeout(Duration::ZERO).map_err(failed)?;
+    conn.execute_batch(
+        "PRAGMA locking_mode=EXCLUSIVE;
+         BEGIN EXCLUSIVE;
+         CREATE TABLE IF NOT EXISTS holder (since INTEGER);
+         DELETE FROM holder;
+         INSERT INTO holder VALUES (strftime('%s', 'now'));
+         COMMIT;",
+    )
+    .map_err(failed)?;
+    Ok(FileLock {
+        _conn: Mutex::new(conn),
+    })
 }
 
 /// One query's work, run on a SQLite thread.
@@ -272,14 +338,18 @@ fn run_one(
     numeric: NumericAs,
     mut reply: Option<(&mut Reply, &AtomicU64)>,
 ) -> Result<Output, DbError> {
+    exact(statement, values)?;
     let mut stmt = conn.prepare_cached(statement.sqlite()).map_err(classify)?;
     let binds: Vec<rusqlite::types::Value> = values.iter().map(to_sqlite).collect();
-    let columns: Vec<String> = stmt.column_names().map(str::to_owned).collect();
-    let decls: Vec<Decl> = stmt.columns().map(|c| Decl::of(c.decl_type())).collect();
     let mut rows = stmt
         .query(rusqlite::params_from_iter(binds))
         .map_err(classify)?;
-    let mut w = RowWriter::new(&columns, numeric);
+    // The columns are read once the statement has run its first step, not before: a cached
+    // statement whose table changed since (a column dropped, another added) is prepared
+    // again by SQLite at that step, and the names read before it would be the old ones,
+    // each put over another column's values.
+    let mut described: Option<(Vec<String>, Vec<Decl>)> = None;
+    let mut w = RowWriter::new(std::iter::empty::<&str>(), numeric);
     let mut first_id: Option<Vec<u8>> = None;
     let mut count = 0u64;
     if shape == Shape::Rows {
@@ -287,6 +357,11 @@ fn run_one(
     }
     while let Some(row) = rows.next().map_err(classify)? {
         count += 1;
+        let (columns, decls) = described.get_or_insert_with(|| {
+            let d = describe(row.as_ref());
+            w.set_columns(&d.0);
+            d
+        });
         match shape {
             Shape::Row if count > 1 => continue,
             Shape::Row | Shape::Rows => {
@@ -317,6 +392,10 @@ fn run_one(
         }
     }
     drop(rows);
+    let columns = match described {
+        Some((columns, _)) => columns,
+        None => describe(&stmt).0,
+    };
     match shape {
         Shape::Rows => {
             w.out.push(b']');
@@ -351,6 +430,33 @@ fn run_one(
             },
         }),
     }
+}
+
+/// SQLite holds a number as a 64-bit integer or a double: one neither holds exactly is
+/// refused, naming the parameter, rather than rounded (bound as text, a column of numeric
+/// affinity would round it all the same).
+fn exact(statement: &Statement, values: &[Value]) -> Result<(), DbError> {
+    for (v, name) in values.iter().zip(&statement.names) {
+        if let Value::Decimal(t) = v {
+            return Err(DbError::new(
+                ErrorClass::BadValue,
+                format!(
+                    "Parameter '{name}' is a number SQLite cannot hold exactly (more than 64 \
+                     bits or about 17 digits): send it as a string"
+                ),
+                format!("parameter '{name}': {t}"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A statement's column names and what their declared types say.
+fn describe(stmt: &rusqlite::Statement<'_>) -> (Vec<String>, Vec<Decl>) {
+    (
+        stmt.column_names().map(str::to_owned).collect(),
+        stmt.columns().map(|c| Decl::of(c.decl_type())).collect(),
+    )
 }
 
 /// Hands a chunk on: the first one opens the stream. False when the client is gone.
@@ -439,6 +545,8 @@ fn to_sqlite(v: &Value) -> rusqlite::types::Value {
         Value::Float(f) => V::Real(*f),
         Value::Text(s) => V::Text(s.clone()),
         Value::Json(j) => V::Text(j.to_string()),
+        // Refused before binding (`exact`): kept as text should it ever get here.
+        Value::Decimal(t) => V::Text(t.clone()),
     }
 }
 

@@ -17,18 +17,37 @@ pub enum Value {
     Text(String),
     /// A JSON document (bound as its text).
     Json(serde_json::Value),
+    /// A number neither an `i64` nor an `f64` holds exactly (a JSON integer past 64 bits, a
+    /// decimal with more digits than a double keeps), as its decimal text. PostgreSQL parses
+    /// it for the parameter's type (`numeric` keeps every digit); SQLite, which would round
+    /// it, refuses it with a 400 naming the parameter.
+    Decimal(String),
 }
 
 impl Value {
     /// The value from a JSON value: numbers stay numbers, objects and arrays stay JSON.
-    pub fn from_json(v: &serde_json::Value) -> Self {
+    ///
+    /// `literal` is the number as the document wrote it, when known: serde_json keeps an
+    /// integer past `u64` or any decimal as an `f64` only, so a number whose `f64` is not
+    /// the written value (more than about 17 significant digits) becomes a
+    /// [`Value::Decimal`] of the written text, never a silently rounded double.
+    pub fn from_json(v: &serde_json::Value, literal: Option<&str>) -> Self {
         match v {
             serde_json::Value::Null => Value::Null,
             serde_json::Value::Bool(b) => Value::Bool(*b),
-            serde_json::Value::Number(n) => match n.as_i64() {
-                Some(i) => Value::Int(i),
-                None => Value::Float(n.as_f64().unwrap_or(f64::NAN)),
-            },
+            serde_json::Value::Number(n) => {
+                if let Some(i) = n.as_i64() {
+                    Value::Int(i)
+                } else if let Some(u) = n.as_u64() {
+                    Value::Decimal(u.to_string())
+                } else {
+                    let f = n.as_f64().unwrap_or(f64::NAN);
+                    match literal {
+                        Some(t) if !same_decimal(t, &f.to_string()) => Value::Decimal(t.to_owned()),
+                        _ => Value::Float(f),
+                    }
+                }
+            }
             serde_json::Value::String(s) => Value::Text(s.clone()),
             other => Value::Json(other.clone()),
         }
@@ -44,6 +63,7 @@ impl Value {
             Value::Float(f) => Some(f.to_string()),
             Value::Text(s) => Some(s.clone()),
             Value::Json(j) => Some(j.to_string()),
+            Value::Decimal(t) => Some(t.clone()),
         }
     }
 
@@ -56,8 +76,46 @@ impl Value {
             Value::Float(_) => "a number",
             Value::Text(_) => "text",
             Value::Json(_) => "a JSON document",
+            Value::Decimal(_) => "a number",
         }
     }
+}
+
+/// True when two decimal texts (JSON number syntax) are the same number: the same sign,
+/// significant digits and exponent (`1.50` and `15e-1` are; `0.1` and `0.10000000000000001`
+/// are not).
+fn same_decimal(a: &str, b: &str) -> bool {
+    match (decimal_parts(a), decimal_parts(b)) {
+        (Some(a), Some(b)) => a == b,
+        _ => false,
+    }
+}
+
+/// A decimal text as (negative, significant digits, exponent): the value is
+/// ±digits × 10^exponent, with no leading or trailing zero in the digits (zero: no digits).
+fn decimal_parts(s: &str) -> Option<(bool, String, i64)> {
+    let (negative, s) = match s.strip_prefix('-') {
+        Some(rest) => (true, rest),
+        None => (false, s),
+    };
+    let (mantissa, exp) = match s.find(['e', 'E']) {
+        Some(i) => (&s[..i], s[i + 1..].parse::<i64>().ok()?),
+        None => (s, 0),
+    };
+    let (int, frac) = mantissa.split_once('.').unwrap_or((mantissa, ""));
+    if !int.bytes().chain(frac.bytes()).all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let all = format!("{int}{frac}");
+    let lead = all.trim_start_matches('0');
+    let digits = lead.trim_end_matches('0');
+    if digits.is_empty() {
+        return Some((false, String::new(), 0));
+    }
+    let exp = exp
+        .checked_sub(i64::try_from(frac.len()).ok()?)?
+        .checked_add(i64::try_from(lead.len() - digits.len()).ok()?)?;
+    Some((negative, digits.to_owned(), exp))
 }
 
 /// How NUMERIC/DECIMAL columns are written.
@@ -96,6 +154,11 @@ impl RowWriter {
             numeric,
             rows: 0,
         }
+    }
+
+    /// Names the columns (when they are known only once the first row is read).
+    pub fn set_columns(&mut self, columns: impl IntoIterator<Item = impl AsRef<str>>) {
+        self.keys = Self::new(columns, self.numeric).keys;
     }
 
     /// Starts a row; in a list, rows after the first are preceded by a comma.
@@ -238,5 +301,41 @@ mod tests {
             String::from_utf8_lossy(&w.out),
             r#"{"a":"1.50","b\"c":null},{"a":"AP8=","b\"c":"x\ny"}"#
         );
+    }
+
+    #[test]
+    fn json_numbers_keep_their_digits_when_a_double_would_not() {
+        let n = |t: &str| -> serde_json::Value {
+            serde_json::from_str(t).unwrap_or_else(|e| panic!("{t}: {e}"))
+        };
+        assert_eq!(Value::from_json(&n("42"), Some("42")), Value::Int(42));
+        assert_eq!(
+            Value::from_json(&n("9223372036854775808"), None),
+            Value::Decimal("9223372036854775808".into())
+        );
+        assert_eq!(Value::from_json(&n("0.1"), Some("0.1")), Value::Float(0.1));
+        assert_eq!(
+            Value::from_json(&n("1.50"), Some("1.50")),
+            Value::Float(1.5)
+        );
+        assert_eq!(
+            Value::from_json(&n("15e-1"), Some("15e-1")),
+            Value::Float(1.5)
+        );
+        assert_eq!(
+            Value::from_json(&n("-0.0"), Some("-0.0")),
+            Value::Float(-0.0)
+        );
+        let long = "12345678901234567890.12345";
+        assert_eq!(
+            Value::from_json(&n(long), Some(long)),
+            Value::Decimal(long.into())
+        );
+        let close = "0.10000000000000000001";
+        assert_eq!(
+            Value::from_json(&n(close), Some(close)),
+            Value::Decimal(close.into())
+        );
+        assert_eq!(Value::Decimal(long.into()).to_text().as_deref(), Some(long));
     }
 }

@@ -294,7 +294,19 @@ fn literal(l: &Literal) -> Value {
 impl Param {
     /// The value for this request: from its source, converted to its type; a missing one is
     /// the default, NULL when nullable, or a 400.
+    #[cfg(test)]
     fn value(&self, ex: &Exchange, body: Option<&Json>) -> Result<Value, MediationError> {
+        self.value_in(ex, body, None)
+    }
+
+    /// As [`Param::value`], with `text` the JSON body as sent (where a number's written
+    /// digits are found).
+    fn value_in(
+        &self,
+        ex: &Exchange,
+        body: Option<&Json>,
+        text: Option<&[u8]>,
+    ) -> Result<Value, MediationError> {
         let raw: Option<Value> = match &self.source {
             Source::Path(p) => ex.param(p).map(|v| Value::Text(v.to_owned())),
             // Text is UTF-8: other bytes are refused, never replaced (two different values
@@ -313,7 +325,17 @@ impl Param {
                 )),
                 None => None,
             },
-            Source::Json(q, _) => body.and_then(|b| q.first(b)).map(Value::from_json),
+            Source::Json(q, _) => body.and_then(|b| {
+                q.first(b).map(|node| {
+                    let literal = match (node, text) {
+                        (Json::Number(n), Some(text)) if n.is_f64() => {
+                            number_literal(text, b, node, n.as_f64())
+                        }
+                        _ => None,
+                    };
+                    Value::from_json(node, literal)
+                })
+            }),
             Source::Var(v) => match ex.var(v) {
                 Some(var) => Some(Value::Text(
                     var.as_str()
@@ -373,6 +395,13 @@ impl Param {
             SqlType::Float => match &v {
                 Value::Int(i) => Ok(Value::Float(*i as f64)),
                 Value::Float(_) => Ok(v),
+                // `type: float` asks for a double: its rounding is the type's.
+                Value::Decimal(t) => t
+                    .parse::<f64>()
+                    .ok()
+                    .filter(|f| f.is_finite())
+                    .map(Value::Float)
+                    .ok_or_else(|| self.bad("must be a number")),
                 Value::Text(t) if self.text_source() => t
                     .parse::<f64>()
                     .ok()
@@ -398,6 +427,8 @@ impl Param {
                 Value::Bool(b) => Ok(Value::Json(Json::Bool(b))),
                 Value::Int(i) => Ok(Value::Json(Json::from(i))),
                 Value::Float(f) => Ok(Value::Json(Json::from(f))),
+                // Its written digits, as JSON text: a serde_json number would round them.
+                Value::Decimal(t) => Ok(Value::Text(t)),
                 other => Ok(other),
             },
         }
@@ -447,18 +478,86 @@ fn query_param(ex: &Exchange, name: &str) -> Option<Vec<u8>> {
     })
 }
 
+/// The text of `node`, a number of `doc`, as `text` (the document `doc` was parsed from)
+/// wrote it. serde_json keeps a decimal as an `f64` only; its digits are found again as the
+/// k-th number literal of the text, k being the node's place among the numbers of the tree
+/// in document order (objects keep their members' order, and a name twice is refused when
+/// the body is parsed). `None` when not found, or when it does not read back as `value`.
+fn number_literal<'a>(
+    text: &'a [u8],
+    doc: &Json,
+    node: &Json,
+    value: Option<f64>,
+) -> Option<&'a str> {
+    fn place(at: &Json, node: &Json, k: &mut usize) -> bool {
+        if std::ptr::eq(at, node) {
+            return true;
+        }
+        match at {
+            Json::Number(_) => {
+                *k += 1;
+                false
+            }
+            Json::Array(a) => a.iter().any(|v| place(v, node, k)),
+            Json::Object(o) => o.values().any(|v| place(v, node, k)),
+            _ => false,
+        }
+    }
+    let mut k = 0;
+    if !place(doc, node, &mut k) {
+        return None;
+    }
+    let mut seen = 0;
+    let mut i = 0;
+    while i < text.len() {
+        match text[i] {
+            b'"' => {
+                i += 1;
+                while i < text.len() {
+                    match text[i] {
+                        b'\\' => i += 2,
+                        b'"' => {
+                            i += 1;
+                            break;
+                        }
+                        _ => i += 1,
+                    }
+                }
+            }
+            b'-' | b'0'..=b'9' => {
+                let start = i;
+                while i < text.len()
+                    && matches!(text[i], b'0'..=b'9' | b'-' | b'+' | b'.' | b'e' | b'E')
+                {
+                    i += 1;
+                }
+                if seen == k {
+                    let literal = std::str::from_utf8(&text[start..i]).ok()?;
+                    return (literal.parse::<f64>().ok() == value).then_some(literal);
+                }
+                seen += 1;
+            }
+            _ => i += 1,
+        }
+    }
+    None
+}
+
 impl Apply for SqlStep {
     async fn apply(&self, ex: &mut Exchange, cx: &StepCx<'_>) -> Result<Flow, MediationError> {
-        let body = if self.uses_json {
-            Some(json::parsed(ex, cx).await?)
+        let (body, text) = if self.uses_json {
+            let body = json::parsed(ex, cx).await?;
+            // The text it was parsed from (kept by the body): the written digits of numbers.
+            let text = ex.body_mut().bytes(cx.max_body()).await?;
+            (Some(body), Some(text))
         } else {
-            None
+            (None, None)
         };
         let mut values = Vec::with_capacity(self.binds.len());
         for positions in &self.binds {
             let mut v = Vec::with_capacity(positions.len());
             for p in positions {
-                v.push(p.value(ex, body.as_deref())?);
+                v.push(p.value_in(ex, body.as_deref(), text.as_deref())?);
             }
             values.push(v);
         }
