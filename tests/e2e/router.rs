@@ -45,6 +45,22 @@ fn a_parameter_matches_exactly_one_segment() {
 }
 
 #[test]
+fn a_parameter_that_is_not_utf_8_is_a_400_naming_it() {
+    let h = engine(&format!(
+        "proxies:\n{}",
+        answering("ByName", "/byname/{name}", "", "found")
+    ));
+    for path in ["/byname/%FF", "/byname/caf%C3", "/byname/%ED%A0%80"] {
+        let r = request(h.http(), "GET", path);
+        assert_eq!(r.status, 400, "{path}: {}", r.text());
+        assert_eq!(r.header("content-type"), Some("application/problem+json"));
+        assert!(r.text().contains("path parameter 'name'"), "{}", r.text());
+    }
+    let r = request(h.http(), "GET", "/byname/caf%C3%A9");
+    assert_eq!((r.status, r.text().as_str()), (200, "found"));
+}
+
+#[test]
 fn exact_paths_beat_parameters_and_parameters_beat_prefixes() {
     let h = engine(&format!(
         "proxies:\n{}{}{}{}",

@@ -98,6 +98,18 @@ pub async fn handle(
             }
             return Box::pin(answer_unserved(shared, req, peer, &target.name, resp)).await;
         }
+        Match::BadParameter { target, name } => {
+            let meter = Meter::start(target.counters.clone());
+            let e = MediationError::new(
+                ErrorKind::BadRequest,
+                Blame::Client,
+                format!("The path parameter '{name}' is not UTF-8 once percent-decoded"),
+            );
+            target.counters.error(e.kind);
+            let format = MessageFormat::from_request_headers(req.headers());
+            let resp = error_response(&e, format, Some(meter));
+            return Box::pin(answer_unserved(shared, req, peer, &target.name, resp)).await;
+        }
         Match::NotFound => {
             let e = MediationError::new(
                 ErrorKind::NotFound,

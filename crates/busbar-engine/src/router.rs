@@ -8,7 +8,9 @@
 //! - Literal segments match the path as sent (not percent-decoded), byte for byte; a
 //!   trailing slash is significant (`/a/` is not `/a`).
 //! - Parameter values are percent-decoded; a segment that does not decode to UTF-8 matches
-//!   no parameter.
+//!   no parameter. When no route matches otherwise, a route that would have matched but for
+//!   such a segment and accepts the method makes the request a bad one (400 naming the
+//!   parameter), not an unknown path.
 //! - A request path with a `.` or `..` segment (also percent-encoded) matches no parameter
 //!   and no prefix, so it can never reach a back end through a pattern (exact paths cannot
 //!   contain such segments: validation refuses them).
@@ -70,6 +72,14 @@ pub enum Match<'a, T> {
         /// Methods some matching route accepts, sorted, without duplicates.
         allow: Vec<Method>,
     },
+    /// A route accepting the method matches the path but for a parameter whose segment does
+    /// not percent-decode to UTF-8, and no other route matches.
+    BadParameter {
+        /// That route's target.
+        target: &'a T,
+        /// The parameter.
+        name: Arc<str>,
+    },
     /// No route matches the path.
     NotFound,
 }
@@ -125,9 +135,17 @@ impl<T> Router<T> {
             &self.patterns
         };
         let mut first_path_match = exact.clone().next();
+        let mut bad_parameter = None;
         for r in patterns {
-            let Some(params) = matches(&r.pattern, path) else {
-                continue;
+            let params = match matches(&r.pattern, path) {
+                Some(Ok(params)) => params,
+                Some(Err(name)) => {
+                    if bad_parameter.is_none() && r.accepts(method) {
+                        bad_parameter = Some((r, name));
+                    }
+                    continue;
+                }
+                None => continue,
             };
             if r.accepts(method) {
                 return Match::Found {
@@ -138,12 +156,18 @@ impl<T> Router<T> {
             first_path_match.get_or_insert(r);
         }
         let Some(first) = first_path_match else {
-            return Match::NotFound;
+            return match bad_parameter {
+                Some((r, name)) => Match::BadParameter {
+                    target: &r.target,
+                    name,
+                },
+                None => Match::NotFound,
+            };
         };
         // The path matched but the method did not: list what would have been accepted.
         let on_path = patterns
             .iter()
-            .filter(|r| matches(&r.pattern, path).is_some());
+            .filter(|r| matches!(matches(&r.pattern, path), Some(Ok(_))));
         let mut allow: Vec<Method> = exact
             .chain(on_path)
             .flat_map(|r| r.methods.iter().cloned())
@@ -157,10 +181,14 @@ impl<T> Router<T> {
     }
 }
 
-/// The parameters `pattern` gives for `path`, or `None` when it does not match.
-fn matches(pattern: &PathPattern, path: &str) -> Option<Vec<(Arc<str>, String)>> {
+/// The parameters `pattern` gives for `path`, or `None` when it does not match; `Some(Err)`
+/// names the first parameter whose segment does not percent-decode to UTF-8 where the path
+/// matches otherwise.
+#[allow(clippy::type_complexity)]
+fn matches(pattern: &PathPattern, path: &str) -> Option<Result<Vec<(Arc<str>, String)>, Arc<str>>> {
     let mut segs = path.strip_prefix('/')?.split('/');
     let mut params = Vec::new();
+    let mut bad = None;
     for s in &pattern.segments {
         let seg = segs.next()?;
         match s {
@@ -173,12 +201,19 @@ fn matches(pattern: &PathPattern, path: &str) -> Option<Vec<(Arc<str>, String)>>
                 if seg.is_empty() {
                     return None;
                 }
-                params.push((name.clone(), percent_decode(seg)?));
+                match percent_decode(seg) {
+                    Some(value) => params.push((name.clone(), value)),
+                    None if bad.is_none() => bad = Some(name.clone()),
+                    None => {}
+                }
             }
         }
     }
     let more = segs.next().is_some();
-    (more == pattern.prefix).then_some(params)
+    (more == pattern.prefix).then_some(match bad {
+        Some(name) => Err(name),
+        None => Ok(params),
+    })
 }
 
 /// True when a segment of `path` is `.` or `..`, written plainly or percent-encoded.
@@ -322,6 +357,29 @@ mod tests {
         assert_eq!(target(&r, "/p/%2"), None, "malformed escape");
         assert_eq!(target(&r, "/lit/a%20b"), Some("lit"));
         assert_eq!(target(&r, "/lit/a b"), None);
+    }
+
+    #[test]
+    fn a_parameter_that_is_not_utf_8_makes_a_bad_request_where_no_other_route_matches() {
+        let r = router(&[
+            ("/p/{name}", &[Method::GET], "p"),
+            ("/q/{a}/{b}", &[], "q"),
+            ("/r/*", &[], "prefix"),
+            ("/r/{x}", &[], "r"),
+        ]);
+        let bad = |method: Method, path: &str| match r.find(&method, path) {
+            Match::BadParameter { target, name } => Some((*target, name.to_string())),
+            _ => None,
+        };
+        assert_eq!(bad(Method::GET, "/p/%FF"), Some(("p", "name".into())));
+        assert_eq!(bad(Method::GET, "/q/ok/%C3"), Some(("q", "b".into())));
+        assert_eq!(bad(Method::GET, "/q/%FF/%FE"), Some(("q", "a".into())));
+        // The method is not accepted: no route would have taken it anyway.
+        assert!(matches!(r.find(&Method::POST, "/p/%FF"), Match::NotFound));
+        // Another route takes the path: it wins.
+        assert_eq!(target(&r, "/r/%FF"), Some("prefix"));
+        // A path that would not match for other reasons stays unknown.
+        assert!(matches!(r.find(&Method::GET, "/p/%FF/x"), Match::NotFound));
     }
 
     #[test]
