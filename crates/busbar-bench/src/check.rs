@@ -492,14 +492,23 @@ impl Check {
                 body: sent,
             } => {
                 expect_status(status, 200)?;
-                match headers.get(BACKEND_HEADER) {
-                    Some(name) if name == backend.as_bytes() => same_bytes(body, sent),
-                    Some(name) => Err(Failure::Content(format!(
+                match headers.single(BACKEND_HEADER) {
+                    Ok(Some(name)) if name == backend.as_bytes() => same_bytes(body, sent),
+                    Ok(Some(name)) => Err(Failure::Content(format!(
                         "answered by the '{}' back end, expected '{backend}' ({BACKEND_HEADER})",
                         String::from_utf8_lossy(name)
                     ))),
-                    None => Err(Failure::Content(format!(
+                    Ok(None) => Err(Failure::Content(format!(
                         "no {BACKEND_HEADER} header: which back end answered is unknown"
+                    ))),
+                    Err(names) => Err(Failure::Content(format!(
+                        "{} {BACKEND_HEADER} headers ({}): which back end answered is unknown",
+                        names.len(),
+                        names
+                            .iter()
+                            .map(|n| format!("'{}'", String::from_utf8_lossy(n)))
+                            .collect::<Vec<_>>()
+                            .join(", ")
                     ))),
                 }
             }

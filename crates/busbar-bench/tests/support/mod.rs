@@ -335,6 +335,9 @@ pub enum Integrator {
     Reference,
     /// JsonCBR always answers from the standard back end.
     CbrAlwaysStandard,
+    /// JsonCBR answers name the right back end, then the other one, in a second
+    /// `x-echo-name` header.
+    CbrTwoNames,
     /// ScatterGather's stock count is one too many.
     AggregateOffByOne,
 }
@@ -430,7 +433,19 @@ async fn handle_integrator(
                 counts.standard.fetch_add(1, Ordering::SeqCst);
                 "standard"
             };
-            json_answer(200, body, Some(name))
+            let mut answer = json_answer(200, body, Some(name));
+            if behaviour == Integrator::CbrTwoNames {
+                let other = if name == "premium" {
+                    "standard"
+                } else {
+                    "premium"
+                };
+                answer.headers_mut().append(
+                    "x-echo-name",
+                    hyper::header::HeaderValue::from_static(other),
+                );
+            }
+            answer
         }
         "/api/route/filter" => computed(
             doc()
