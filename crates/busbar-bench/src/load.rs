@@ -22,7 +22,7 @@ use crate::client::{Conn, ExchangeError, RequestSpec, Url, Version};
 use crate::error::{runtime, BenchError};
 use crate::integrator::{self, Shape};
 use crate::payload::{buy_stocks, soap_action, Variant};
-use crate::util::{parse_count, parse_duration, parse_size, round};
+use crate::util::{parse_count, parse_duration, parse_positive_duration, parse_size, round};
 
 /// Options of `bench load`.
 #[derive(clap::Args, Debug, Clone)]
@@ -52,7 +52,7 @@ pub struct LoadArgs {
     #[arg(short = 'n', long, conflicts_with = "duration", value_parser = parse_count)]
     pub requests: Option<usize>,
     /// Measured duration (default 10s when -n is not given).
-    #[arg(short = 'd', long, value_parser = parse_duration)]
+    #[arg(short = 'd', long, value_parser = parse_positive_duration)]
     pub duration: Option<Duration>,
     /// Discarded warm-up before measuring.
     #[arg(long, default_value = "0s", value_parser = parse_duration)]
@@ -87,7 +87,7 @@ pub struct LoadArgs {
     #[arg(long)]
     pub json: Option<std::path::PathBuf>,
     /// Per-request timeout.
-    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    #[arg(long, default_value = "30s", value_parser = parse_positive_duration)]
     pub timeout: Duration,
     /// Worker threads, each with its own single-threaded runtime.
     #[arg(long, default_value = "1", value_parser = parse_count)]

@@ -339,6 +339,68 @@ fn bad_input_is_refused_before_any_load() {
     assert_eq!(err.exit_code(), std::process::ExitCode::from(2));
 }
 
+/// A measurement of no time and a timeout of no time are usage errors (exit 2) naming the
+/// option, in `load` as in `run` and `verify`, before anything is sent.
+#[test]
+fn zero_duration_and_zero_timeout_are_usage_errors_naming_the_option() {
+    let url = "http://127.0.0.1:9/service/DirectProxy";
+    for (argv, option) in [
+        (&["bench", "load", url, "-d", "0s"][..], "--duration"),
+        (&["bench", "load", url, "--duration", "0ms"], "--duration"),
+        (&["bench", "load", url, "--timeout", "0s"], "--timeout"),
+        (
+            &[
+                "bench",
+                "verify",
+                "http://127.0.0.1:9/service",
+                "--timeout",
+                "0s",
+            ],
+            "--timeout",
+        ),
+        (
+            &[
+                "bench",
+                "run",
+                "--base",
+                "http://127.0.0.1:9/service",
+                "--name",
+                "x",
+                "--out",
+                "o",
+                "--duration",
+                "0s",
+            ],
+            "--duration",
+        ),
+        (
+            &[
+                "bench",
+                "run",
+                "--base",
+                "http://127.0.0.1:9/service",
+                "--name",
+                "x",
+                "--out",
+                "o",
+                "--timeout",
+                "0s",
+            ],
+            "--timeout",
+        ),
+    ] {
+        let err = busbar_bench::parse_args(argv).expect_err("refused");
+        assert_eq!(err.exit_code(), 2, "{argv:?}");
+        let text = err.to_string();
+        assert!(
+            text.contains(option) && text.contains("more than 0"),
+            "{argv:?}: {text}"
+        );
+    }
+    // Zero warm-up is what the default means: still accepted.
+    assert!(busbar_bench::parse_args(["bench", "load", url, "--warmup", "0s", "-d", "1s"]).is_ok());
+}
+
 /// A server that reads requests and never answers: every client is counted as never answered,
 /// none as an error; a server that answers leaves none unanswered, though each client has a
 /// request waiting when the measurement ends. Each answer size is recorded per request.
