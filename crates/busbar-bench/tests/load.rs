@@ -242,6 +242,52 @@ fn open_loop_keeps_the_arrival_rate_and_measures_from_intended_send_time() {
     assert!(r.latency_ms.max > 300.0, "{}", r.summary());
 }
 
+/// When every connection is still waiting for an answer as requests come due, the requests
+/// left unsent at the end are counted and said, in the summary and the JSON, instead of the
+/// rate silently dropping; a server that keeps up leaves none.
+#[test]
+fn open_loop_counts_the_scheduled_requests_it_never_sent() {
+    let s = start(Behaviour::Delay(Duration::from_millis(400)));
+    // 20/s over 2 connections for 1 s: 20 requests due, but each connection can send one
+    // every 400 ms (3 each, at 0, 400 and 800 ms).
+    let r = execute(&[
+        &s.url("DirectProxy"),
+        "--rate",
+        "20",
+        "-c",
+        "2",
+        "-d",
+        "1s",
+        "--verify",
+        "direct",
+    ]);
+    let sent = r.requests + 2; // the last request of each connection is still in flight
+    assert!(r.unsent >= 10, "{}", r.summary());
+    assert!(
+        (19..=21).contains(&(sent + r.unsent)),
+        "{sent} sent, {} unsent: {}",
+        r.unsent,
+        r.summary()
+    );
+    let summary = r.summary();
+    assert!(
+        summary.contains(&format!("{} scheduled requests never sent", r.unsent)),
+        "{summary}"
+    );
+    assert!(summary.contains("give more connections"), "{summary}");
+    let json = serde_json::to_value(&r).expect("json");
+    assert_eq!(json["unsent"], r.unsent);
+
+    let s = start(Behaviour::Delay(Duration::from_millis(10)));
+    let r = execute(&[&s.url("DirectProxy"), "--rate", "20", "-c", "2", "-d", "1s"]);
+    assert_eq!(r.unsent, 0, "{}", r.summary());
+    assert!(r.summary().contains("0 scheduled requests never sent"));
+    // The closed loop has no schedule.
+    let r = execute(&[&s.url("DirectProxy"), "-c", "2", "-d", "200ms"]);
+    assert_eq!(r.unsent, 0);
+    assert!(!r.summary().contains("never sent"));
+}
+
 #[test]
 fn legacy_tps_is_successes_over_mean_client_time() {
     let s = start(Behaviour::Delay(Duration::from_millis(20)));
