@@ -476,3 +476,39 @@ fn environment_values_reach_the_config_as_data() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `busbar health` against a server that accepts and never answers says it timed out, after
+/// how long, rather than the system's word for it; a URL that is not http:// is a usage error
+/// (2), as its help says.
+#[test]
+fn health_names_a_timeout_and_refuses_a_non_http_url_as_a_usage_error() {
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let url = format!("http://{}/healthz", silent.local_addr().expect("addr"));
+    let held = std::thread::spawn(move || {
+        // Accept and hold the connection without a word until the client gives up.
+        let (mut conn, _) = silent.accept().expect("accept");
+        let mut sink = Vec::new();
+        let _ = std::io::Read::read_to_end(&mut conn, &mut sink);
+    });
+    let out = busbar()
+        .args(["health", &url, "--timeout", "1s"])
+        .output()
+        .expect("health");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("timed out after 1s"), "{err}");
+    assert!(!err.contains("os error"), "{err}");
+    held.join().expect("server");
+
+    let out = busbar()
+        .args(["health", "ftp://127.0.0.1/healthz"])
+        .output()
+        .expect("health");
+    assert_eq!(out.status.code(), Some(2));
+    let help = busbar().args(["health", "--help"]).output().expect("help");
+    let help = String::from_utf8_lossy(&help.stdout);
+    assert!(
+        help.contains("1 otherwise, 2 for a URL that is not http://"),
+        "{help}"
+    );
+}

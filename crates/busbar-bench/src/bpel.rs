@@ -147,6 +147,12 @@ pub fn requests(
 /// malformed envelope and any other element fail, saying which.
 pub fn answer_text(body: &[u8], answer: Answer) -> Result<String, String> {
     let text = std::str::from_utf8(body).map_err(|_| "the answer is not UTF-8".to_string())?;
+    if let Some((at, c)) = crate::check::forbidden_char(text) {
+        return Err(format!(
+            "character U+{:04X} at byte {at} is not allowed in XML",
+            u32::from(c)
+        ));
+    }
     let mut reader = NsReader::from_str(text);
     read_answer(&mut reader, body, answer).map_err(|why| {
         // An error at the very end is an answer cut short, not a malformed one.

@@ -492,14 +492,23 @@ impl Check {
                 body: sent,
             } => {
                 expect_status(status, 200)?;
-                match headers.get(BACKEND_HEADER) {
-                    Some(name) if name == backend.as_bytes() => same_bytes(body, sent),
-                    Some(name) => Err(Failure::Content(format!(
+                match headers.single(BACKEND_HEADER) {
+                    Ok(Some(name)) if name == backend.as_bytes() => same_bytes(body, sent),
+                    Ok(Some(name)) => Err(Failure::Content(format!(
                         "answered by the '{}' back end, expected '{backend}' ({BACKEND_HEADER})",
                         String::from_utf8_lossy(name)
                     ))),
-                    None => Err(Failure::Content(format!(
+                    Ok(None) => Err(Failure::Content(format!(
                         "no {BACKEND_HEADER} header: which back end answered is unknown"
+                    ))),
+                    Err(names) => Err(Failure::Content(format!(
+                        "{} {BACKEND_HEADER} headers ({}): which back end answered is unknown",
+                        names.len(),
+                        names
+                            .iter()
+                            .map(|n| format!("'{}'", String::from_utf8_lossy(n)))
+                            .collect::<Vec<_>>()
+                            .join(", ")
                     ))),
                 }
             }
@@ -571,6 +580,8 @@ impl Check {
             }
             Check::Secure { checker, plain } => {
                 expect_status(status, 200)?;
+                // The verifier reads what it needs; the answer must be whole besides.
+                well_formed(body).map_err(Failure::Content)?;
                 let got = checker
                     .verify(body, None, std::time::SystemTime::now())
                     .map_err(|e| Failure::Content(format!("response does not verify: {e}")))?;
@@ -587,14 +598,17 @@ impl Check {
                 reason,
             } => {
                 expect_status(status, *want)?;
-                match fault_string(body) {
-                    Some(s) if s == *reason => Ok(()),
-                    Some(s) => Err(Failure::Content(format!(
+                match fault_reason(body) {
+                    Ok(Some(s)) if s == *reason => Ok(()),
+                    Ok(Some(s)) => Err(Failure::Content(format!(
                         "faultstring '{s}', expected '{reason}'"
                     ))),
-                    None => Err(Failure::Content(
+                    Ok(None) => Err(Failure::Content(
                         "no SOAP faultstring in the response".into(),
                     )),
+                    Err(why) => Err(Failure::Content(format!(
+                        "the fault is not a whole XML document: {why}"
+                    ))),
                 }
             }
         }
@@ -624,8 +638,7 @@ fn same_bytes(body: &[u8], expected: &[u8]) -> Result<(), Failure> {
 /// attributes sorted and namespace declarations left out, `</>`, and each run of text that is
 /// not whitespace alone.
 pub fn xml_items(xml: &[u8]) -> Result<Vec<String>, String> {
-    let text = std::str::from_utf8(xml).map_err(|_| "not UTF-8".to_string())?;
-    let mut reader = NsReader::from_str(text);
+    let mut reader = XmlDocument::new(xml)?;
     let mut items = Vec::new();
     let mut run = String::new();
     let ns_of = |r: &ResolveResult<'_>| match r {
@@ -633,9 +646,7 @@ pub fn xml_items(xml: &[u8]) -> Result<Vec<String>, String> {
         _ => String::new(),
     };
     loop {
-        let (ns, ev) = reader
-            .read_resolved_event()
-            .map_err(|e| format!("malformed XML: {e}"))?;
+        let (ns, ev) = reader.next()?;
         let element_ns = ns_of(&ns);
         let tag = matches!(
             ev,
@@ -813,11 +824,190 @@ pub(crate) fn push_text(out: &mut String, ev: &Event<'_>) -> Result<(), String> 
     Ok(())
 }
 
+/// Which characters XML 1.0 allows (its `Char` production), as bytes of valid UTF-8: no
+/// control character but tab, line feed and carriage return, and neither U+FFFE nor U+FFFF
+/// (UTF-8 cannot hold surrogates). Returns the offset of the first one it refuses.
+pub(crate) fn forbidden_char(text: &str) -> Option<(usize, char)> {
+    let bytes = text.as_bytes();
+    let at = bytes.iter().enumerate().position(|(i, &b)| {
+        (b < 0x20 && !matches!(b, b'\t' | b'\n' | b'\r'))
+            || (b == 0xEF
+                && bytes.get(i + 1) == Some(&0xBF)
+                && matches!(bytes.get(i + 2), Some(0xBE | 0xBF)))
+    })?;
+    text[at..].chars().next().map(|c| (at, c))
+}
+
+/// One whole XML document, read event by event and refused at the first sign that it is not
+/// one complete, well-formed document: a byte that is not UTF-8 or a character XML forbids,
+/// a tag that is cut or does not match its start, a prefix bound to no namespace, a bad
+/// attribute or entity reference, anything but white space, comments and processing
+/// instructions outside the root element, a second root, a DTD, or an end of input before
+/// the root element is closed. The checks read answers to the end this way, so that an answer
+/// whose beginning is right but whose rest is cut short or corrupted never passes.
+pub(crate) struct XmlDocument<'i> {
+    reader: NsReader<&'i [u8]>,
+    /// Elements open now.
+    open: usize,
+    /// Whether the root element has started, and whether it has ended.
+    root: (bool, bool),
+    /// Whether any event has been read (an XML declaration must come first).
+    started: bool,
+    /// The document's length in bytes.
+    len: u64,
+}
+
+impl<'i> XmlDocument<'i> {
+    /// A reader over `xml`, after checking that it is UTF-8 holding only XML characters.
+    pub(crate) fn new(xml: &'i [u8]) -> Result<XmlDocument<'i>, String> {
+        let text = std::str::from_utf8(xml).map_err(|e| {
+            format!(
+                "not UTF-8 (at byte {}): not a well-formed XML document",
+                e.valid_up_to()
+            )
+        })?;
+        if let Some((at, c)) = forbidden_char(text) {
+            return Err(format!(
+                "character U+{:04X} at byte {at} is not allowed in XML",
+                u32::from(c)
+            ));
+        }
+        Ok(XmlDocument {
+            reader: NsReader::from_str(text),
+            open: 0,
+            root: (false, false),
+            started: false,
+            len: text.len() as u64,
+        })
+    }
+
+    /// The namespace bindings in scope (for attribute names).
+    pub(crate) fn resolver(&self) -> &quick_xml::name::NamespaceResolver {
+        self.reader.resolver()
+    }
+
+    /// The next event with the namespace of its element (`Unbound` for events that are not
+    /// tags), or why the document is not well-formed. [`Event::Eof`] comes only after a
+    /// complete root element.
+    pub(crate) fn next(&mut self) -> Result<(ResolveResult<'_>, Event<'i>), String> {
+        let ev = match self.reader.read_event() {
+            Ok(ev) => ev,
+            // An error at the very end is a document cut short, not a malformed one.
+            Err(e) if self.reader.buffer_position() >= self.len => {
+                return Err(format!(
+                    "the document ends before it is closed (truncated): {e}"
+                ))
+            }
+            Err(e) => return Err(format!("malformed XML: {e}")),
+        };
+        self.admit(&ev)?;
+        let ns = match &ev {
+            Event::Start(e) | Event::Empty(e) => self.reader.resolver().resolve_element(e.name()).0,
+            Event::End(e) => self.reader.resolver().resolve_element(e.name()).0,
+            _ => ResolveResult::Unbound,
+        };
+        Ok((ns, ev))
+    }
+
+    /// Reads the rest of the document, only to check it.
+    pub(crate) fn finish(&mut self) -> Result<(), String> {
+        while !matches!(self.next()?.1, Event::Eof) {}
+        Ok(())
+    }
+
+    fn admit(&mut self, ev: &Event<'i>) -> Result<(), String> {
+        let first = !std::mem::replace(&mut self.started, true);
+        match ev {
+            Event::Start(e) | Event::Empty(e) => {
+                let local = e.local_name();
+                let name: String = local.as_ref().into();
+                if self.root.1 {
+                    return Err(format!(
+                        "malformed XML: element {name} after the root element"
+                    ));
+                }
+                self.root.0 = true;
+                let resolver = self.reader.resolver();
+                if let ResolveResult::Unknown(p) = resolver.resolve_element(e.name()).0 {
+                    return Err(format!(
+                        "malformed XML: prefix '{}' of {name} is bound to no namespace",
+                        p
+                    ));
+                }
+                for a in e.attributes() {
+                    let a = a.map_err(|err| format!("malformed XML: in {name}: {err}"))?;
+                    if let ResolveResult::Unknown(p) = resolver.resolve_attribute(a.key).0 {
+                        return Err(format!(
+                            "malformed XML: prefix '{}' of an attribute of {name} is bound to \
+                             no namespace",
+                            p
+                        ));
+                    }
+                    a.normalized_value(Default::default())
+                        .map_err(|err| format!("malformed XML: in {name}: {err}"))?;
+                }
+                if matches!(ev, Event::Start(_)) {
+                    self.open += 1;
+                } else if self.open == 0 {
+                    self.root.1 = true;
+                }
+            }
+            Event::End(_) => {
+                // The reader matches end tags to start tags; this catches one with no start.
+                self.open = self
+                    .open
+                    .checked_sub(1)
+                    .ok_or("malformed XML: an end tag without its start")?;
+                if self.open == 0 {
+                    self.root.1 = true;
+                }
+            }
+            Event::Text(t) if self.open == 0 => {
+                let text: &str = t.as_ref();
+                if !text
+                    .bytes()
+                    .all(|b| matches!(b, b' ' | b'\t' | b'\r' | b'\n'))
+                {
+                    return Err(format!(
+                        "malformed XML: text {} the root element",
+                        if self.root.1 { "after" } else { "before" }
+                    ));
+                }
+            }
+            Event::CData(_) | Event::GeneralRef(_) if self.open == 0 => {
+                return Err("malformed XML: text outside the root element".into());
+            }
+            Event::GeneralRef(_) => {
+                push_text(&mut String::new(), ev).map_err(|why| format!("malformed XML: {why}"))?
+            }
+            Event::Decl(_) if !first => {
+                return Err("malformed XML: an XML declaration after the start".into());
+            }
+            Event::DocType(_) => return Err("a DTD, which the scenarios do not allow".into()),
+            Event::Eof if !self.root.0 => return Err("no XML element in the answer".into()),
+            Event::Eof if !self.root.1 => {
+                return Err(format!(
+                    "the document ends before it is closed (truncated): {} element(s) still \
+                     open",
+                    self.open
+                ))
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+}
+
+/// Checks that `xml` is one complete, well-formed XML document (see [`XmlDocument`]).
+pub fn well_formed(xml: &[u8]) -> Result<(), String> {
+    XmlDocument::new(xml)?.finish()
+}
+
 /// Parses the ordered (symbol, buyerID, price, volume) tuples under the first element named
-/// `container` in the samples namespace (`buyStocks`; `skcotSyub` for the reversed form).
+/// `container` in the samples namespace (`buyStocks`; `skcotSyub` for the reversed form). The
+/// whole document must be well-formed ([`XmlDocument`]), not only the part holding the orders.
 pub fn parse_orders(xml: &[u8], container: &str) -> Result<Vec<Order>, String> {
-    let text = std::str::from_utf8(xml).map_err(|_| "response is not UTF-8".to_string())?;
-    let mut reader = NsReader::from_str(text);
+    let mut reader = XmlDocument::new(xml)?;
     let (order_name, fields): (&str, [&str; 4]) = if container == "buyStocks" {
         ("order", ["symbol", "buyerID", "price", "volume"])
     } else {
@@ -830,15 +1020,14 @@ pub fn parse_orders(xml: &[u8], container: &str) -> Result<Vec<Order>, String> {
     let mut current: Option<[String; 4]> = None;
     let mut field: Option<usize> = None;
     loop {
-        let (ns, ev) = reader
-            .read_resolved_event()
-            .map_err(|e| format!("malformed XML: {e}"))?;
+        let (ns, ev) = reader.next()?;
         match &ev {
             Event::Start(e) => {
                 let local = e.local_name();
                 let local = local.as_ref();
                 if !inside {
-                    if local == container
+                    if !found
+                        && local == container
                         && matches!(ns, ResolveResult::Bound(n) if n.0 == SAMPLES_NS)
                     {
                         inside = true;
@@ -863,15 +1052,18 @@ pub fn parse_orders(xml: &[u8], container: &str) -> Result<Vec<Order>, String> {
                         volume: String::new(),
                     });
                 } else if !inside
+                    && !found
                     && e.local_name().as_ref() == container
                     && matches!(ns, ResolveResult::Bound(n) if n.0 == SAMPLES_NS)
                 {
-                    return Ok(Vec::new());
+                    found = true;
                 }
             }
             Event::End(_) if inside => {
                 if depth == 0 {
-                    break;
+                    // The orders are read; the rest of the document must still be whole.
+                    inside = false;
+                    continue;
                 }
                 if depth == 1 {
                     if let Some([symbol, buyer_id, price, volume]) = current.take() {
@@ -905,24 +1097,36 @@ pub fn parse_orders(xml: &[u8], container: &str) -> Result<Vec<Order>, String> {
     Ok(orders)
 }
 
-/// The text of the first `faultstring` element, trimmed, or `None` if there is none.
+/// The text of the first `faultstring` element, trimmed, or `None` if there is none or the
+/// body is not one complete, well-formed XML document.
 pub fn fault_string(xml: &[u8]) -> Option<String> {
-    let text = std::str::from_utf8(xml).ok()?;
-    let mut reader = NsReader::from_str(text);
+    fault_reason(xml).ok().flatten()
+}
+
+/// The text of the first `faultstring` element, trimmed (`None` when there is none), once the
+/// whole body has been read as one complete, well-formed XML document ([`XmlDocument`]).
+pub fn fault_reason(xml: &[u8]) -> Result<Option<String>, String> {
+    let mut reader = XmlDocument::new(xml)?;
     let mut inside = false;
+    let mut reason: Option<String> = None;
     let mut out = String::new();
     loop {
-        let (_, ev) = reader.read_resolved_event().ok()?;
+        let (_, ev) = reader.next()?;
         match &ev {
-            Event::Start(e) if e.local_name().as_ref() == "faultstring" => inside = true,
-            Event::Empty(e) if e.local_name().as_ref() == "faultstring" => {
-                return Some(String::new())
+            Event::Start(e) if reason.is_none() && e.local_name().as_ref() == "faultstring" => {
+                inside = true
             }
-            Event::End(_) if inside => return Some(out.trim().to_string()),
+            Event::Empty(e) if reason.is_none() && e.local_name().as_ref() == "faultstring" => {
+                reason = Some(String::new())
+            }
+            Event::End(_) if inside => {
+                inside = false;
+                reason = Some(out.trim().to_string());
+            }
             Event::Text(_) | Event::CData(_) | Event::GeneralRef(_) if inside => {
-                push_text(&mut out, &ev).ok()?;
+                push_text(&mut out, &ev)?;
             }
-            Event::Eof => return None,
+            Event::Eof => return Ok(reason),
             _ => {}
         }
     }
@@ -977,6 +1181,112 @@ mod tests {
         assert_eq!(a, b);
         assert_eq!(a[0].symbol, "IBM");
         assert_eq!(a[1].buyer_id, "ruwan");
+    }
+
+    /// What the XSLT round trip answers: a Body-only envelope without indentation, holding the
+    /// orders sent, its last byte the envelope's `>`.
+    fn xslt_answer(size: usize) -> String {
+        let reversed = buy_stocks(size, Variant::XsltReversed).unwrap_or_default();
+        let mut text = String::from_utf8(reversed).unwrap_or_default();
+        for (from, to) in [
+            ("skcotSyub", "buyStocks"),
+            ("redro>", "order>"),
+            ("lobmys>", "symbol>"),
+            ("DIreyub>", "buyerID>"),
+            ("ecirp>", "price>"),
+            ("emulov>", "volume>"),
+        ] {
+            text = text.replace(from, to);
+        }
+        text
+    }
+
+    #[test]
+    fn xslt_check_refuses_answers_that_are_not_one_whole_well_formed_document() {
+        for size in [1024, 16_385] {
+            let sent = buy_stocks(size, Variant::Plain).unwrap_or_default();
+            let check =
+                Check::for_scenario(Scenario::Xslt, &sent).unwrap_or_else(|e| panic!("{e}"));
+            let answer = xslt_answer(size);
+            let verdict = |body: &str| check.check(200, Headers::empty(), body.as_bytes());
+            assert_eq!(verdict(&answer), Ok(()));
+            // What a serialiser may add and still be the same document.
+            assert_eq!(verdict(&format!("{answer}\n")), Ok(()));
+            assert_eq!(
+                verdict(&format!(
+                    "<?xml version=\"1.0\"?>\n{answer}<!-- done -->\r\n"
+                )),
+                Ok(())
+            );
+            let last = answer.len() - 1;
+            let cut_after_orders = &answer[..answer.find("</m:buyStocks>").unwrap_or(0) + 14];
+            let bad = [
+                ("the last byte removed", answer[..last].to_string()),
+                (
+                    "the last byte a control character",
+                    format!("{}\u{1}", &answer[..last]),
+                ),
+                (
+                    "a control character after the root",
+                    format!("{answer}\u{b}"),
+                ),
+                (
+                    "a control character inside",
+                    answer.replacen("IBM", "I\u{1}M", 1),
+                ),
+                ("cut after the orders", cut_after_orders.to_string()),
+                ("text after the root", format!("{answer}x")),
+                ("a second root", format!("{answer}<x/>")),
+                (
+                    "an unmatched end tag",
+                    answer.replacen("</soapenv:Body>", "</soapenv:Bod>", 1),
+                ),
+                (
+                    "an unbound prefix",
+                    answer.replacen("<order>", "<q:order>", 1),
+                ),
+                (
+                    "an unknown entity",
+                    answer.replacen("asankha", "a&nbsp;", 1),
+                ),
+                (
+                    "a broken attribute",
+                    answer.replacen("xmlns:m=", "xmlns:m", 1),
+                ),
+            ];
+            for (what, body) in bad {
+                assert!(
+                    matches!(verdict(&body), Err(Failure::Content(_))),
+                    "{what} at {size}: {:?}",
+                    verdict(&body)
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn fault_and_same_xml_checks_read_the_whole_answer() {
+        let fault = "<soapenv:Envelope xmlns:soapenv=\"http://schemas.xmlsoap.org/soap/envelope/\"><soapenv:Body><soapenv:Fault><faultcode>soapenv:Server</faultcode><faultstring>Invalid routing header</faultstring></soapenv:Fault></soapenv:Body></soapenv:Envelope>";
+        let check = Check::Fault {
+            status: 500,
+            reason: FAULT_ROUTING,
+        };
+        let verdict = |body: &str| check.check(500, Headers::empty(), body.as_bytes());
+        assert_eq!(verdict(fault), Ok(()));
+        let cut = &fault[..fault.find("</soapenv:Fault>").unwrap_or(0)];
+        assert!(matches!(verdict(cut), Err(Failure::Content(m)) if m.contains("truncated")));
+        assert!(verdict(&format!("{fault}\u{0}")).is_err());
+        let sent = buy_stocks(1024, Variant::Plain).unwrap_or_default();
+        let same = Check::SameXml(sent.clone());
+        let text = String::from_utf8(sent)
+            .unwrap_or_default()
+            .replace(">\n<", "><");
+        assert_eq!(same.check(200, Headers::empty(), text.as_bytes()), Ok(()));
+        let trailing = format!("{text}\u{1}");
+        assert!(same
+            .check(200, Headers::empty(), trailing.as_bytes())
+            .is_err());
+        assert!(well_formed(text.trim_end().trim_end_matches('>').as_bytes()).is_err());
     }
 
     #[test]

@@ -280,17 +280,31 @@ impl<'a> Headers<'a> {
         Headers(lines)
     }
 
-    /// The value of the first header named `name` (ASCII case-insensitive), trimmed.
-    pub fn get(&self, name: &str) -> Option<&'a [u8]> {
-        self.0
-            .split(|&b| b == b'\n')
-            .filter_map(|line| {
-                let colon = line.iter().position(|&b| b == b':')?;
-                line[..colon]
-                    .eq_ignore_ascii_case(name.as_bytes())
-                    .then(|| line[colon + 1..].trim_ascii())
-            })
-            .next()
+    /// The values of every header line named `name` (ASCII case-insensitive), trimmed, in the
+    /// order they came.
+    pub fn all<'n>(&self, name: &'n str) -> impl Iterator<Item = &'a [u8]> + 'n
+    where
+        'a: 'n,
+    {
+        self.0.split(|&b| b == b'\n').filter_map(move |line| {
+            let colon = line.iter().position(|&b| b == b':')?;
+            line[..colon]
+                .eq_ignore_ascii_case(name.as_bytes())
+                .then(|| line[colon + 1..].trim_ascii())
+        })
+    }
+
+    /// The value of the header named `name` (ASCII case-insensitive), trimmed, when it came
+    /// exactly once: `Ok(None)` when it is absent, `Err(values)` when it came more than once.
+    /// A check that relies on a header must not pick one of several: which one a client or a
+    /// proxy would take is anybody's guess.
+    pub fn single(&self, name: &str) -> Result<Option<&'a [u8]>, Vec<&'a [u8]>> {
+        let mut values = self.all(name);
+        let first = values.next();
+        match values.next() {
+            None => Ok(first),
+            Some(second) => Err(first.into_iter().chain([second]).chain(values).collect()),
+        }
     }
 }
 
@@ -564,6 +578,10 @@ fn parse_head(head: &[u8]) -> Result<ParsedHead, ExchangeError> {
                 .ok()
                 .and_then(|s| s.parse::<usize>().ok())
                 .ok_or_else(|| bad("bad Content-Length"))?;
+            // Two different lengths leave the answer's end unknown (RFC 9112 §6.3).
+            if length.is_some_and(|l| l != n) {
+                return Err(bad("two different Content-Length values"));
+            }
             length = Some(n);
         } else if name.eq_ignore_ascii_case(b"transfer-encoding") {
             chunked = has_token(value, b"chunked");
@@ -658,13 +676,20 @@ mod tests {
     }
 
     #[test]
-    fn headers_are_found_by_name_in_any_case_and_trimmed() {
+    fn headers_are_found_by_name_in_any_case_and_trimmed_and_a_repeated_one_is_not_single() {
         let h =
             Headers::new(b"Content-Length: 5\r\nX-Echo-Name:  premium \r\nx-echo-name: b\r\n\r\n");
-        assert_eq!(h.get("x-echo-name"), Some(&b"premium"[..]));
-        assert_eq!(h.get("CONTENT-LENGTH"), Some(&b"5"[..]));
-        assert_eq!(h.get("x-echo"), None);
-        assert_eq!(Headers::default().get("x-echo-name"), None);
+        assert_eq!(
+            h.single("x-echo-name"),
+            Err(vec![&b"premium"[..], &b"b"[..]])
+        );
+        assert_eq!(
+            h.all("X-ECHO-NAME").collect::<Vec<_>>(),
+            vec![&b"premium"[..], &b"b"[..]]
+        );
+        assert_eq!(h.single("CONTENT-LENGTH"), Ok(Some(&b"5"[..])));
+        assert_eq!(h.single("x-echo"), Ok(None));
+        assert_eq!(Headers::default().single("x-echo-name"), Ok(None));
     }
 
     #[test]
@@ -690,6 +715,13 @@ mod tests {
         let h = parse_head(b"HTTP/1.1 200 OK\r\n\r\n").unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(h.framing, Framing::Eof);
         assert!(parse_head(b"FTP 200\r\n\r\n").is_err());
+        assert!(
+            parse_head(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n")
+                .is_err()
+        );
+        let h = parse_head(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Length: 5\r\n\r\n")
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(h.framing, Framing::Length(5));
         assert_eq!(parse_hex(b"1a"), Some(26));
         assert_eq!(parse_hex(b"zz"), None);
     }

@@ -467,6 +467,13 @@ mod tests {
             premium.1.check(200, NONE, body),
             Err(Failure::Content(m)) if m.contains("no x-echo-name")
         ));
+        // The right name and then another, or the same twice: which one counts is unknown.
+        for twice in [format!("{p}x-echo-name: {STANDARD}\r\n"), format!("{p}{p}")] {
+            assert!(matches!(
+                premium.1.check(200, Headers::new(twice.as_bytes()), body),
+                Err(Failure::Content(m)) if m.contains("2 x-echo-name headers")
+            ));
+        }
         let mut changed = body.clone();
         changed[1000] ^= 1;
         assert!(matches!(

@@ -38,7 +38,7 @@ pub use error::BenchError;
 pub use load::LoadArgs;
 pub use matrix::RunArgs;
 pub mod json_payload;
-pub use payload::{buy_stocks, soap_action, PayloadError, Variant};
+pub use payload::{buy_stocks, size_for_orders, soap_action, PayloadError, Variant};
 pub use report::ReportArgs;
 pub use verify::VerifyArgs;
 
@@ -66,8 +66,10 @@ pub struct PayloadArgs {
     /// Exact size in bytes (at least 512; k and m suffixes allowed).
     #[arg(long, value_parser = util::parse_size, required_unless_present_any = ["orders", "json"])]
     pub size: Option<usize>,
-    /// Instead of a size, the number of orders (the size is then the smallest holding them).
-    #[arg(long, conflicts_with = "size")]
+    /// Instead of a size, the exact number of orders (the size is then the smallest whose
+    /// payload of the variant holds them; at least what the 512-byte minimum holds: 2, or 3
+    /// for no-soap-header).
+    #[arg(long, conflicts_with = "size", value_parser = util::parse_count)]
     pub orders: Option<usize>,
     /// Which payload.
     #[arg(long, value_enum, default_value_t = Variant::Plain)]
@@ -146,6 +148,14 @@ pub fn run(cmd: BenchCommand) -> ExitCode {
 
 fn payload_command(args: &PayloadArgs) -> Result<(), BenchError> {
     if let Some(kind) = args.json {
+        if args.orders.is_some() && kind != json_payload::JsonKind::Orders {
+            return Err(BenchError::Usage(format!(
+                "--orders applies to --json orders, not --json {}",
+                clap::ValueEnum::to_possible_value(&kind)
+                    .map(|v| v.get_name().to_owned())
+                    .unwrap_or_default()
+            )));
+        }
         let bytes = match (kind, args.size) {
             (json_payload::JsonKind::Orders, Some(size)) => {
                 json_payload::orders_of_size(size, args.seed)
@@ -165,7 +175,7 @@ fn payload_command(args: &PayloadArgs) -> Result<(), BenchError> {
             .map_err(|e| BenchError::io("cannot write the payload to stdout", e));
     }
     let size = match args.orders {
-        Some(n) => size_for_orders(n).map_err(BenchError::Usage)?,
+        Some(n) => size_for_orders(n, args.variant).map_err(BenchError::Usage)?,
         None => args.size.unwrap_or(1024),
     };
     let bytes = buy_stocks(size, args.variant).map_err(|e| BenchError::Usage(e.to_string()))?;
@@ -173,18 +183,6 @@ fn payload_command(args: &PayloadArgs) -> Result<(), BenchError> {
     out.write_all(&bytes)
         .and_then(|()| out.flush())
         .map_err(|e| BenchError::io("cannot write the payload to stdout", e))
-}
-
-/// The smallest size (≥ 512) whose plain payload holds `orders` orders.
-pub fn size_for_orders(orders: usize) -> Result<usize, String> {
-    let max = payload::order_count(payload::MAX_SIZE).map_err(|e| e.to_string())?;
-    if orders == 0 || orders > max {
-        return Err(format!("--orders {orders} is out of range (1 ..= {max})"));
-    }
-    // Envelope (301 bytes) plus the order lines without padding; small counts round up to
-    // the 512-byte minimum, which then holds more orders.
-    let lines: usize = [104, 102, 101, 106].iter().cycle().take(orders).sum();
-    Ok(payload::MIN_SIZE.max(301 + lines))
 }
 
 /// Writes pretty JSON with a trailing newline (stable field order, stable to diff).

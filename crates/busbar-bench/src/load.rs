@@ -22,7 +22,7 @@ use crate::client::{Conn, ExchangeError, RequestSpec, Url, Version};
 use crate::error::{runtime, BenchError};
 use crate::integrator::{self, Shape};
 use crate::payload::{buy_stocks, soap_action, Variant};
-use crate::util::{parse_count, parse_duration, parse_size, round};
+use crate::util::{parse_count, parse_duration, parse_positive_duration, parse_size, round};
 
 /// Options of `bench load`.
 #[derive(clap::Args, Debug, Clone)]
@@ -52,7 +52,7 @@ pub struct LoadArgs {
     #[arg(short = 'n', long, conflicts_with = "duration", value_parser = parse_count)]
     pub requests: Option<usize>,
     /// Measured duration (default 10s when -n is not given).
-    #[arg(short = 'd', long, value_parser = parse_duration)]
+    #[arg(short = 'd', long, value_parser = parse_positive_duration)]
     pub duration: Option<Duration>,
     /// Discarded warm-up before measuring.
     #[arg(long, default_value = "0s", value_parser = parse_duration)]
@@ -87,7 +87,7 @@ pub struct LoadArgs {
     #[arg(long)]
     pub json: Option<std::path::PathBuf>,
     /// Per-request timeout.
-    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    #[arg(long, default_value = "30s", value_parser = parse_positive_duration)]
     pub timeout: Duration,
     /// Worker threads, each with its own single-threaded runtime.
     #[arg(long, default_value = "1", value_parser = parse_count)]
@@ -326,6 +326,13 @@ pub struct LoadResult {
     /// the end; this counts only those that waited the whole time.
     #[serde(default)]
     pub unanswered: u64,
+    /// Open loop: requests the schedule made due during the measurement that were never sent,
+    /// because every connection was still waiting for an answer when they came due (too few
+    /// connections for the rate × latency product). Neither successes nor errors, and left
+    /// out of the latency figures: the rate actually sent is lower by this much. 0 in the
+    /// other modes.
+    #[serde(default)]
+    pub unsent: u64,
     /// Wall-clock throughput: successes / elapsed.
     pub tps: f64,
     /// Mean response body size of successes, bytes.
@@ -421,7 +428,7 @@ impl LoadResult {
             "{} ({} loop, c={}, {} thread(s), {}, HTTP/{}, {} B request)\n  \
              {} requests in {:.2} s: {} ok, {:.1} req/s{}\n  \
              latency ms: mean {:.3}  p50 {:.3}  p90 {:.3}  p95 {:.3}  p99 {:.3}  p99.9 {:.3}  max {:.3}\n  \
-             errors: connect {}, timeout {}, read {}, write {}, status {}, verify {}; clients never answered {}{}\n",
+             errors: connect {}, timeout {}, read {}, write {}, status {}, verify {}; clients never answered {}{}{}\n",
             self.url,
             self.mode,
             self.concurrency,
@@ -456,6 +463,18 @@ impl LoadResult {
             e.status,
             e.verify,
             self.unanswered,
+            match (self.rate, self.unsent) {
+                (Some(rate), unsent) => format!(
+                    "\n  open loop at {rate} req/s: {unsent} scheduled requests never sent{}",
+                    if unsent > 0 {
+                        " (every connection was waiting for an answer when they came due: \
+                         give more connections than rate × latency)"
+                    } else {
+                        ""
+                    }
+                ),
+                (None, _) => String::new(),
+            },
             match &self.first_error {
                 Some(m) => format!("\n  first error: {m}"),
                 None => String::new(),
@@ -526,6 +545,9 @@ struct Shared {
     stop_tx: watch::Sender<bool>,
     tickets: AtomicU64,
     start: Instant,
+    /// When the measurement started and ended (set by the controller before it stops the
+    /// clients): the open loop counts the requests due between them that were never sent.
+    measured: std::sync::OnceLock<(Instant, Instant)>,
 }
 
 struct Stats {
@@ -533,6 +555,7 @@ struct Stats {
     successes: u64,
     errors: ErrorCounts,
     unanswered: u64,
+    unsent: u64,
     response_bytes: u64,
     /// By request index of the rotation.
     sizes: Vec<ResponseSizes>,
@@ -549,6 +572,7 @@ impl Stats {
             successes: 0,
             errors: ErrorCounts::default(),
             unanswered: 0,
+            unsent: 0,
             response_bytes: 0,
             sizes: Vec::new(),
             client_elapsed: Vec::new(),
@@ -578,6 +602,7 @@ impl Stats {
         self.successes += o.successes;
         self.errors.add(&o.errors);
         self.unanswered += o.unanswered;
+        self.unsent += o.unsent;
         self.response_bytes += o.response_bytes;
         for theirs in &o.sizes {
             self.sizes_of(theirs.request).merge(theirs);
@@ -806,6 +831,7 @@ pub fn execute(plan: &LoadPlan) -> Result<LoadResult, BenchError> {
         stop_tx,
         tickets: AtomicU64::new(0),
         start: Instant::now(),
+        measured: std::sync::OnceLock::new(),
     });
     let plan = Arc::new(plan.clone());
     let threads = plan.threads.clamp(1, plan.concurrency);
@@ -853,7 +879,13 @@ pub fn execute(plan: &LoadPlan) -> Result<LoadResult, BenchError> {
             }
         }
         shared.phase.store(MEASURE, Ordering::SeqCst);
-        let start = Instant::now();
+        // Without a warm-up the clients measure from their first request, and the open loop's
+        // schedule starts then: so does the measurement.
+        let start = if plan.warmup.is_zero() {
+            shared.start
+        } else {
+            Instant::now()
+        };
         let mut end = None;
         if !interrupted {
             let deadline = match plan.stop {
@@ -862,7 +894,11 @@ pub fn execute(plan: &LoadPlan) -> Result<LoadResult, BenchError> {
             };
             loop {
                 tokio::select! {
-                    _ = async { match deadline { Some(d) => tokio::time::sleep_until(d).await, None => std::future::pending().await } } => break,
+                    _ = async { match deadline { Some(d) => tokio::time::sleep_until(d).await, None => std::future::pending().await } } => {
+                        // The measurement lasts the duration, whenever the timer fired after it.
+                        end = deadline.map(tokio::time::Instant::into_std);
+                        break;
+                    }
                     _ = &mut ctrl_c => { interrupted = true; break; }
                     msg = done_rx.recv() => match msg {
                         Some(s) => {
@@ -876,6 +912,8 @@ pub fn execute(plan: &LoadPlan) -> Result<LoadResult, BenchError> {
             }
         }
         let end = end.unwrap_or_else(Instant::now);
+        // Before the stop: every client reads it once it has stopped.
+        let _ = shared.measured.set((start, end));
         shared.phase.store(STOP, Ordering::SeqCst);
         shared.stop_tx.send_replace(true);
         while pending > 0 {
@@ -971,6 +1009,7 @@ fn summarize(plan: &LoadPlan, s: &Stats, elapsed: Duration, interrupted: bool) -
         successes: s.successes,
         errors: s.errors,
         unanswered: s.unanswered,
+        unsent: s.unsent,
         tps: round(
             if secs > 0.0 {
                 s.successes as f64 / secs
@@ -1071,7 +1110,10 @@ async fn client(id: usize, plan: Arc<LoadPlan>, shared: Arc<Shared>, stats: Rc<R
                 if t > Instant::now() {
                     tokio::select! {
                         _ = tokio::time::sleep_until(t.into()) => {}
-                        _ = stop_rx.wait_for(|v| *v) => break,
+                        _ = stop_rx.wait_for(|v| *v) => {
+                            next_send = t; // not sent
+                            break;
+                        }
                     }
                 }
                 t
@@ -1207,6 +1249,14 @@ async fn client(id: usize, plan: Arc<LoadPlan>, shared: Arc<Shared>, stats: Rc<R
             conn = None;
         }
     }
+    // Open loop over a duration: the requests that came due while this client was still
+    // waiting for an answer, and were still not sent when the measurement ended. (With -n the
+    // run lasts until every measured request is sent, so none is left out.)
+    if let (Some(iv), StopRule::Duration(_), Some(&(from, to))) =
+        (interval, plan.stop, shared.measured.get())
+    {
+        stats.borrow_mut().unsent += due_between(next_send, iv, from, to);
+    }
     if let (Some(a), Some(b)) = (first_measured, last_done) {
         if matches!(plan.stop, StopRule::PerClient(_)) {
             stats
@@ -1214,5 +1264,42 @@ async fn client(id: usize, plan: Arc<LoadPlan>, shared: Arc<Shared>, stats: Rc<R
                 .client_elapsed
                 .push(b.saturating_duration_since(a));
         }
+    }
+}
+
+/// How many of the times `first`, `first + every`, `first + 2 × every`, … fall in
+/// `[from, to)`.
+fn due_between(first: Instant, every: Duration, from: Instant, to: Instant) -> u64 {
+    if every.is_zero() || to <= from {
+        return 0;
+    }
+    // Slots before `from`, skipped; then those before `to`.
+    let slots_before = |t: Instant| -> u64 {
+        match t.checked_duration_since(first) {
+            Some(d) if !d.is_zero() => {
+                let n = d.as_nanos().div_ceil(every.as_nanos());
+                u64::try_from(n).unwrap_or(u64::MAX)
+            }
+            _ => 0,
+        }
+    };
+    slots_before(to).saturating_sub(slots_before(from))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn due_slots_are_counted_in_a_half_open_window() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        // Slots at 0, 100, 200, … ms.
+        assert_eq!(due_between(t0, ms(100), t0, t0 + ms(1000)), 10);
+        assert_eq!(due_between(t0, ms(100), t0 + ms(50), t0 + ms(1000)), 9);
+        assert_eq!(due_between(t0, ms(100), t0 + ms(100), t0 + ms(101)), 1);
+        assert_eq!(due_between(t0 + ms(500), ms(100), t0, t0 + ms(1000)), 5);
+        assert_eq!(due_between(t0 + ms(2000), ms(100), t0, t0 + ms(1000)), 0);
+        assert_eq!(due_between(t0, ms(100), t0 + ms(1000), t0), 0);
     }
 }

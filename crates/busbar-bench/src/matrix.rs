@@ -15,7 +15,9 @@ use crate::client::Url;
 use crate::error::BenchError;
 use crate::integrator::{Shape, PRODUCTS};
 use crate::load::{self, LoadPlan, LoadResult, Requests, StopRule};
-use crate::util::{parse_count, parse_duration, parse_size, unix_now, Machine};
+use crate::util::{
+    parse_count, parse_duration, parse_positive_duration, parse_size, unix_now, Machine,
+};
 
 /// Schema tag of `run.json`.
 pub const RUN_SCHEMA: &str = "busbar-bench/run/v1";
@@ -52,7 +54,7 @@ pub struct RunArgs {
     #[arg(long, default_value = "3", value_parser = parse_count)]
     pub iterations: usize,
     /// Measured duration per cell.
-    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    #[arg(long, default_value = "30s", value_parser = parse_positive_duration)]
     pub duration: Duration,
     /// Discarded warm-up per cell.
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
@@ -80,7 +82,7 @@ pub struct RunArgs {
     #[arg(long, default_value = "1", value_parser = parse_count)]
     pub threads: usize,
     /// Per-request timeout.
-    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    #[arg(long, default_value = "30s", value_parser = parse_positive_duration)]
     pub timeout: Duration,
 }
 

@@ -122,6 +122,19 @@ fn layout(size: usize, fixed: usize, first_record: usize) -> (usize, usize) {
     (count, size - total)
 }
 
+/// A variant's SOAP header line, the bytes around its orders (envelope, header, suffix) and
+/// its first record. [`Variant::XsltReversed`] has the plain layout: it is the transform of
+/// the plain payload of the size.
+fn shape(variant: Variant) -> (String, usize, usize) {
+    let header = match variant {
+        Variant::NoSoapHeader => String::new(),
+        Variant::BadSoapHeader => header_line(BAD_ROUTING_VALUE),
+        Variant::Plain | Variant::NonIbm | Variant::XsltReversed => header_line(ROUTING_VALUE),
+    };
+    let fixed = ENVELOPE_OPEN.len() + header.len() + BODY_OPEN.len() + SUFFIX.len();
+    (header, fixed, usize::from(variant == Variant::NonIbm))
+}
+
 /// Generates the buyStocks payload of exactly `size` bytes (except for
 /// [`Variant::XsltReversed`], which is the transform of the plain payload of that size).
 pub fn buy_stocks(size: usize, variant: Variant) -> Result<Vec<u8>, PayloadError> {
@@ -131,13 +144,7 @@ pub fn buy_stocks(size: usize, variant: Variant) -> Result<Vec<u8>, PayloadError
     if size > MAX_SIZE {
         return Err(PayloadError::TooLarge(size));
     }
-    let header = match variant {
-        Variant::NoSoapHeader => String::new(),
-        Variant::BadSoapHeader => header_line(BAD_ROUTING_VALUE),
-        _ => header_line(ROUTING_VALUE),
-    };
-    let first_record = usize::from(variant == Variant::NonIbm);
-    let fixed = ENVELOPE_OPEN.len() + header.len() + BODY_OPEN.len() + SUFFIX.len();
+    let (header, fixed, first_record) = shape(variant);
     let (count, pad) = layout(size, fixed, first_record);
     if variant == Variant::XsltReversed {
         return Ok(reversed(count, pad).into_bytes());
@@ -180,12 +187,42 @@ fn reversed(count: usize, pad: usize) -> String {
 
 /// Number of orders in the plain payload of `size` bytes.
 pub fn order_count(size: usize) -> Result<usize, PayloadError> {
+    variant_order_count(size, Variant::Plain)
+}
+
+/// Number of orders in the payload of `size` bytes of a variant (each variant has its own
+/// layout: no header line leaves room for more orders, MSFT first changes the line lengths).
+pub fn variant_order_count(size: usize, variant: Variant) -> Result<usize, PayloadError> {
     if size < MIN_SIZE {
         return Err(PayloadError::TooSmall(size));
     }
-    let fixed =
-        ENVELOPE_OPEN.len() + header_line(ROUTING_VALUE).len() + BODY_OPEN.len() + SUFFIX.len();
-    Ok(layout(size, fixed, 0).0)
+    if size > MAX_SIZE {
+        return Err(PayloadError::TooLarge(size));
+    }
+    let (_, fixed, first_record) = shape(variant);
+    Ok(layout(size, fixed, first_record).0)
+}
+
+/// The smallest size whose payload of `variant` holds exactly `orders` orders: the variant's
+/// envelope and order lines without padding, or the 512-byte minimum when they are shorter.
+/// A count that no size of at least 512 bytes holds (below the minimum's: 2, or 3 for
+/// [`Variant::NoSoapHeader`]) or that is above the largest size's is refused, naming the range.
+pub fn size_for_orders(orders: usize, variant: Variant) -> Result<usize, String> {
+    let count = |size| variant_order_count(size, variant).map_err(|e| e.to_string());
+    let (min, max) = (count(MIN_SIZE)?, count(MAX_SIZE)?);
+    if !(min..=max).contains(&orders) {
+        return Err(format!(
+            "--orders {orders} is out of range for the {variant} payload ({min} ..= {max}: the \
+             smallest payload, {MIN_SIZE} bytes, holds {min})"
+        ));
+    }
+    let (_, fixed, first_record) = shape(variant);
+    let lines: usize = (first_record..first_record + orders)
+        .map(order_line_len)
+        .sum();
+    let size = MIN_SIZE.max(fixed + lines);
+    debug_assert_eq!(count(size), Ok(orders));
+    Ok(size)
 }
 
 /// The `SOAPAction` value for a payload size: `"urn:buyStocks.<KB>"`, quotes included.

@@ -27,6 +27,16 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     Ok(Duration::from_secs_f64(secs))
 }
 
+/// Parses a duration that must be more than zero (a measurement's length, a timeout): `0s`
+/// would measure nothing or give up on every request before it is sent.
+pub fn parse_positive_duration(s: &str) -> Result<Duration, String> {
+    let d = parse_duration(s)?;
+    if d.is_zero() {
+        return Err(format!("'{s}' must be more than 0 (examples: 30s, 500ms)"));
+    }
+    Ok(d)
+}
+
 /// Parses a size: bytes, or with a `k`/`KiB`/`m`/`MiB` suffix (binary multiples).
 pub fn parse_size(s: &str) -> Result<usize, String> {
     let t = s.trim().to_ascii_lowercase();
@@ -148,6 +158,10 @@ mod tests {
         assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
         assert_eq!(parse_duration("5"), Ok(Duration::from_secs(5)));
         assert!(parse_duration("5 parsecs").is_err());
+        assert_eq!(parse_duration("0s"), Ok(Duration::ZERO));
+        assert!(parse_positive_duration("0s").is_err());
+        assert!(parse_positive_duration("0.000ms").is_err());
+        assert_eq!(parse_positive_duration("1ms"), Ok(Duration::from_millis(1)));
         assert_eq!(parse_size("16k"), Ok(16_384));
         assert_eq!(parse_size("1MiB"), Ok(1_048_576));
         assert!(parse_size("100").is_err());

@@ -16,7 +16,7 @@ use crate::integrator::{self, Shape};
 use crate::load::{self, LoadPlan, Requests, StopRule};
 use crate::payload::{buy_stocks, soap_action, Variant};
 use crate::secure::{tamper_signature, Feed, SecureClient};
-use crate::util::{parse_count, parse_duration, parse_size};
+use crate::util::{parse_count, parse_positive_duration, parse_size};
 
 /// Sizes `bench verify` checks by default.
 pub const DEFAULT_SIZES: [usize; 17] = [
@@ -53,7 +53,7 @@ pub struct VerifyArgs {
     #[arg(long, value_delimiter = ',', value_parser = parse_size)]
     pub sizes: Option<Vec<usize>>,
     /// Per-request timeout.
-    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    #[arg(long, default_value = "30s", value_parser = parse_positive_duration)]
     pub timeout: Duration,
     /// Write the result table as JSON to this file.
     #[arg(long)]

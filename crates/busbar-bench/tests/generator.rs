@@ -105,11 +105,61 @@ fn variants_keep_the_exact_size_and_change_only_what_they_name() {
 fn soap_action_and_order_based_sizes() {
     assert_eq!(soap_action(102_400), "\"urn:buyStocks.110\"");
     assert_eq!(soap_action(16_384), "\"urn:buyStocks.18\"");
-    assert_eq!(size_for_orders(7).map(order_count), Ok(Ok(7)));
-    assert_eq!(size_for_orders(989).map(order_count), Ok(Ok(989)));
-    assert_eq!(size_for_orders(1), Ok(512));
-    assert!(size_for_orders(0).is_err());
+    assert_eq!(
+        size_for_orders(7, Variant::Plain).map(order_count),
+        Ok(Ok(7))
+    );
+    assert_eq!(
+        size_for_orders(989, Variant::Plain).map(order_count),
+        Ok(Ok(989))
+    );
+    assert_eq!(size_for_orders(2, Variant::Plain), Ok(512));
     assert!(buy_stocks(100, Variant::Plain).is_err());
+}
+
+/// `--orders N` gives exactly N orders whatever the variant (each has its own layout), at the
+/// smallest size that holds them; counts that no payload of at least 512 bytes holds are
+/// refused.
+#[test]
+fn orders_are_exact_for_every_variant() {
+    // The fewest orders a 512-byte payload holds: 3 without the header line, 2 otherwise.
+    let variants = [
+        (Variant::Plain, 2),
+        (Variant::NonIbm, 2),
+        (Variant::NoSoapHeader, 3),
+        (Variant::BadSoapHeader, 2),
+        (Variant::XsltReversed, 2),
+    ];
+    for (variant, min) in variants {
+        for n in (min..=40).chain([95, 96, 97, 987, 988, 989]) {
+            let size = size_for_orders(n, variant).unwrap_or_else(|e| panic!("{variant} {n}: {e}"));
+            let count = |size: usize| {
+                let p = buy_stocks(size, variant).unwrap_or_else(|e| panic!("{e}"));
+                let container = if variant == Variant::XsltReversed {
+                    "skcotSyub"
+                } else {
+                    "buyStocks"
+                };
+                parse_orders(&p, container)
+                    .unwrap_or_else(|e| panic!("{variant} {size}: {e}"))
+                    .len()
+            };
+            assert_eq!(count(size), n, "{variant} --orders {n} (size {size})");
+            if size > 512 {
+                assert_eq!(
+                    count(size - 1),
+                    n - 1,
+                    "{variant} {n}: not the smallest size"
+                );
+            }
+        }
+        for n in 0..min {
+            let err = size_for_orders(n, variant).expect_err("below the minimum");
+            assert!(err.contains("out of range"), "{err}");
+        }
+    }
+    let err = size_for_orders(2, Variant::NoSoapHeader).expect_err("3 at least");
+    assert!(err.contains("512 bytes, holds 3"), "{err}");
 }
 
 #[test]
@@ -124,6 +174,13 @@ fn payload_command_parses_and_rejects_small_sizes_as_usage_errors() {
     ])
     .is_ok());
     assert!(busbar_bench::parse_args(["bench", "payload", "--orders", "7"]).is_ok());
+    for zero in [
+        &["bench", "payload", "--orders", "0"][..],
+        &["bench", "payload", "--json", "orders", "--orders", "0"],
+    ] {
+        let e = busbar_bench::parse_args(zero).expect_err("no orders");
+        assert_eq!(e.exit_code(), 2, "{zero:?}");
+    }
     let e = busbar_bench::parse_args(["bench", "payload", "--size", "511"]).expect_err("too small");
     assert_eq!(e.exit_code(), 2);
     let e = busbar_bench::parse_args(["bench", "payload", "--size", "1k", "--variant", "weird"])

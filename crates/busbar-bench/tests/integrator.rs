@@ -127,6 +127,28 @@ fn an_answer_from_the_wrong_back_end_is_caught() {
     assert!(!report.all_passed());
 }
 
+/// An answer naming the right back end and then another in a second header is not taken on
+/// its first name: which back end answered is unknown, and the case fails.
+#[test]
+fn an_answer_naming_two_back_ends_is_caught() {
+    let (server, _) = start_integrator(Integrator::CbrTwoNames);
+    let report = verify::execute(
+        &args(server.api(), &[Scenario::JsonCbr], vec![1024], vec![1, 4]),
+        |_| {},
+    )
+    .expect("verify runs");
+    assert!(report.cases.iter().all(|c| !c.ok), "{}", report.table());
+    assert_eq!(
+        report.cases[0].detail.as_deref(),
+        Some("2 x-echo-name headers ('premium', 'standard'): which back end answered is unknown")
+    );
+    assert!(
+        report.cases.iter().all(|c| c.passed == 0),
+        "{}",
+        report.table()
+    );
+}
+
 #[test]
 fn a_wrong_aggregate_is_caught_with_where_it_differs() {
     let (server, _) = start_integrator(Integrator::AggregateOffByOne);

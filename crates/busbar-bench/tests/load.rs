@@ -242,6 +242,52 @@ fn open_loop_keeps_the_arrival_rate_and_measures_from_intended_send_time() {
     assert!(r.latency_ms.max > 300.0, "{}", r.summary());
 }
 
+/// When every connection is still waiting for an answer as requests come due, the requests
+/// left unsent at the end are counted and said, in the summary and the JSON, instead of the
+/// rate silently dropping; a server that keeps up leaves none.
+#[test]
+fn open_loop_counts_the_scheduled_requests_it_never_sent() {
+    let s = start(Behaviour::Delay(Duration::from_millis(400)));
+    // 20/s over 2 connections for 1 s: 20 requests due, but each connection can send one
+    // every 400 ms (3 each, at 0, 400 and 800 ms).
+    let r = execute(&[
+        &s.url("DirectProxy"),
+        "--rate",
+        "20",
+        "-c",
+        "2",
+        "-d",
+        "1s",
+        "--verify",
+        "direct",
+    ]);
+    let sent = r.requests + 2; // the last request of each connection is still in flight
+    assert!(r.unsent >= 10, "{}", r.summary());
+    assert!(
+        (19..=21).contains(&(sent + r.unsent)),
+        "{sent} sent, {} unsent: {}",
+        r.unsent,
+        r.summary()
+    );
+    let summary = r.summary();
+    assert!(
+        summary.contains(&format!("{} scheduled requests never sent", r.unsent)),
+        "{summary}"
+    );
+    assert!(summary.contains("give more connections"), "{summary}");
+    let json = serde_json::to_value(&r).expect("json");
+    assert_eq!(json["unsent"], r.unsent);
+
+    let s = start(Behaviour::Delay(Duration::from_millis(10)));
+    let r = execute(&[&s.url("DirectProxy"), "--rate", "20", "-c", "2", "-d", "1s"]);
+    assert_eq!(r.unsent, 0, "{}", r.summary());
+    assert!(r.summary().contains("0 scheduled requests never sent"));
+    // The closed loop has no schedule.
+    let r = execute(&[&s.url("DirectProxy"), "-c", "2", "-d", "200ms"]);
+    assert_eq!(r.unsent, 0);
+    assert!(!r.summary().contains("never sent"));
+}
+
 #[test]
 fn legacy_tps_is_successes_over_mean_client_time() {
     let s = start(Behaviour::Delay(Duration::from_millis(20)));
@@ -337,6 +383,68 @@ fn bad_input_is_refused_before_any_load() {
     assert!(busbar_bench::parse_args(["bench", "load", "http://x/", "--size", "12"]).is_err());
     let err = load::plan_from_args(&load_args(&["https://127.0.0.1/"])).expect_err("https");
     assert_eq!(err.exit_code(), std::process::ExitCode::from(2));
+}
+
+/// A measurement of no time and a timeout of no time are usage errors (exit 2) naming the
+/// option, in `load` as in `run` and `verify`, before anything is sent.
+#[test]
+fn zero_duration_and_zero_timeout_are_usage_errors_naming_the_option() {
+    let url = "http://127.0.0.1:9/service/DirectProxy";
+    for (argv, option) in [
+        (&["bench", "load", url, "-d", "0s"][..], "--duration"),
+        (&["bench", "load", url, "--duration", "0ms"], "--duration"),
+        (&["bench", "load", url, "--timeout", "0s"], "--timeout"),
+        (
+            &[
+                "bench",
+                "verify",
+                "http://127.0.0.1:9/service",
+                "--timeout",
+                "0s",
+            ],
+            "--timeout",
+        ),
+        (
+            &[
+                "bench",
+                "run",
+                "--base",
+                "http://127.0.0.1:9/service",
+                "--name",
+                "x",
+                "--out",
+                "o",
+                "--duration",
+                "0s",
+            ],
+            "--duration",
+        ),
+        (
+            &[
+                "bench",
+                "run",
+                "--base",
+                "http://127.0.0.1:9/service",
+                "--name",
+                "x",
+                "--out",
+                "o",
+                "--timeout",
+                "0s",
+            ],
+            "--timeout",
+        ),
+    ] {
+        let err = busbar_bench::parse_args(argv).expect_err("refused");
+        assert_eq!(err.exit_code(), 2, "{argv:?}");
+        let text = err.to_string();
+        assert!(
+            text.contains(option) && text.contains("more than 0"),
+            "{argv:?}: {text}"
+        );
+    }
+    // Zero warm-up is what the default means: still accepted.
+    assert!(busbar_bench::parse_args(["bench", "load", url, "--warmup", "0s", "-d", "1s"]).is_ok());
 }
 
 /// A server that reads requests and never answers: every client is counted as never answered,

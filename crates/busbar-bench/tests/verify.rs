@@ -95,6 +95,42 @@ fn truncated_answers_are_caught() {
     );
 }
 
+/// An XSLT answer or a fault whose beginning is right but whose end is missing (the envelope
+/// left open) is caught: the checks read every answer to its end.
+#[test]
+fn truncated_xslt_answers_and_faults_are_caught() {
+    let server = start(Behaviour::Truncate);
+    let report = run(&args(
+        server.base(),
+        &[Scenario::Xslt, Scenario::Cbr],
+        Some(vec![1024, 16_385]),
+        vec![1, 4],
+    ));
+    let xslt: Vec<_> = report
+        .cases
+        .iter()
+        .filter(|c| c.scenario == "xslt")
+        .collect();
+    assert!(!xslt.is_empty());
+    assert!(xslt.iter().all(|c| !c.ok), "{}", report.table());
+    assert!(
+        xslt[0]
+            .detail
+            .as_deref()
+            .unwrap_or("")
+            .contains("truncated"),
+        "{}",
+        report.table()
+    );
+    let faults: Vec<_> = report
+        .cases
+        .iter()
+        .filter(|c| c.case == "non-ibm-first-order")
+        .collect();
+    assert!(!faults.is_empty(), "{}", report.table());
+    assert!(faults.iter().all(|c| !c.ok), "{}", report.table());
+}
+
 #[test]
 fn success_answer_to_a_non_ibm_order_is_caught() {
     let server = start(Behaviour::WrongBodyOnNegative);

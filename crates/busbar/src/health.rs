@@ -6,8 +6,9 @@ use std::net::{TcpStream, ToSocketAddrs};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-/// Exit status 0 when `url` answers 2xx within `timeout`; 1 with a one-line reason otherwise;
-/// 2 for a URL this command cannot use.
+/// Exit status 0 when `url` answers 2xx within `timeout`; 1 with a one-line reason otherwise
+/// (an answer of another status, no connection, no answer in time); 2, a usage error, for a
+/// URL this command cannot use (not `http://host[:port]/path`).
 pub fn check(url: &str, timeout: Duration) -> ExitCode {
     let Some((authority, path)) = split(url) else {
         eprintln!("health: '{url}' is not an http:// URL");
@@ -20,6 +21,17 @@ pub fn check(url: &str, timeout: Duration) -> ExitCode {
         }
         Ok(status) => {
             eprintln!("unhealthy: {url} answered {status}");
+            ExitCode::FAILURE
+        }
+        // A read or write past its deadline fails as EAGAIN ("Resource temporarily
+        // unavailable") on Linux, a connect as TimedOut: both are the timeout.
+        Err(e)
+            if matches!(
+                e.kind(),
+                std::io::ErrorKind::TimedOut | std::io::ErrorKind::WouldBlock
+            ) =>
+        {
+            eprintln!("unhealthy: {url}: timed out after {timeout:?} without an answer");
             ExitCode::FAILURE
         }
         Err(e) => {

@@ -42,7 +42,8 @@ enum Command {
         config: PathBuf,
     },
     /// Ask a running engine's admin API whether it is healthy: exit status 0 when the URL
-    /// answers 2xx within the timeout, 1 otherwise (for container health checks and scripts).
+    /// answers 2xx within the timeout, 1 otherwise, 2 for a URL that is not http:// (for
+    /// container health checks and scripts).
     Health {
         /// The admin health URL (plain HTTP).
         #[arg(default_value = "http://127.0.0.1:9901/healthz")]

@@ -26,7 +26,8 @@ pub enum Behaviour {
     Reference,
     /// Flips one byte 7 bytes after the first 16 KiB of every echoed body.
     FlipAfter16K,
-    /// Drops the last 10 bytes of every echoed body (with a matching Content-Length).
+    /// Drops the last 10 bytes of every answer body, echoed, transformed or fault (with a
+    /// matching Content-Length).
     Truncate,
     /// Answers 200 with the request echoed where it must reject (CBR negative case).
     WrongBodyOnNegative,
@@ -284,11 +285,17 @@ async fn handle(
         }
         full(200, b, chunked)
     };
+    let cut = |mut b: Vec<u8>| {
+        if behaviour == Behaviour::Truncate && b.len() > 10 {
+            b.truncate(b.len() - 10);
+        }
+        b
+    };
     let reject = |reason: &str, b: Vec<u8>| {
         if behaviour == Behaviour::WrongBodyOnNegative {
             full(200, b, chunked)
         } else {
-            full(500, fault(reason), chunked)
+            full(500, cut(fault(reason)), chunked)
         }
     };
     Ok(match proxy.as_str() {
@@ -296,7 +303,7 @@ async fn handle(
         "CBRSOAPHeaderProxy" if !soap_routing_ok(&body) => reject(FAULT_ROUTING, body),
         "CBRTransportHeaderProxy" if !routing_header => reject(FAULT_ROUTING, body),
         "XSLTProxy" => match xslt_round_trip(&body, behaviour == Behaviour::XsltSwap) {
-            Some(out) => full(200, out, chunked),
+            Some(out) => full(200, cut(out), chunked),
             None => full(500, fault("Transformation failed"), chunked),
         },
         _ => echo(body),
@@ -328,6 +335,9 @@ pub enum Integrator {
     Reference,
     /// JsonCBR always answers from the standard back end.
     CbrAlwaysStandard,
+    /// JsonCBR answers name the right back end, then the other one, in a second
+    /// `x-echo-name` header.
+    CbrTwoNames,
     /// ScatterGather's stock count is one too many.
     AggregateOffByOne,
 }
@@ -423,7 +433,19 @@ async fn handle_integrator(
                 counts.standard.fetch_add(1, Ordering::SeqCst);
                 "standard"
             };
-            json_answer(200, body, Some(name))
+            let mut answer = json_answer(200, body, Some(name));
+            if behaviour == Integrator::CbrTwoNames {
+                let other = if name == "premium" {
+                    "standard"
+                } else {
+                    "premium"
+                };
+                answer.headers_mut().append(
+                    "x-echo-name",
+                    hyper::header::HeaderValue::from_static(other),
+                );
+            }
+            answer
         }
         "/api/route/filter" => computed(
             doc()
