@@ -783,6 +783,14 @@ fn keep_alive_back_end(
     (addr, closed)
 }
 
+/// The idle gauge of endpoint `svc`'s URL `url`.
+fn idle_connections(admin: std::net::SocketAddr, url: &str) -> Option<f64> {
+    metric(
+        admin,
+        &format!("busbar_upstream_idle_connections{{endpoint=\"svc\",url=\"{url}\"}}"),
+    )
+}
+
 #[test]
 fn an_idle_pooled_connection_is_closed_after_keep_alive() {
     let (addr, closed) = keep_alive_back_end(None);
@@ -791,12 +799,7 @@ fn an_idle_pooled_connection_is_closed_after_keep_alive() {
         "    url: \"{url}\"\n    keep_alive: 1s\n"
     )));
     let admin = h.admin();
-    let idle = || {
-        metric(
-            admin,
-            &format!("busbar_upstream_idle_connections{{endpoint=\"svc\",url=\"{url}\"}}"),
-        )
-    };
+    let idle = || idle_connections(admin, &url);
     let r = Client::connect(h.http())
         .post("/p", &[JSON], b"{}")
         .expect("response");
@@ -827,12 +830,7 @@ fn a_pooled_connection_the_back_end_closed_leaves_the_idle_gauge() {
         "    url: \"{url}\"\n    keep_alive: 1m\n"
     )));
     let admin = h.admin();
-    let idle = || {
-        metric(
-            admin,
-            &format!("busbar_upstream_idle_connections{{endpoint=\"svc\",url=\"{url}\"}}"),
-        )
-    };
+    let idle = || idle_connections(admin, &url);
     let r = Client::connect(h.http())
         .post("/p", &[JSON], b"{}")
         .expect("response");

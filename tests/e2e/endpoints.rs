@@ -448,18 +448,7 @@ fn a_call_in_on_error_resends_a_kept_body_or_fails_at_once() {
 
 /// A CA, a server certificate for localhost and a client certificate, made with openssl.
 fn make_pki(dir: &std::path::Path) {
-    let run = |args: &[&str]| {
-        let out = std::process::Command::new("openssl")
-            .args(args)
-            .current_dir(dir)
-            .output()
-            .expect("openssl must be installed (Debian package openssl)");
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    };
+    let run = |args: &[&str]| openssl(dir, args);
     run(&[
         "req",
         "-x509",
@@ -862,8 +851,9 @@ fn retries_go_on_until_the_breaker_opens_and_the_last_real_answer_is_kept() {
 /// A self-signed certificate for localhost that is a CA certificate (basicConstraints
 /// CA:TRUE), as `server.pem` and `server.key` in `dir`: what a quick test server often uses.
 fn make_self_signed_ca_server(dir: &std::path::Path) {
-    let out = std::process::Command::new("openssl")
-        .args([
+    openssl(
+        dir,
+        &[
             "req",
             "-x509",
             "-newkey",
@@ -881,14 +871,7 @@ fn make_self_signed_ca_server(dir: &std::path::Path) {
             "server.key",
             "-out",
             "server.pem",
-        ])
-        .current_dir(dir)
-        .output()
-        .expect("openssl must be installed (Debian package openssl)");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+        ],
     );
 }
 

@@ -6,8 +6,9 @@ use crate::support::*;
 
 /// A self-signed certificate for localhost, made with openssl at test time.
 fn make_cert(dir: &std::path::Path) {
-    let status = Command::new("openssl")
-        .args([
+    openssl(
+        dir,
+        &[
             "req",
             "-x509",
             "-newkey",
@@ -17,18 +18,13 @@ fn make_cert(dir: &std::path::Path) {
             "1",
             "-subj",
             "/CN=localhost",
-        ])
-        .args(["-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"])
-        .arg("-keyout")
-        .arg(dir.join("key.pem"))
-        .arg("-out")
-        .arg(dir.join("cert.pem"))
-        .output()
-        .expect("openssl must be installed (Debian package openssl)");
-    assert!(
-        status.status.success(),
-        "{}",
-        String::from_utf8_lossy(&status.stderr)
+            "-addext",
+            "subjectAltName=DNS:localhost,IP:127.0.0.1",
+            "-keyout",
+            "key.pem",
+            "-out",
+            "cert.pem",
+        ],
     );
 }
 

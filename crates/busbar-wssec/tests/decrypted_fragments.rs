@@ -15,7 +15,7 @@ use busbar_wssec::keys::Identity;
 use busbar_wssec::{
     EncryptSettings, FaultKind, KeyReference, Securer, Verifier, VerifyPolicy, WsseError,
 };
-use common::{fixture, P12_PASSWORD};
+use common::{cipher_values, fixture, P12_PASSWORD};
 
 const MESSAGE: &str = "<soapenv:Envelope xmlns:soapenv=\"http://schemas.xmlsoap.org/soap/envelope/\"><soapenv:Header/><soapenv:Body>\n  <m:buy xmlns:m=\"urn:m\"><symbol>IBM</symbol><note>a &amp; b</note></m:buy>\n</soapenv:Body></soapenv:Envelope>";
 
@@ -46,19 +46,6 @@ fn verifier() -> Verifier {
         None,
         None,
     )
-}
-
-/// The text of every `CipherValue` element, in document order, with its byte range.
-fn cipher_values(message: &str) -> Vec<std::ops::Range<usize>> {
-    let mut out = Vec::new();
-    let mut from = 0;
-    while let Some(i) = message[from..].find("CipherValue>") {
-        let open_end = from + i + "CipherValue>".len();
-        let close = open_end + message[open_end..].find("</").unwrap();
-        out.push(open_end..close);
-        from = message[close..].find('>').unwrap() + close;
-    }
-    out
 }
 
 /// An encrypted message, and a way to put another plaintext in its Body's EncryptedData.

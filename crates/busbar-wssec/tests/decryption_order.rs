@@ -21,7 +21,7 @@ use busbar_wssec::{
     EncryptSettings, FaultKind, KeyReference, Securer, SignSettings, Verifier, VerifyPolicy,
     WsseError,
 };
-use common::{fixture, P12_PASSWORD};
+use common::{cipher_values, fixture, P12_PASSWORD};
 
 const MESSAGE: &[u8] = b"<soapenv:Envelope xmlns:soapenv=\"http://schemas.xmlsoap.org/soap/envelope/\"><soapenv:Header/><soapenv:Body><m:buy xmlns:m=\"urn:m\"><card>4111111111111111</card><symbol>IBM</symbol></m:buy></soapenv:Body></soapenv:Envelope>";
 
@@ -94,19 +94,6 @@ fn verifier(require_signature: bool, replay_cache: Option<usize>) -> Verifier {
 fn verify(v: &Verifier, message: &str) -> Result<Vec<u8>, WsseError> {
     v.verify(message.as_bytes(), None, SystemTime::now())
         .map(|ok| ok.message)
-}
-
-/// The byte ranges of every `CipherValue`'s text: the EncryptedKey's, then the Body's.
-fn cipher_values(message: &str) -> Vec<std::ops::Range<usize>> {
-    let mut out = Vec::new();
-    let mut from = 0;
-    while let Some(i) = message[from..].find("CipherValue>") {
-        let open_end = from + i + "CipherValue>".len();
-        let close = open_end + message[open_end..].find("</").unwrap();
-        out.push(open_end..close);
-        from = message[close..].find('>').unwrap() + close;
-    }
-    out
 }
 
 /// `message` with byte `at` of the Body's ciphertext (IV first) replaced by `value`.

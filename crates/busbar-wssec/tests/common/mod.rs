@@ -488,3 +488,17 @@ pub fn scratch(name: &str) -> PathBuf {
     let n = NEXT.fetch_add(1, Ordering::Relaxed);
     fixture().path(&format!("scratch-{n}-{name}"))
 }
+
+/// The byte range of every `CipherValue` element's text, in document order (in a message
+/// the secure step made: its EncryptedKey's, then its EncryptedData's).
+pub fn cipher_values(message: &str) -> Vec<std::ops::Range<usize>> {
+    let mut out = Vec::new();
+    let mut from = 0;
+    while let Some(i) = message[from..].find("CipherValue>") {
+        let open_end = from + i + "CipherValue>".len();
+        let close = open_end + message[open_end..].find("</").unwrap();
+        out.push(open_end..close);
+        from = message[close..].find('>').unwrap() + close;
+    }
+    out
+}
