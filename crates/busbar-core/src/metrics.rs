@@ -462,7 +462,8 @@ impl Registry {
     }
 }
 
-fn escape(label: &str) -> String {
+/// A label value escaped for the Prometheus text format (`\\`, `\"`, `\n`).
+pub fn escape(label: &str) -> String {
     label
         .replace('\\', "\\\\")
         .replace('"', "\\\"")

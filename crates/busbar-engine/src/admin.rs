@@ -6,6 +6,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
+use busbar_core::metrics::escape;
 use busbar_core::Body;
 use http::header::{HeaderValue, AUTHORIZATION, CONTENT_TYPE, HOST, ORIGIN, WWW_AUTHENTICATE};
 use http::{Method, Request, Response, StatusCode};
@@ -154,7 +155,7 @@ fn database_metrics(
             let _ = writeln!(
                 out,
                 "{name}{{database=\"{}\"}} {}",
-                label(db.name()),
+                escape(db.name()),
                 value(db)
             );
         }
@@ -174,7 +175,7 @@ fn process_metrics(processes: Option<&crate::processes::Processes>, out: &mut St
         let _ = writeln!(
             out,
             "busbar_process_instances{{process=\"{}\"}} {}",
-            label(&i.name.clark()),
+            escape(&i.name.clark()),
             i.instances
         );
     }
@@ -187,7 +188,7 @@ fn process_metrics(processes: Option<&crate::processes::Processes>, out: &mut St
             let _ = writeln!(
                 out,
                 "busbar_process_completed_total{{process=\"{}\",outcome=\"{outcome}\"}} {n}",
-                label(&i.name.clark())
+                escape(&i.name.clark())
             );
         }
     }
@@ -208,13 +209,13 @@ async fn store_metrics(processes: Option<&crate::processes::Processes>, out: &mu
                     let _ = writeln!(
                         out,
                         "busbar_process_stored_instances{{process=\"{}\",state=\"{}\"}} {n}",
-                        label(&process),
+                        escape(&process),
                         state.as_str()
                     );
                 }
             }
             Err(e) => {
-                let _ = writeln!(out, "# the process store did not answer: {}", label(&e));
+                let _ = writeln!(out, "# the process store did not answer: {}", escape(&e));
             }
         }
     }
@@ -251,12 +252,6 @@ async fn store_metrics(processes: Option<&crate::processes::Processes>, out: &mu
 }
 
 /// A Prometheus label value, escaped.
-fn label(v: &str) -> String {
-    v.replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
-}
-
 /// `GET /processes`, `GET /processes/instances`, `DELETE /processes/instances/{id}`.
 async fn processes_api(
     control: &Control,

@@ -295,7 +295,7 @@ impl Verifier {
 
         // Decryption changes the bytes; the rest works on the plain message, parsed again.
         let decrypted = if encrypted {
-            let (plain, spliced) = self.decrypt(&doc, &env, &found)?;
+            let (plain, spliced) = self.decrypt(&doc, &env, &found, &ids)?;
             Some(
                 self.parse_decrypted(&plain, &spliced)
                     .map_err(before_authentication)?,
@@ -444,7 +444,8 @@ impl Verifier {
     }
 
     /// Decrypts every EncryptedData an EncryptedKey of our header names; returns the
-    /// message with each spliced back, and where each decrypted text now lies in it.
+    /// message with each spliced back, and where each decrypted text now lies in it. `ids` are
+    /// the received message's, mapped once by the caller.
     ///
     /// Everything about the encrypted parts (algorithms, `Type`, where they are, their
     /// ciphertext's encoding) is checked before the first key is unwrapped, so that no answer
@@ -455,6 +456,7 @@ impl Verifier {
         doc: &Document,
         env: &Envelope,
         found: &Found,
+        ids: &HashMap<&str, NodeId>,
     ) -> Result<(Vec<u8>, Vec<Spliced>), WsseError> {
         let Some(identity) = &self.policy.decrypt else {
             return fail(
@@ -468,7 +470,6 @@ impl Verifier {
                 "EncryptedKey outside our Security header",
             );
         };
-        let ids = id_map(doc)?;
         let mut keys: Vec<PlannedKey> = Vec::with_capacity(found.encrypted_keys.len());
         for &ek in &found.encrypted_keys {
             let method = only_child(doc, ek, ns::XENC, "EncryptionMethod")?;
@@ -487,7 +488,7 @@ impl Verifier {
                         );
                     }
                     let uri = doc.attr(r, "", "URI").unwrap_or("");
-                    targets.push(resolve(&ids, uri)?);
+                    targets.push(resolve(ids, uri)?);
                 }
             } else if let Some(id) = doc.attr(ek, "", "Id") {
                 for ed in doc.descendants(env.body) {
