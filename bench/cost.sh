@@ -5,7 +5,8 @@
 # proxy in user space (start-up and shutdown cancel out). Instruction counts repeat to within
 # about 2 % whatever else the machine does, so builds can be compared on a noisy machine.
 # The back end is a separate busbar process (bench/rounds/backends.yaml) on core 1 with the load.
-# Usage: bench/cost.sh [BUSBAR_BINARY...] (default: this tree's release build).
+# Usage: bench/cost.sh [BUSBAR_BINARY...] (default: this tree's release build). A binary named
+# busbar-ceiling (bench/ceiling, the bare tokio forwarder) is run as DirectProxy's stand-in.
 # Environment: CONC ("20 320": concurrent clients), N1 (1000), N2 (4000), SIZE (1024),
 # CACHE (0; 1 also simulates the caches and reports L1 instruction and data misses per request,
 # and data misses of a 1 MiB, 8-way second level, this CPU's L2; about twice as slow),
@@ -76,8 +77,10 @@ events() {
   # valgrind's last level stands for this CPU's per-core L2 (1 MiB, 8-way): a working set that
   # outgrows it is what makes an exchange slower at hundreds of connections.
   [ "$cache" = 1 ] && sim=(--cache-sim=yes --LL=1048576,8,64 --compress-strings=no --compress-pos=no)
+  local args=(run "$config")
+  [ "$(basename "$bin")" = busbar-ceiling ] && args=(127.0.0.1:8280 127.0.0.1:9000 /service/EchoService)
   env "${server_env[@]}" valgrind --tool=callgrind "${sim[@]}" --callgrind-out-file="$out" \
-    "$bin" run "$config" > "$tmp/valgrind.log" 2>&1 &
+    "$bin" "${args[@]}" > "$tmp/valgrind.log" 2>&1 &
   local vg=$!
   # Up when it answers at all (a bare `x` is no JsonMap request).
   for _ in $(seq 300); do
