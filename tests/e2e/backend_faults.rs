@@ -577,9 +577,9 @@ fn a_malformed_answer_is_reported_as_such_and_a_close_as_a_close() {
     ));
     let mut c = Client::connect(h.http());
     for (case, cause) in [
-        ("fold", "invalid HTTP header parsed"),
-        ("nul", "invalid HTTP header parsed"),
-        ("status", "invalid HTTP status-code parsed"),
+        ("fold", "a header field is malformed"),
+        ("nul", "a header field is malformed"),
+        ("status", "the status code is malformed"),
         ("fields", "more than 100 header fields"),
     ] {
         let r = c
@@ -846,4 +846,69 @@ fn a_pooled_connection_the_back_end_closed_leaves_the_idle_gauge() {
         .post("/p", &[JSON], b"{}")
         .expect("response");
     assert_eq!(r.status, 200, "{}", r.text());
+}
+
+#[test]
+fn a_connection_is_used_again_only_after_an_answer_that_leaves_it_in_a_known_state() {
+    // Each case answers the first request on a connection in its own way; a request that
+    // comes second on the same connection is answered "reused". An answer framed both ways,
+    // one followed by bytes nobody asked for, or one with `Connection: close` must not leave
+    // its connection in the pool, where the next request would read the leftovers as its
+    // answer.
+    let connections = Arc::new(AtomicUsize::new(0));
+    let counted = connections.clone();
+    let addr = scripted(move |mut r| {
+        counted.fetch_add(1, Ordering::SeqCst);
+        let mut first = true;
+        while let Some(head) = read_head(&mut r) {
+            if read_body(&mut r, &head).is_none() {
+                return;
+            }
+            let case = head.path.rsplit('/').next().unwrap_or("").to_owned();
+            let answer = if !first {
+                "HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nreused".to_owned()
+            } else {
+                match case.as_str() {
+                    "both" => "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nfirst\r\n0\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 8\r\n\r\nsmuggled".to_owned(),
+                    "extra" => "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nfirstHTTP/1.1 200 OK\r\nContent-Length: 8\r\n\r\nsmuggled".to_owned(),
+                    "close" => "HTTP/1.1 200 OK\r\nContent-Length: 5\r\nConnection: close\r\n\r\nfirst".to_owned(),
+                    // Interim answers before the final one, which leaves the connection usable.
+                    "interim" => "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nLink: </s>\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nfirst".to_owned(),
+                    _ => "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nfirst".to_owned(),
+                }
+            };
+            first = false;
+            if r.get_mut().write_all(answer.as_bytes()).is_err() {
+                return;
+            }
+        }
+    });
+    let h = engine(&format!(
+        "endpoints:\n  svc:\n    url: \"http://{addr}/e\"\nproxies:\n  P:\n    path: /p/{{case}}\n    in:\n      - call: {{ endpoint: svc, path: \"/{{case}}\" }}\n"
+    ));
+    let mut c = Client::connect(h.http());
+    for (case, reused) in [
+        ("both", false),
+        ("extra", false),
+        ("close", false),
+        ("interim", true),
+    ] {
+        let before = connections.load(Ordering::SeqCst);
+        let r = c
+            .post(&format!("/p/{case}"), &[JSON], b"{}")
+            .expect("response");
+        assert_eq!((r.status, r.text()), (200, "first".to_owned()), "{case}");
+        let r = c
+            .post(&format!("/p/{case}"), &[JSON], b"{}")
+            .expect("response");
+        assert_eq!(r.status, 200, "{case}: {}", r.text());
+        let second = r.text();
+        let opened = connections.load(Ordering::SeqCst) - before;
+        if reused {
+            assert_eq!((second.as_str(), opened), ("reused", 1), "{case}");
+        } else {
+            // A fresh connection: its first answer, never the leftovers.
+            assert_eq!((second.as_str(), opened), ("first", 2), "{case}");
+        }
+    }
 }

@@ -26,15 +26,11 @@ use bytes::Bytes;
 use http::header::{HeaderValue, AUTHORIZATION, CONTENT_LENGTH, EXPECT, HOST, TRANSFER_ENCODING};
 use http::{Method, Request, Response, StatusCode, Uri, Version};
 use http_body::{Frame, SizeHint};
-use hyper::body::Incoming;
-use hyper::client::conn::http1;
-use hyper_util::rt::TokioIo;
-use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
-use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
-use tokio::task::AbortHandle;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::breaker::Breaker;
+use super::h1::{self, Conn};
 use super::retry::ReplayProbe;
 use super::tls::TlsTarget;
 use crate::headers::strip_hop_by_hop;
@@ -125,14 +121,12 @@ struct Limit {
 ///
 /// Each list has a sweeper task on its worker, started when the list first keeps a connection:
 /// it closes connections idle for `keep_alive`, waking when the oldest one is due, and drops
-/// those the back end closed as soon as their connection task ends. Nothing of it runs on the
-/// request path.
+/// those the back end closed as soon as their sockets say so (it looks at each connection put
+/// back within [`LOOK_AGAIN`], and is woken by the sockets it has looked at). Nothing of it runs
+/// on the request path.
 #[derive(Debug)]
 struct Pools {
     lists: Vec<Mutex<IdleList>>,
-    /// One per list: a connection ended on the back end's side (or the pools went away), for
-    /// the list's sweeper.
-    ended: Vec<Arc<Notify>>,
     pool_size: usize,
     keep_alive: Duration,
     /// Where the number of idle connections is shown (`busbar_upstream_idle_connections`).
@@ -147,8 +141,7 @@ struct IdleList {
 }
 
 struct Idle {
-    sender: http1::SendRequest<Body>,
-    conn: AbortHandle,
+    conn: Box<Conn>,
     since: Instant,
 }
 
@@ -162,6 +155,10 @@ impl std::fmt::Debug for Idle {
 /// no earlier than `keep_alive` after, so it is never late.
 const MIN_SWEEP: Duration = Duration::from_millis(100);
 
+/// The longest a connection put back waits for the sweeper's first look: a back end that
+/// closes it before then is noticed when the connection is taken, or at that look.
+const LOOK_AGAIN: Duration = Duration::from_secs(1);
+
 impl Pools {
     fn new(
         workers: usize,
@@ -171,7 +168,6 @@ impl Pools {
     ) -> Self {
         Self {
             lists: (0..workers).map(|_| Mutex::default()).collect(),
-            ended: (0..workers).map(|_| Arc::default()).collect(),
             pool_size,
             keep_alive,
             stats,
@@ -186,19 +182,16 @@ impl Pools {
         self.lists[index].lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn put_back(self: &Arc<Self>, sender: http1::SendRequest<Body>, conn: AbortHandle) {
-        if sender.is_closed() || self.pool_size == 0 {
-            conn.abort();
+    fn put_back(self: &Arc<Self>, conn: Box<Conn>) {
+        if self.pool_size == 0 {
             return;
         }
         let index = self.index();
         let mut pool = self.lock(index);
         if pool.idle.len() >= self.pool_size {
-            conn.abort();
             return;
         }
         pool.idle.push(Idle {
-            sender,
             conn,
             since: Instant::now(),
         });
@@ -206,43 +199,30 @@ impl Pools {
         if !pool.swept {
             if let Ok(rt) = tokio::runtime::Handle::try_current() {
                 pool.swept = true;
-                rt.spawn(sweeper(
-                    Arc::downgrade(self),
-                    index,
-                    self.ended[index].clone(),
-                ));
+                rt.spawn(sweeper(Arc::downgrade(self), index));
             }
         }
     }
 
-    fn take_idle(&self) -> Option<Idle> {
+    fn take_idle(&self) -> Option<Box<Conn>> {
         let mut pool = self.lock(self.index());
-        while let Some(idle) = pool.idle.pop() {
+        while let Some(mut idle) = pool.idle.pop() {
             self.stats.idle.fetch_sub(1, Relaxed);
-            if idle.since.elapsed() < self.keep_alive
-                && !idle.sender.is_closed()
-                && idle.sender.is_ready()
-            {
-                return Some(idle);
+            if idle.since.elapsed() < self.keep_alive && !idle.conn.gone() {
+                return Some(idle.conn);
             }
-            idle.conn.abort();
         }
         None
     }
 
-    /// Closes the connections of list `index` idle for `keep_alive` and drops those the back
-    /// end closed; says when the next one is due.
-    fn sweep(&self, index: usize) -> Option<Instant> {
+    /// Closes the connections of list `index` idle for `keep_alive` and those the back end
+    /// closed, and has `cx` woken when one of the others is; says when the next one is due.
+    fn sweep(&self, index: usize, cx: &mut Context<'_>) -> Option<Instant> {
         let now = Instant::now();
         let mut pool = self.lock(index);
         let before = pool.idle.len();
-        pool.idle.retain(|idle| {
-            let keep = now.saturating_duration_since(idle.since) < self.keep_alive
-                && !idle.sender.is_closed();
-            if !keep {
-                idle.conn.abort();
-            }
-            keep
+        pool.idle.retain_mut(|idle| {
+            now.saturating_duration_since(idle.since) < self.keep_alive && !idle.conn.poll_gone(cx)
         });
         let closed = before - pool.idle.len();
         if closed > 0 {
@@ -253,59 +233,46 @@ impl Pools {
 }
 
 /// Sweeps one idle list until its pools go away (a reload replaced them).
-async fn sweeper(pools: std::sync::Weak<Pools>, index: usize, ended: Arc<Notify>) {
-    loop {
-        let next = {
-            let Some(pools) = pools.upgrade() else {
-                return;
-            };
-            let quiet = Instant::now() + pools.keep_alive.max(MIN_SWEEP);
-            pools.sweep(index).unwrap_or(quiet)
+async fn sweeper(pools: std::sync::Weak<Pools>, index: usize) {
+    let mut timer = Box::pin(tokio::time::sleep(MIN_SWEEP));
+    std::future::poll_fn(|cx| loop {
+        let Some(pools) = pools.upgrade() else {
+            return Poll::Ready(());
         };
-        tokio::select! {
-            () = tokio::time::sleep_until(next.into()) => {}
-            () = ended.notified() => {}
+        let look = Instant::now() + pools.keep_alive.max(MIN_SWEEP).min(LOOK_AGAIN);
+        let next = pools.sweep(index, cx).map_or(look, |due| due.min(look));
+        drop(pools);
+        timer.as_mut().reset(next.into());
+        if timer.as_mut().poll(cx).is_pending() {
+            return Poll::Pending;
         }
-    }
+    })
+    .await;
 }
 
 impl Drop for Pools {
     fn drop(&mut self) {
-        // Idle connections of a replaced runtime are closed, not left to time out.
-        for (pool, ended) in self.lists.iter().zip(&self.ended) {
+        // Idle connections of a replaced runtime are closed (dropped with the lists), not left
+        // to time out; they are no longer counted.
+        for pool in &self.lists {
             let pool = pool.lock().unwrap_or_else(|p| p.into_inner());
             self.stats.idle.fetch_sub(pool.idle.len() as i64, Relaxed);
-            for idle in pool.idle.iter() {
-                idle.conn.abort();
-            }
-            // Its sweeper ends now rather than at its next turn.
-            ended.notify_one();
         }
     }
 }
 
-/// A connection in use: aborted on drop unless it went back to the pool. It holds the
+/// A connection in use: closed when dropped unless it went back to the pool. It holds the
 /// connection-limit permit, if any, until the response body ends.
 struct Lease {
     pools: Arc<Pools>,
-    sender: Option<http1::SendRequest<Body>>,
-    conn: AbortHandle,
-    reused: bool,
+    conn: Option<Box<Conn>>,
     _permit: Option<OwnedSemaphorePermit>,
-}
-
-impl Drop for Lease {
-    fn drop(&mut self) {
-        if self.sender.take().is_some() {
-            self.conn.abort();
-        }
-    }
 }
 
 impl Lease {
     fn release(mut self) {
-        if let Some(sender) = self.sender.take() {
-            self.pools.put_back(sender, self.conn.clone());
+        if let Some(conn) = self.conn.take() {
+            self.pools.put_back(conn);
         }
     }
 }
@@ -520,71 +487,63 @@ impl Upstream {
             && probe.map_or_else(|| body.is_buffered(), |p| p.replayable());
         self.prepare(&mut parts)?;
         let sending = Arc::new(Sending::new());
-        let mut request = Request::from_parts(parts, sending.watch(body, &self.counters));
+        let body = sending.watch(body, &self.counters);
         let mut lease = match self.pools.take_idle() {
-            Some(idle) => Lease {
+            Some(conn) => Lease {
                 pools: self.pools.clone(),
-                sender: Some(idle.sender),
-                conn: idle.conn,
-                reused: true,
+                conn: Some(conn),
                 _permit: permit,
             },
             None => self.connect(permit).await?,
         };
-        let response = loop {
-            let Some(sender) = lease.sender.as_mut() else {
-                return Err(MediationError::internal(
-                    "connection lease without a sender",
-                ));
-            };
-            sending.restart();
-            let send = sender.try_send_request(request);
-            match self.answer(send, &sending).await {
-                Err(stalled) => {
-                    let what = match stalled {
-                        Stalled::Reading => format!(
-                            "stopped reading the request for {:?}",
-                            self.settings.timeout
-                        ),
-                        Stalled::Answering => {
-                            format!("did not answer within {:?}", self.settings.timeout)
-                        }
-                    };
-                    return Err(self
-                        .error(ErrorKind::ResponseTimeout, what)
-                        .retryable(replayable_after_send));
-                }
-                Ok(Ok(response)) => break response,
-                Ok(Err(mut e)) => {
-                    let unsent = e.take_message();
-                    let cause = e.into_error();
-                    // The request body failed (the client reset, sent malformed chunks, or a
-                    // check refused it): hyper gave up the connection because of it, so the
-                    // back end is not to blame, and sending the request again cannot help.
-                    if let Some(failure) = sending.take_failure() {
-                        return Err(client_body_error(failure));
+        let Some(conn) = lease.conn.as_mut() else {
+            return Err(MediationError::internal(
+                "connection lease without a connection",
+            ));
+        };
+        sending.restart();
+        let mut exchange = conn.exchange(&parts, body);
+        let sent = self
+            .answer(std::future::poll_fn(|cx| exchange.poll(conn, cx)), &sending)
+            .await;
+        let answer = match sent {
+            Err(stalled) => {
+                let what = match stalled {
+                    Stalled::Reading => format!(
+                        "stopped reading the request for {:?}",
+                        self.settings.timeout
+                    ),
+                    Stalled::Answering => {
+                        format!("did not answer within {:?}", self.settings.timeout)
                     }
-                    match unsent {
-                        // A pooled connection the back end had already closed: the request
-                        // was never sent, so it goes once more on a fresh connection. This is
-                        // not a retry (nothing reached the back end), so it is not counted.
-                        Some(req) if lease.reused => {
-                            request = req;
-                            let permit = lease._permit.take();
-                            lease = self.connect(permit).await?;
-                        }
-                        unsent => {
-                            let what =
-                                super::tls::alert_in(&cause).unwrap_or_else(|| no_answer(&cause));
-                            return Err(self
-                                .error(ErrorKind::UpstreamReset, what)
-                                .retryable(unsent.is_some() || replayable_after_send)
-                                .with_source(cause));
-                        }
-                    }
+                };
+                return Err(self
+                    .error(ErrorKind::ResponseTimeout, what)
+                    .retryable(replayable_after_send));
+            }
+            Ok(Ok(answer)) => answer,
+            Ok(Err(failure)) => {
+                // The request body failed (the client reset, sent malformed chunks, or a
+                // check refused it): the back end is not to blame, and sending the request
+                // again cannot help.
+                if let Some(failure) = sending.take_failure() {
+                    return Err(client_body_error(failure));
                 }
+                let (what, cause) = no_answer(failure);
+                let mut error = self
+                    .error(ErrorKind::UpstreamReset, what)
+                    .retryable(replayable_after_send);
+                if let Some(cause) = cause {
+                    error = error.with_source(cause);
+                }
+                return Err(error);
             }
         };
+        let h1::Answer {
+            response,
+            framing,
+            keep,
+        } = answer;
         // RFC 9110 15: a status is 100 to 599, and a 101 switches to the protocol an `Upgrade`
         // asked for, which busbar never sends (hop-by-hop). Forwarded, either would leave the
         // client reading a connection in a state it cannot know; the back end's connection is
@@ -598,33 +557,48 @@ impl Upstream {
                 )
                 .retryable(replayable_after_send));
         }
-        let (mut parts, incoming) = response.into_parts();
+        let (mut parts, ()) = response.into_parts();
         // A proxy answers in its own HTTP version (RFC 9110 6.2, 7.6.3): an HTTP/1.0 back end
         // must not turn the client's keep-alive HTTP/1.1 connection into a 1.0 one.
         parts.version = Version::HTTP_11;
-        // RFC 9112 6.3: with Transfer-Encoding, a Content-Length is wrong (hyper decoded the
-        // body by the encoding); forwarded, it would cut the client's copy at its count.
+        // RFC 9112 6.3: with Transfer-Encoding, a Content-Length is wrong (the body is read by
+        // the encoding); forwarded, it would cut the client's copy at its count.
         if parts.headers.contains_key(TRANSFER_ENCODING) {
             parts.headers.remove(CONTENT_LENGTH);
         }
         strip_hop_by_hop(&mut parts.headers);
-        let exact = http_body::Body::size_hint(&incoming).exact();
-        let body = if http_body::Body::is_end_stream(&incoming) {
-            lease.release();
-            Body::empty()
-        } else {
-            let guarded = LeasedBody {
-                inner: incoming,
-                lease: Some(lease),
-                idle_timeout: self.settings.timeout,
-                timer: None,
-                cx: self.body_cx.clone(),
-                settles: !self.fails_on(status),
-                received: 0,
-                cut: false,
-                sending,
-            };
-            Body::stream(guarded, exact, Origin::Upstream)
+        let upload = (!exchange.upload.finished).then_some(exchange.upload);
+        let body = match framing {
+            h1::Framing::Empty => {
+                // Used again only if the whole request went out and nothing else came.
+                if keep
+                    && upload.is_none()
+                    && lease.conn.as_deref().is_some_and(h1::clean_after_answer)
+                {
+                    lease.release();
+                }
+                Body::empty()
+            }
+            framing => {
+                let exact = match framing {
+                    h1::Framing::Length(n) => Some(n),
+                    _ => None,
+                };
+                let guarded = LeasedBody {
+                    lease: Some(lease),
+                    framing,
+                    keep,
+                    upload,
+                    idle_timeout: self.settings.timeout,
+                    timer: None,
+                    cx: self.body_cx.clone(),
+                    settles: !self.fails_on(status),
+                    received: 0,
+                    cut: false,
+                    sending,
+                };
+                Body::stream(guarded, exact, Origin::Upstream)
+            }
         };
         Ok(Response::from_parts(parts, body))
     }
@@ -775,7 +749,7 @@ impl Upstream {
         permit: Option<OwnedSemaphorePermit>,
     ) -> Result<Lease, MediationError> {
         let opened = tokio::time::timeout(self.settings.connect_timeout, self.open()).await;
-        let sender_conn = match opened {
+        let conn = match opened {
             Err(_) => {
                 return Err(MediationError::new(
                     ErrorKind::ConnectTimeout,
@@ -789,19 +763,16 @@ impl Upstream {
             }
             Ok(r) => r?,
         };
-        let (sender, task) = sender_conn;
         self.counters.connections.fetch_add(1, Relaxed);
         Ok(Lease {
             pools: self.pools.clone(),
-            sender: Some(sender),
-            conn: task,
-            reused: false,
+            conn: Some(conn),
             _permit: permit,
         })
     }
 
-    /// Opens a connection: TCP, then TLS for https, then the HTTP/1.1 handshake.
-    async fn open(&self) -> Result<(http1::SendRequest<Body>, AbortHandle), MediationError> {
+    /// Opens a connection: TCP, then TLS for https.
+    async fn open(&self) -> Result<Box<Conn>, MediationError> {
         let stream = TcpStream::connect(&self.connect_addr).await.map_err(|e| {
             let (kind, what) = if e.kind() == std::io::ErrorKind::ConnectionRefused {
                 (ErrorKind::ConnectRefused, "refused the connection")
@@ -813,7 +784,7 @@ impl Upstream {
         // Small requests and responses must not wait for Nagle's algorithm.
         let _ = stream.set_nodelay(true);
         match &self.tls {
-            None => self.handshake(stream).await,
+            None => Ok(Box::new(Conn::new(h1::Io::Plain(stream)))),
             Some(tls) => {
                 let stream = tls.connect(stream).await.map_err(|failure| {
                     self.error(
@@ -823,43 +794,9 @@ impl Upstream {
                     .retryable(failure.retryable)
                     .with_source(failure.source)
                 })?;
-                self.handshake(stream).await
+                Ok(Box::new(Conn::new(h1::Io::Tls(Box::new(stream)))))
             }
         }
-    }
-
-    async fn handshake<I>(
-        &self,
-        io: I,
-    ) -> Result<(http1::SendRequest<Body>, AbortHandle), MediationError>
-    where
-        I: AsyncRead + AsyncWrite + Send + Unpin + 'static,
-    {
-        let (sender, conn) = http1::Builder::new()
-            .handshake::<_, Body>(TokioIo::new(io))
-            .await
-            .map_err(|e| {
-                MediationError::new(
-                    ErrorKind::Connect,
-                    Blame::Upstream,
-                    format!(
-                        "Connecting to endpoint '{}' failed{}",
-                        self.endpoint, self.suffix
-                    ),
-                )
-                .retryable(true)
-                .with_source(e)
-            })?;
-        // Connections opened on this worker go back to its idle list.
-        let ended = self.pools.ended[self.pools.index()].clone();
-        let task = tokio::spawn(async move {
-            // The connection ends when the back end closes it or the lease aborts it; either
-            // way the request that used it has already seen the outcome. Ended by the back
-            // end, it may be idle in the pool: the sweeper drops it.
-            let _ = conn.await;
-            ended.notify_one();
-        });
-        Ok((sender, task.abort_handle()))
     }
 }
 
@@ -1025,22 +962,20 @@ fn client_body_error(failure: BoxError) -> MediationError {
     }
 }
 
-/// Most header fields hyper's client takes in an answer head (its default), and the most bytes.
-const ANSWER_HEADER_FIELDS: usize = 100;
-const ANSWER_HEAD_KIB: usize = 408;
-
-/// What the back end did, from hyper's error on a request that got no answer: an answer hyper
-/// could not parse (with its reason), or a connection closed or reset before one.
-fn no_answer(e: &hyper::Error) -> String {
-    if e.is_parse_too_large() {
-        format!(
-            "sent a malformed answer (its head has more than {ANSWER_HEADER_FIELDS} header fields or {ANSWER_HEAD_KIB} KiB: {})",
-            with_causes(e)
-        )
-    } else if e.is_parse() {
-        format!("sent a malformed answer ({})", with_causes(e))
-    } else {
-        "closed the connection".to_owned()
+/// What the back end did, from a failed exchange: an answer that broke the protocol (with what
+/// was wrong), or a connection closed or reset before a whole answer; and the socket's error.
+fn no_answer(failure: h1::Failure) -> (String, Option<std::io::Error>) {
+    match failure {
+        h1::Failure::Malformed(what) => (format!("sent a malformed answer ({what})"), None),
+        h1::Failure::Closed(cause) => {
+            let what = cause
+                .as_ref()
+                .and_then(|e| super::tls::alert_in(e))
+                .unwrap_or_else(|| "closed the connection".to_owned());
+            (what, cause)
+        }
+        // Reported by the request body's own error, which the caller looks at first.
+        h1::Failure::RequestBody => ("stopped taking the request body".to_owned(), None),
     }
 }
 
@@ -1057,14 +992,19 @@ fn with_causes(e: &(dyn std::error::Error + 'static)) -> String {
     text
 }
 
-/// A back-end response body that returns its connection to the pool once read to the end,
-/// and fails if the back end stalls longer than the endpoint's timeout. A body the back end
-/// cuts short is counted once on the endpoint (`responses_cut`) and as a failure of its URL
-/// (its failures counter and breaker), and fails with an error that names the endpoint and how
-/// far it got, so the client's copy never looks complete.
+/// A back-end response body, read from its connection, that returns the connection to the pool
+/// once read to the end, and fails if the back end stalls longer than the endpoint's timeout.
+/// While it is read, the rest of a request the back end answered early goes on going out. A
+/// body the back end cuts short is counted once on the endpoint (`responses_cut`) and as a
+/// failure of its URL (its failures counter and breaker), and fails with an error that names
+/// the endpoint and how far it got, so the client's copy never looks complete.
 struct LeasedBody {
-    inner: Incoming,
     lease: Option<Lease>,
+    framing: h1::Framing,
+    /// The answer lets the connection carry another request.
+    keep: bool,
+    /// The rest of the request, when the back end answered before it had all of it.
+    upload: Option<h1::Upload>,
     idle_timeout: Duration,
     timer: Option<Pin<Box<tokio::time::Sleep>>>,
     cx: Arc<BodyContext>,
@@ -1102,12 +1042,24 @@ impl LeasedBody {
         .into()
     }
 
-    /// The body reached its end: the connection goes back to the pool, and the answer counts
-    /// as a success of its URL.
+    /// The request body failed while the answer streamed: the client's error.
+    fn client_failed(&mut self, failure: BoxError) -> BoxError {
+        self.lease = None;
+        self.timer = None;
+        self.cut = true;
+        Box::new(crate::serve::ClientBodyFailed(failure))
+    }
+
+    /// The body reached its end: the connection goes back to the pool if it may carry another
+    /// request, and the answer counts as a success of its URL.
     fn ended(&mut self) {
         if let Some(lease) = self.lease.take() {
-            lease.release();
+            let clean = lease.conn.as_deref().is_some_and(h1::clean_after_answer);
+            if self.keep && self.upload.is_none() && clean {
+                lease.release();
+            }
         }
+        self.upload = None;
         if std::mem::take(&mut self.settles) {
             if let Some(b) = &self.cx.health.breaker {
                 b.body_ended();
@@ -1128,32 +1080,50 @@ impl http_body::Body for LeasedBody {
         if this.cut {
             return Poll::Ready(None);
         }
-        match Pin::new(&mut this.inner).poll_frame(cx) {
-            Poll::Ready(Some(Ok(frame))) => {
-                this.timer = None;
-                if let Some(data) = frame.data_ref() {
-                    this.cx
-                        .counters
-                        .bytes_in
-                        .fetch_add(data.len() as u64, Relaxed);
-                    this.received += data.len() as u64;
+        let Some(conn) = this.lease.as_mut().and_then(|l| l.conn.as_deref_mut()) else {
+            return Poll::Ready(None);
+        };
+        if let Some(upload) = this.upload.as_mut() {
+            match upload.poll(conn, cx) {
+                Poll::Pending => {}
+                Poll::Ready(Ok(())) => this.upload = None,
+                Poll::Ready(Err(_)) => {
+                    if let Some(failure) = this.sending.take_failure() {
+                        return Poll::Ready(Some(Err(this.client_failed(failure))));
+                    }
+                    // The back end stopped taking the request it has answered: its answer
+                    // goes on, and the connection is not used again.
+                    this.upload = None;
+                    this.keep = false;
                 }
-                if this.inner.is_end_stream() {
+            }
+        }
+        let Some(conn) = this.lease.as_mut().and_then(|l| l.conn.as_deref_mut()) else {
+            return Poll::Ready(None);
+        };
+        match h1::poll_body(conn, &mut this.framing, cx) {
+            Poll::Ready(Some(Ok(data))) => {
+                this.timer = None;
+                this.cx
+                    .counters
+                    .bytes_in
+                    .fetch_add(data.len() as u64, Relaxed);
+                this.received += data.len() as u64;
+                if matches!(this.framing, h1::Framing::Empty) {
                     this.ended();
                 }
-                Poll::Ready(Some(Ok(frame)))
+                Poll::Ready(Some(Ok(Frame::data(data))))
             }
-            Poll::Ready(Some(Err(e))) => {
+            Poll::Ready(Some(Err(failure))) => {
                 if let Some(failure) = this.sending.take_failure() {
-                    this.lease = None;
-                    this.timer = None;
-                    this.cut = true;
-                    return Poll::Ready(Some(Err(Box::new(crate::serve::ClientBodyFailed(
-                        failure,
-                    )))));
+                    return Poll::Ready(Some(Err(this.client_failed(failure))));
                 }
                 this.cx.counters.error(ErrorKind::UpstreamReset);
-                let what = format!("broke off ({})", with_causes(&e));
+                let what = match failure {
+                    h1::Failure::Malformed(what) => format!("broke off ({what})"),
+                    h1::Failure::Closed(Some(e)) => format!("broke off ({})", with_causes(&e)),
+                    _ => "broke off (the connection closed before the body's end)".to_owned(),
+                };
                 Poll::Ready(Some(Err(this.cut(what))))
             }
             Poll::Ready(None) => {
@@ -1178,11 +1148,15 @@ impl http_body::Body for LeasedBody {
     }
 
     fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
+        self.cut || matches!(self.framing, h1::Framing::Empty)
     }
 
     fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
+        match self.framing {
+            h1::Framing::Length(n) => SizeHint::with_exact(n),
+            h1::Framing::Empty => SizeHint::with_exact(0),
+            _ => SizeHint::default(),
+        }
     }
 }
 

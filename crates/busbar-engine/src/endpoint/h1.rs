@@ -1,0 +1,1169 @@
+//! The HTTP/1.1 client side of a back-end connection, driven by the request that uses it.
+//!
+//! A [`Conn`] is a socket (plain or TLS) and its read buffer, nothing else: no task of its
+//! own, no channel. The request's task writes the request head and body and reads the answer
+//! head ([`Exchange`]); the answer's body then reads straight from the same socket and, when
+//! the back end answered before it had the whole request, goes on sending the rest of it
+//! ([`Upload`]). A connection is used again only after a whole answer that leaves it in a known
+//! state: framed by `Content-Length` or chunked encoding, no `Connection: close`, the whole
+//! request sent and nothing unasked-for after the answer.
+//!
+//! Answers are read strictly (RFC 9112): a head of at most [`MAX_HEAD`] bytes and
+//! [`MAX_FIELDS`] fields, no obsolete line folding, one `Content-Length` value, chunk sizes
+//! and chunk lines bounded. Anything else fails the exchange with what was wrong.
+
+use std::io::{self, IoSlice};
+use std::pin::Pin;
+use std::task::{ready, Context, Poll};
+
+use bytes::{Buf, Bytes, BytesMut};
+use http::header::{HeaderName, HeaderValue, CONNECTION, CONTENT_LENGTH, TRANSFER_ENCODING};
+use http::{HeaderMap, Method, Response, StatusCode, Version};
+use http_body::Body as _;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::TcpStream;
+use tokio_rustls::client::TlsStream;
+
+use busbar_core::Body;
+
+/// Most header fields taken in an answer head.
+pub const MAX_FIELDS: usize = 100;
+/// Most bytes of an answer head.
+pub const MAX_HEAD: usize = 408 * 1024;
+/// Longest chunk-size line (size, extensions and CRLF) and trailer section of a chunked answer.
+const MAX_CHUNK_LINE: usize = 4096;
+const MAX_TRAILERS: usize = 64 * 1024;
+/// The first read size of a connection, and the most it grows to: it doubles after each read
+/// that filled it and halves after one that used less than a quarter, so a large answer is
+/// read in few system calls and a small one in one, without large buffers for small answers.
+const READ_FIRST: usize = 16 * 1024;
+const READ_MOST: usize = 256 * 1024;
+/// Body bytes copied into the request head's write, at most; a larger first frame goes out
+/// beside it in the same vectored write.
+const COALESCE: usize = 4 * 1024;
+
+/// The socket of a back-end connection.
+pub enum Io {
+    Plain(TcpStream),
+    Tls(Box<TlsStream<TcpStream>>),
+}
+
+impl Io {
+    fn tcp(&self) -> &TcpStream {
+        match self {
+            Io::Plain(s) => s,
+            Io::Tls(s) => s.get_ref().0,
+        }
+    }
+}
+
+impl AsyncRead for Io {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Io::Plain(s) => Pin::new(s).poll_read(cx, buf),
+            Io::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for Io {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Io::Plain(s) => Pin::new(s).poll_write(cx, buf),
+            Io::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Io::Plain(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+            Io::Tls(s) => Pin::new(s.as_mut()).poll_write_vectored(cx, bufs),
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        match self {
+            Io::Plain(s) => s.is_write_vectored(),
+            Io::Tls(s) => s.is_write_vectored(),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Io::Plain(s) => Pin::new(s).poll_flush(cx),
+            Io::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Io::Plain(s) => Pin::new(s).poll_shutdown(cx),
+            Io::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
+        }
+    }
+}
+
+/// Why an exchange on a connection failed.
+#[derive(Debug)]
+pub enum Failure {
+    /// The socket failed, or the back end closed the connection before a whole answer.
+    Closed(Option<io::Error>),
+    /// The answer head (or its chunked framing) broke the protocol: what was wrong.
+    Malformed(String),
+    /// The request body failed (its source keeps the error for the attempt).
+    RequestBody,
+}
+
+impl Failure {
+    fn io(e: io::Error) -> Self {
+        Failure::Closed(Some(e))
+    }
+}
+
+/// A back-end connection: its socket and what has been read from it and not yet used.
+pub struct Conn {
+    io: Io,
+    rbuf: BytesMut,
+    /// Head bytes still to go out (and, coalesced, the first bytes of the body).
+    wbuf: Vec<u8>,
+    /// Bytes asked of the next read that needs room.
+    read_size: usize,
+    /// Requests begun on it.
+    pub used: u32,
+}
+
+impl Conn {
+    pub fn new(io: Io) -> Self {
+        Self {
+            io,
+            rbuf: BytesMut::new(),
+            wbuf: Vec::new(),
+            read_size: READ_FIRST,
+            used: 0,
+        }
+    }
+
+    /// Looks, without waiting, whether the back end closed the idle connection or sent
+    /// something unasked-for; either way it cannot carry a request. `cx` is woken when that
+    /// changes (the pool's sweeper passes its own). The socket is read only when the event
+    /// loop has seen it readable, so a live connection costs no system call.
+    pub fn poll_gone(&mut self, cx: &mut Context<'_>) -> bool {
+        if !self.rbuf.is_empty() {
+            return true;
+        }
+        match self.io.tcp().poll_read_ready(cx) {
+            Poll::Pending => false,
+            Poll::Ready(Err(_)) => true,
+            Poll::Ready(Ok(())) => {
+                // The end of the stream, an error, bytes nobody asked for, or (TLS) a record
+                // with no data in it, such as a session ticket: only the last leaves it usable.
+                let mut byte = [0u8; 1];
+                let mut buf = ReadBuf::new(&mut byte);
+                Pin::new(&mut self.io).poll_read(cx, &mut buf).is_ready()
+            }
+        }
+    }
+
+    /// As [`Conn::poll_gone`], waking nobody.
+    pub fn gone(&mut self) -> bool {
+        self.poll_gone(&mut Context::from_waker(std::task::Waker::noop()))
+    }
+
+    /// Starts an exchange: `parts` is the request head as it goes out (target, `Host` and the
+    /// other headers already set), `body` its body; framing headers are set here.
+    pub fn exchange(&mut self, parts: &http::request::Parts, body: Body) -> Exchange {
+        self.used += 1;
+        let head_request = parts.method == Method::HEAD;
+        let chunked = encode_head(&mut self.wbuf, parts, &body);
+        Exchange {
+            upload: Upload {
+                body: Some(body),
+                chunked,
+                frame: Bytes::new(),
+                chunk_head: Vec::new(),
+                chunk_tail: false,
+                finished: false,
+                written: 0,
+            },
+            head_request,
+        }
+    }
+
+    fn poll_fill(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
+        if self.rbuf.capacity() - self.rbuf.len() < 1024 {
+            self.rbuf.reserve(self.read_size);
+        }
+        let room = self.rbuf.capacity() - self.rbuf.len();
+        let n = ready!(tokio_util::io::poll_read_buf(
+            Pin::new(&mut self.io),
+            cx,
+            &mut self.rbuf
+        ))?;
+        if n == room {
+            self.read_size = (self.read_size * 2).min(READ_MOST);
+        } else if n < self.read_size / 4 {
+            self.read_size = (self.read_size / 2).max(READ_FIRST);
+        }
+        Poll::Ready(Ok(n))
+    }
+}
+
+/// Writes the request head into `out`; says whether the body goes chunked.
+fn encode_head(out: &mut Vec<u8>, parts: &http::request::Parts, body: &Body) -> bool {
+    out.clear();
+    out.extend_from_slice(parts.method.as_str().as_bytes());
+    out.push(b' ');
+    match parts.uri.path_and_query() {
+        Some(pq) if !pq.as_str().is_empty() => out.extend_from_slice(pq.as_str().as_bytes()),
+        _ => out.push(b'/'),
+    }
+    out.extend_from_slice(b" HTTP/1.1\r\n");
+    for (name, value) in &parts.headers {
+        if name == CONTENT_LENGTH || name == TRANSFER_ENCODING {
+            continue;
+        }
+        out.extend_from_slice(name.as_str().as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(value.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    let chunked = if body.is_end_stream() {
+        // A request without content says so where its method usually has some (RFC 9110
+        // 8.6), as browsers and hyper do.
+        if !matches!(
+            parts.method,
+            Method::GET | Method::HEAD | Method::DELETE | Method::OPTIONS | Method::TRACE
+        ) {
+            out.extend_from_slice(b"content-length: 0\r\n");
+        }
+        false
+    } else if let Some(n) = body.size_hint().exact() {
+        out.extend_from_slice(b"content-length: ");
+        out.extend_from_slice(n.to_string().as_bytes());
+        out.extend_from_slice(b"\r\n");
+        false
+    } else {
+        out.extend_from_slice(b"transfer-encoding: chunked\r\n");
+        true
+    };
+    out.extend_from_slice(b"\r\n");
+    chunked
+}
+
+/// The request as it goes out: its head (in the connection's write buffer), then its body.
+pub struct Upload {
+    body: Option<Body>,
+    chunked: bool,
+    /// Data of the current frame not yet written.
+    frame: Bytes,
+    /// The current chunk's size line, not yet written (chunked only).
+    chunk_head: Vec<u8>,
+    /// The CRLF after the current chunk is still to go.
+    chunk_tail: bool,
+    /// The whole request is written.
+    pub finished: bool,
+    /// Bytes written so far, head included.
+    pub written: u64,
+}
+
+impl Upload {
+    /// Writes as much of the request as the socket takes and the body has ready.
+    pub fn poll(&mut self, conn: &mut Conn, cx: &mut Context<'_>) -> Poll<Result<(), Failure>> {
+        loop {
+            if self.finished {
+                return Poll::Ready(Ok(()));
+            }
+            // The head, with the first frame's data when small (one write for most requests).
+            if !conn.wbuf.is_empty() {
+                if self.frame.is_empty() && !self.chunked {
+                    if let Some(body) = self.body.as_mut() {
+                        if let Poll::Ready(Some(frame)) = Pin::new(body).poll_frame(cx) {
+                            let frame = frame.map_err(|_| Failure::RequestBody)?;
+                            if let Ok(data) = frame.into_data() {
+                                self.frame = data;
+                            }
+                        }
+                    }
+                    if !self.frame.is_empty() && self.frame.len() <= COALESCE {
+                        conn.wbuf.extend_from_slice(&self.frame);
+                        self.frame.clear();
+                    }
+                }
+                let n = if self.frame.is_empty() {
+                    ready!(Pin::new(&mut conn.io).poll_write(cx, &conn.wbuf))
+                } else {
+                    let bufs = [IoSlice::new(&conn.wbuf), IoSlice::new(&self.frame)];
+                    ready!(Pin::new(&mut conn.io).poll_write_vectored(cx, &bufs))
+                }
+                .map_err(Failure::io)?;
+                if n == 0 {
+                    return Poll::Ready(Err(Failure::io(io::ErrorKind::WriteZero.into())));
+                }
+                self.written += n as u64;
+                if n >= conn.wbuf.len() {
+                    let rest = n - conn.wbuf.len();
+                    conn.wbuf.clear();
+                    self.frame.advance(rest);
+                } else {
+                    conn.wbuf.drain(..n);
+                }
+                continue;
+            }
+            if !self.chunk_head.is_empty() {
+                let n = ready!(Pin::new(&mut conn.io).poll_write(cx, &self.chunk_head))
+                    .map_err(Failure::io)?;
+                if n == 0 {
+                    return Poll::Ready(Err(Failure::io(io::ErrorKind::WriteZero.into())));
+                }
+                self.written += n as u64;
+                self.chunk_head.drain(..n);
+                continue;
+            }
+            if !self.frame.is_empty() {
+                let n = ready!(Pin::new(&mut conn.io).poll_write(cx, &self.frame))
+                    .map_err(Failure::io)?;
+                if n == 0 {
+                    return Poll::Ready(Err(Failure::io(io::ErrorKind::WriteZero.into())));
+                }
+                self.written += n as u64;
+                self.frame.advance(n);
+                continue;
+            }
+            if self.chunk_tail {
+                self.chunk_tail = false;
+                self.chunk_head.extend_from_slice(b"\r\n");
+                continue;
+            }
+            let Some(body) = self.body.as_mut() else {
+                self.finished = true;
+                continue;
+            };
+            match ready!(Pin::new(body).poll_frame(cx)) {
+                Some(Ok(frame)) => {
+                    // Trailers are not sent: an HTTP/1.1 back end is not known to take them.
+                    let Ok(data) = frame.into_data() else {
+                        continue;
+                    };
+                    if data.is_empty() {
+                        continue;
+                    }
+                    if self.chunked {
+                        self.chunk_head = format!("{:x}\r\n", data.len()).into_bytes();
+                        self.chunk_tail = true;
+                    }
+                    self.frame = data;
+                }
+                Some(Err(_)) => return Poll::Ready(Err(Failure::RequestBody)),
+                None => {
+                    self.body = None;
+                    if self.chunked {
+                        self.chunk_head.extend_from_slice(b"0\r\n\r\n");
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// One request and its answer head on a connection.
+pub struct Exchange {
+    pub upload: Upload,
+    head_request: bool,
+}
+
+/// How an answer's body is framed (RFC 9112 6.3).
+#[derive(Debug)]
+pub enum Framing {
+    /// No body (an answer to HEAD, 1xx, 204, 304, or `Content-Length: 0`).
+    Empty,
+    /// This many bytes are left.
+    Length(u64),
+    /// Chunked, in this state.
+    Chunked(Chunk),
+    /// Until the back end closes the connection.
+    Close,
+}
+
+/// Where a chunked body is.
+#[derive(Debug, Clone, Copy)]
+pub enum Chunk {
+    /// A chunk-size line is next.
+    Size,
+    /// This many data bytes of the current chunk are left.
+    Data(u64),
+    /// The CRLF after a chunk's data is next.
+    DataEnd,
+    /// The trailer section (after the last chunk), with the bytes of it seen so far.
+    Trailers(usize),
+}
+
+/// An answer head and how its body is framed.
+pub struct Answer {
+    pub response: Response<()>,
+    pub framing: Framing,
+    /// The connection may carry another request after this answer's body.
+    pub keep: bool,
+}
+
+impl Exchange {
+    /// Sends the request and reads the answer head; the request may still be going out when
+    /// the head arrives.
+    pub fn poll(&mut self, conn: &mut Conn, cx: &mut Context<'_>) -> Poll<Result<Answer, Failure>> {
+        if let Poll::Ready(Err(e)) = self.upload.poll(conn, cx) {
+            return Poll::Ready(Err(e));
+        }
+        loop {
+            if let Some(answer) = parse_answer(&mut conn.rbuf, self.head_request)? {
+                return Poll::Ready(Ok(answer));
+            }
+            if conn.rbuf.len() >= MAX_HEAD {
+                return Poll::Ready(Err(too_large()));
+            }
+            let n = ready!(conn.poll_fill(cx)).map_err(Failure::io)?;
+            if n == 0 {
+                return Poll::Ready(Err(Failure::Closed(None)));
+            }
+        }
+    }
+}
+
+fn too_large() -> Failure {
+    Failure::Malformed(format!(
+        "its head has more than {MAX_FIELDS} header fields or {} KiB",
+        MAX_HEAD / 1024
+    ))
+}
+
+/// Parses one answer head from the front of `buf` (interim 1xx answers are read and dropped).
+fn parse_answer(buf: &mut BytesMut, head_request: bool) -> Result<Option<Answer>, Failure> {
+    loop {
+        let mut fields = [httparse::EMPTY_HEADER; MAX_FIELDS];
+        let mut parsed = httparse::Response::new(&mut fields);
+        let len = match parsed.parse(buf) {
+            Ok(httparse::Status::Complete(len)) => len,
+            Ok(httparse::Status::Partial) => return Ok(None),
+            Err(httparse::Error::TooManyHeaders) => return Err(too_large()),
+            Err(e) => return Err(Failure::Malformed(malformed(e).to_owned())),
+        };
+        let code = parsed.code.unwrap_or(0);
+        let status = StatusCode::from_u16(code).map_err(|_| {
+            Failure::Malformed("the status code is not a number of three digits".into())
+        })?;
+        let version = if parsed.version == Some(0) {
+            Version::HTTP_10
+        } else {
+            Version::HTTP_11
+        };
+        // A 1xx other than 101 is an interim answer: the final one follows.
+        if status.is_informational() && status != StatusCode::SWITCHING_PROTOCOLS {
+            buf.advance(len);
+            continue;
+        }
+        let base = buf.as_ptr() as usize;
+        let spans: Vec<(HeaderName, usize, usize)> = parsed
+            .headers
+            .iter()
+            .map(|h| {
+                let name = HeaderName::from_bytes(h.name.as_bytes())
+                    .map_err(|_| Failure::Malformed("a header field is malformed".into()))?;
+                let start = h.value.as_ptr() as usize - base;
+                Ok((name, start, start + h.value.len()))
+            })
+            .collect::<Result<_, Failure>>()?;
+        let head = buf.split_to(len).freeze();
+        let mut headers = HeaderMap::with_capacity(spans.len());
+        for (name, start, end) in spans {
+            let value = HeaderValue::from_maybe_shared(head.slice(start..end))
+                .map_err(|_| Failure::Malformed("a header field is malformed".into()))?;
+            headers.append(name, value);
+        }
+        // RFC 9112 6.1: an HTTP/1.0 message has no transfer codings; one that says it has
+        // is framed in a way neither side can trust.
+        if version == Version::HTTP_10 && headers.contains_key(TRANSFER_ENCODING) {
+            return Err(Failure::Malformed(
+                "it has Transfer-Encoding in an HTTP/1.0 answer".into(),
+            ));
+        }
+        let (framing, mut keep) = framing(&headers, status, head_request)?;
+        keep &= match version {
+            Version::HTTP_10 => has_token(&headers, CONNECTION, "keep-alive"),
+            _ => !has_token(&headers, CONNECTION, "close"),
+        };
+        let mut response = Response::new(());
+        *response.status_mut() = status;
+        *response.version_mut() = version;
+        *response.headers_mut() = headers;
+        return Ok(Some(Answer {
+            response,
+            framing,
+            keep,
+        }));
+    }
+}
+
+fn malformed(e: httparse::Error) -> &'static str {
+    match e {
+        // Obsolete line folding (a line that starts with a space) is one of these.
+        httparse::Error::HeaderName | httparse::Error::HeaderValue | httparse::Error::NewLine => {
+            "a header field is malformed"
+        }
+        httparse::Error::Status => "the status code is malformed",
+        httparse::Error::Version => "the HTTP version is malformed",
+        httparse::Error::Token => "the status line is malformed",
+        httparse::Error::TooManyHeaders => "it has too many header fields",
+    }
+}
+
+/// True when a comma-separated header of `name` lists `token` (case-insensitive).
+fn has_token(headers: &HeaderMap, name: HeaderName, token: &str) -> bool {
+    headers.get_all(name).iter().any(|v| {
+        v.as_bytes()
+            .split(|b| *b == b',')
+            .any(|t| t.trim_ascii().eq_ignore_ascii_case(token.as_bytes()))
+    })
+}
+
+/// The body framing of an answer (RFC 9112 6.3), and whether it lets the connection be used
+/// again.
+fn framing(
+    headers: &HeaderMap,
+    status: StatusCode,
+    head_request: bool,
+) -> Result<(Framing, bool), Failure> {
+    if head_request
+        || status.is_informational()
+        || status == StatusCode::NO_CONTENT
+        || status == StatusCode::NOT_MODIFIED
+    {
+        return Ok((Framing::Empty, status != StatusCode::SWITCHING_PROTOCOLS));
+    }
+    let mut codings = headers.get_all(TRANSFER_ENCODING).iter().peekable();
+    if codings.peek().is_some() {
+        let last = codings
+            .flat_map(|v| v.as_bytes().split(|b| *b == b','))
+            .map(<[u8]>::trim_ascii)
+            .filter(|t| !t.is_empty())
+            .last();
+        // With a Content-Length too, the encoding decides and the connection is not trusted
+        // again (RFC 9112 6.3, point 3).
+        let alone = !headers.contains_key(CONTENT_LENGTH);
+        return Ok(match last {
+            Some(t) if t.eq_ignore_ascii_case(b"chunked") => (Framing::Chunked(Chunk::Size), alone),
+            // Not chunked last: the body runs to the close.
+            _ => (Framing::Close, false),
+        });
+    }
+    let mut length: Option<u64> = None;
+    for value in headers.get_all(CONTENT_LENGTH) {
+        for part in value.as_bytes().split(|b| *b == b',') {
+            let part = part.trim_ascii();
+            let n = parse_decimal(part)
+                .ok_or_else(|| Failure::Malformed("its Content-Length is not a number".into()))?;
+            if length.is_some_and(|l| l != n) {
+                return Err(Failure::Malformed(
+                    "it has two different Content-Length values".into(),
+                ));
+            }
+            length = Some(n);
+        }
+    }
+    Ok(match length {
+        Some(0) => (Framing::Empty, true),
+        Some(n) => (Framing::Length(n), true),
+        None => (Framing::Close, false),
+    })
+}
+
+fn parse_decimal(s: &[u8]) -> Option<u64> {
+    if s.is_empty() || s.len() > 19 || !s.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    s.iter().try_fold(0u64, |n, d| {
+        n.checked_mul(10)?.checked_add(u64::from(d - b'0'))
+    })
+}
+
+/// Reads the next data of an answer body framed by `framing` from `conn`: `None` at its end.
+pub fn poll_body(
+    conn: &mut Conn,
+    framing: &mut Framing,
+    cx: &mut Context<'_>,
+) -> Poll<Option<Result<Bytes, Failure>>> {
+    loop {
+        match framing {
+            Framing::Empty => return Poll::Ready(None),
+            Framing::Length(left) => {
+                if !conn.rbuf.is_empty() {
+                    let take = (*left).min(conn.rbuf.len() as u64) as usize;
+                    *left -= take as u64;
+                    let data = conn.rbuf.split_to(take).freeze();
+                    if *left == 0 {
+                        *framing = Framing::Empty;
+                    }
+                    return Poll::Ready(Some(Ok(data)));
+                }
+                match ready!(conn.poll_fill(cx)) {
+                    Ok(0) => return Poll::Ready(Some(Err(Failure::Closed(None)))),
+                    Ok(_) => {}
+                    Err(e) => return Poll::Ready(Some(Err(Failure::io(e)))),
+                }
+            }
+            Framing::Close => {
+                if !conn.rbuf.is_empty() {
+                    let data = conn.rbuf.split().freeze();
+                    return Poll::Ready(Some(Ok(data)));
+                }
+                match ready!(conn.poll_fill(cx)) {
+                    Ok(0) => {
+                        *framing = Framing::Empty;
+                        return Poll::Ready(None);
+                    }
+                    Ok(_) => {}
+                    Err(e) => return Poll::Ready(Some(Err(Failure::io(e)))),
+                }
+            }
+            Framing::Chunked(state) => {
+                match step_chunked(&mut conn.rbuf, state) {
+                    Err(e) => return Poll::Ready(Some(Err(e))),
+                    Ok(Step::Data(data)) => return Poll::Ready(Some(Ok(data))),
+                    Ok(Step::End) => {
+                        *framing = Framing::Empty;
+                        return Poll::Ready(None);
+                    }
+                    Ok(Step::Again) => continue,
+                    Ok(Step::More) => {}
+                }
+                match ready!(conn.poll_fill(cx)) {
+                    Ok(0) => return Poll::Ready(Some(Err(Failure::Closed(None)))),
+                    Ok(_) => {}
+                    Err(e) => return Poll::Ready(Some(Err(Failure::io(e)))),
+                }
+            }
+        }
+    }
+}
+
+enum Step {
+    Data(Bytes),
+    End,
+    /// State moved on; look again.
+    Again,
+    /// More bytes are needed.
+    More,
+}
+
+fn chunk_error(what: &str) -> Failure {
+    Failure::Malformed(format!("its chunked body is malformed: {what}"))
+}
+
+/// One step of decoding a chunked body from `buf`.
+fn step_chunked(buf: &mut BytesMut, state: &mut Chunk) -> Result<Step, Failure> {
+    match *state {
+        Chunk::Size => {
+            let Some(eol) = find_crlf(buf) else {
+                if buf.len() > MAX_CHUNK_LINE {
+                    return Err(chunk_error("a chunk-size line is too long"));
+                }
+                return Ok(Step::More);
+            };
+            if eol > MAX_CHUNK_LINE {
+                return Err(chunk_error("a chunk-size line is too long"));
+            }
+            let line = &buf[..eol];
+            let digits = line
+                .iter()
+                .position(|b| !b.is_ascii_hexdigit())
+                .unwrap_or(line.len());
+            let rest = &line[digits..];
+            // After the size: nothing, or whitespace and extensions (`;name=value`).
+            if digits == 0
+                || digits > 16
+                || !(rest.is_empty() || matches!(rest.trim_ascii_start().first(), Some(b';')))
+            {
+                return Err(chunk_error("a chunk size is not a hexadecimal number"));
+            }
+            let size = line[..digits].iter().fold(0u64, |n, d| {
+                (n << 4) | u64::from(char::from(*d).to_digit(16).unwrap_or(0))
+            });
+            buf.advance(eol + 2);
+            *state = if size == 0 {
+                Chunk::Trailers(0)
+            } else {
+                Chunk::Data(size)
+            };
+            Ok(Step::Again)
+        }
+        Chunk::Data(left) => {
+            if buf.is_empty() {
+                return Ok(Step::More);
+            }
+            let take = left.min(buf.len() as u64) as usize;
+            let data = buf.split_to(take).freeze();
+            *state = if left == take as u64 {
+                Chunk::DataEnd
+            } else {
+                Chunk::Data(left - take as u64)
+            };
+            Ok(Step::Data(data))
+        }
+        Chunk::DataEnd => {
+            if buf.len() < 2 {
+                return Ok(Step::More);
+            }
+            if &buf[..2] != b"\r\n" {
+                return Err(chunk_error("a chunk's data is longer than its size"));
+            }
+            buf.advance(2);
+            *state = Chunk::Size;
+            Ok(Step::Again)
+        }
+        Chunk::Trailers(seen) => {
+            let Some(eol) = find_crlf(buf) else {
+                if seen + buf.len() > MAX_TRAILERS {
+                    return Err(chunk_error("its trailer section is too large"));
+                }
+                return Ok(Step::More);
+            };
+            buf.advance(eol + 2);
+            if eol == 0 {
+                return Ok(Step::End);
+            }
+            if seen + eol + 2 > MAX_TRAILERS {
+                return Err(chunk_error("its trailer section is too large"));
+            }
+            *state = Chunk::Trailers(seen + eol + 2);
+            Ok(Step::Again)
+        }
+    }
+}
+
+fn find_crlf(buf: &[u8]) -> Option<usize> {
+    buf.windows(2).position(|w| w == b"\r\n")
+}
+
+/// After a whole answer: whether bytes the back end sent beyond it make the connection
+/// unusable.
+pub fn clean_after_answer(conn: &Conn) -> bool {
+    conn.rbuf.is_empty()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use busbar_core::body::Origin;
+    use http_body::Frame;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpListener;
+
+    fn answer(text: &str, head_request: bool) -> Result<Option<Answer>, Failure> {
+        let mut buf = BytesMut::from(text.as_bytes());
+        parse_answer(&mut buf, head_request)
+    }
+
+    fn framed(text: &str) -> (StatusCode, String, bool) {
+        match answer(text, false) {
+            Ok(Some(a)) => (a.response.status(), format!("{:?}", a.framing), a.keep),
+            Ok(None) => panic!("partial: {text:?}"),
+            Err(e) => panic!("{text:?}: {e:?}"),
+        }
+    }
+
+    fn refused(text: &str) -> String {
+        match answer(text, false) {
+            Err(Failure::Malformed(what)) => what,
+            Err(e) => panic!("{text:?}: {e:?}"),
+            Ok(_) => panic!("taken: {text:?}"),
+        }
+    }
+
+    #[test]
+    fn the_framing_of_an_answer_follows_rfc_9112() {
+        let cases = [
+            (
+                "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n",
+                "Length(5)",
+                true,
+            ),
+            (
+                "HTTP/1.1 200 OK\r\nContent-Length: 5, 5\r\n\r\n",
+                "Length(5)",
+                true,
+            ),
+            (
+                "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n",
+                "Empty",
+                true,
+            ),
+            (
+                "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n",
+                "Chunked(Size)",
+                true,
+            ),
+            (
+                "HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, Chunked\r\n\r\n",
+                "Chunked(Size)",
+                true,
+            ),
+            // Both: the encoding decides, and the connection is not trusted again.
+            (
+                "HTTP/1.1 200 OK\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n",
+                "Chunked(Size)",
+                false,
+            ),
+            // Not chunked last, or no framing at all: the body runs to the close.
+            (
+                "HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\n",
+                "Close",
+                false,
+            ),
+            ("HTTP/1.1 200 OK\r\n\r\n", "Close", false),
+            (
+                "HTTP/1.1 204 No Content\r\nContent-Length: 7\r\n\r\n",
+                "Empty",
+                true,
+            ),
+            (
+                "HTTP/1.1 304 Not Modified\r\nContent-Length: 7\r\n\r\n",
+                "Empty",
+                true,
+            ),
+            (
+                "HTTP/1.1 200 OK\r\nContent-Length: 5\r\nConnection: close\r\n\r\n",
+                "Length(5)",
+                false,
+            ),
+            (
+                "HTTP/1.0 200 OK\r\nContent-Length: 5\r\n\r\n",
+                "Length(5)",
+                false,
+            ),
+            (
+                "HTTP/1.0 200 OK\r\nContent-Length: 5\r\nConnection: Keep-Alive\r\n\r\n",
+                "Length(5)",
+                true,
+            ),
+        ];
+        for (text, framing, keep) in cases {
+            let (_, f, k) = framed(text);
+            assert_eq!((f.as_str(), k), (framing, keep), "{text:?}");
+        }
+    }
+
+    #[test]
+    fn interim_answers_are_skipped_and_head_answers_have_no_body() {
+        let (status, framing, keep) =
+            framed("HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\nHTTP/1.1 201 Created\r\nContent-Length: 2\r\n\r\nok");
+        assert_eq!(
+            (status.as_u16(), framing.as_str(), keep),
+            (201, "Length(2)", true)
+        );
+        let a = answer("HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\n", true)
+            .ok()
+            .flatten()
+            .expect("head");
+        assert!(matches!(a.framing, Framing::Empty));
+        assert_eq!(a.response.headers()[CONTENT_LENGTH], "9");
+        // A 101 is handed back (the caller refuses it) and never reused.
+        let (status, _, keep) = framed("HTTP/1.1 101 Switching Protocols\r\nUpgrade: x\r\n\r\n");
+        assert_eq!((status.as_u16(), keep), (101, false));
+        // Not complete yet.
+        assert!(matches!(
+            answer("HTTP/1.1 200 OK\r\nContent-Le", false),
+            Ok(None)
+        ));
+    }
+
+    #[test]
+    fn malformed_heads_are_refused_with_what_was_wrong() {
+        assert!(
+            refused("HTTP/1.1 200 OK\r\nContent-Length: 5, 6\r\n\r\n").contains("two different")
+        );
+        assert!(
+            refused("HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n")
+                .contains("two different")
+        );
+        for bad in ["-1", "+5", "0x10", "5 5", "", "99999999999999999999"] {
+            let text = format!("HTTP/1.1 200 OK\r\nContent-Length: {bad}\r\n\r\n");
+            assert!(refused(&text).contains("not a number"), "{bad:?}");
+        }
+        assert!(refused("HTTP/1.1 2x0 OK\r\n\r\n").contains("status code"));
+        assert!(
+            refused("HTTP/1.0 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n").contains("HTTP/1.0")
+        );
+        assert!(refused("HTTP/1.1 200 OK\r\nX-A: one\r\n two\r\n\r\n").contains("header field"));
+        assert!(refused("HTTP/1.1 200 OK\r\nX-A: o\0ne\r\n\r\n").contains("header field"));
+        let fields = |n: usize| -> String {
+            let f: String = (0..n).map(|i| format!("X-{i}: v\r\n")).collect();
+            format!("HTTP/1.1 200 OK\r\n{f}Content-Length: 0\r\n\r\n")
+        };
+        assert!(framed(&fields(MAX_FIELDS - 1)).0.is_success());
+        assert!(refused(&fields(MAX_FIELDS)).contains("more than 100 header fields"));
+    }
+
+    /// Decodes a chunked body fed `step` bytes at a time.
+    fn dechunk(wire: &[u8], step: usize) -> Result<Vec<u8>, String> {
+        let mut buf = BytesMut::new();
+        let mut state = Chunk::Size;
+        let mut out = Vec::new();
+        let mut fed = 0;
+        loop {
+            match step_chunked(&mut buf, &mut state) {
+                Err(Failure::Malformed(what)) => return Err(what),
+                Err(e) => return Err(format!("{e:?}")),
+                Ok(Step::Data(d)) => out.extend_from_slice(&d),
+                Ok(Step::End) => return Ok(out),
+                Ok(Step::Again) => {}
+                Ok(Step::More) => {
+                    if fed == wire.len() {
+                        return Err("cut".into());
+                    }
+                    let next = (fed + step).min(wire.len());
+                    buf.extend_from_slice(&wire[fed..next]);
+                    fed = next;
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn chunked_bodies_decode_whatever_the_reads_and_refuse_bad_framing() {
+        let data: Vec<u8> = (0..80_000u32).map(|i| (i % 251) as u8).collect();
+        let mut wire = Vec::new();
+        let mut at = 0;
+        for (i, size) in [1usize, 4095, 4096, 4097, 16_384, 45_417]
+            .into_iter()
+            .enumerate()
+        {
+            let ext = if i % 2 == 0 { ";name=\"v\"" } else { " ; a" };
+            wire.extend_from_slice(format!("{size:X}{ext}\r\n").as_bytes());
+            wire.extend_from_slice(&data[at..at + size]);
+            wire.extend_from_slice(b"\r\n");
+            at += size;
+        }
+        wire.extend_from_slice(b"0\r\nX-Trailer: 1\r\n\r\n");
+        for step in [1, 2, 3, 1000, 8192, wire.len()] {
+            assert_eq!(
+                dechunk(&wire, step).as_deref(),
+                Ok(&data[..at]),
+                "step {step}"
+            );
+        }
+        let bad = [
+            (&b"10000000000000000\r\n"[..], "hexadecimal"),
+            (b"zz\r\n", "hexadecimal"),
+            (b"\r\n", "hexadecimal"),
+            (b"5x\r\nhello\r\n0\r\n\r\n", "hexadecimal"),
+            (b"3\r\nhello\r\n0\r\n\r\n", "longer than its size"),
+        ];
+        for (wire, what) in bad {
+            let got = dechunk(wire, 1).expect_err("refused");
+            assert!(
+                got.contains(what),
+                "{:?}: {got}",
+                String::from_utf8_lossy(wire)
+            );
+        }
+        let long_line = format!("5;{}\r\n", "x".repeat(MAX_CHUNK_LINE));
+        assert!(dechunk(long_line.as_bytes(), 4096)
+            .expect_err("refused")
+            .contains("too long"));
+        let mut trailers = b"0\r\n".to_vec();
+        while trailers.len() <= MAX_TRAILERS {
+            trailers.extend_from_slice(b"X-T: 0123456789012345678901234567890123456789\r\n");
+        }
+        trailers.extend_from_slice(b"\r\n");
+        assert!(dechunk(&trailers, 100)
+            .expect_err("refused")
+            .contains("trailer"));
+        assert_eq!(dechunk(b"5\r\nhel", 1).expect_err("cut"), "cut");
+    }
+
+    /// A request body that yields `parts` one at a time, with a pause between them.
+    struct Paced {
+        parts: std::collections::VecDeque<Bytes>,
+        pause: bool,
+    }
+
+    impl http_body::Body for Paced {
+        type Data = Bytes;
+        type Error = busbar_core::BoxError;
+        fn poll_frame(
+            mut self: Pin<&mut Self>,
+            cx: &mut Context<'_>,
+        ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+            // Every other poll is Pending: the sender must cope with a body not yet there.
+            self.pause = !self.pause;
+            if self.pause {
+                cx.waker().wake_by_ref();
+                return Poll::Pending;
+            }
+            Poll::Ready(self.parts.pop_front().map(|p| Ok(Frame::data(p))))
+        }
+        fn is_end_stream(&self) -> bool {
+            self.parts.is_empty()
+        }
+    }
+
+    /// Sends `body` with `head` on a fresh connection to a raw server that records the request
+    /// bytes and answers with `reply`; returns what the server got and the body read back.
+    async fn round_trip(body: Body, reply: Vec<u8>) -> (Vec<u8>, Vec<u8>) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let server = tokio::spawn(async move {
+            let (mut s, _) = listener.accept().await.expect("accept");
+            let mut got = Vec::new();
+            let mut buf = vec![0u8; 7000];
+            // Reads until the request is whole: a head, then its framed body.
+            loop {
+                let n = s.read(&mut buf).await.expect("read");
+                got.extend_from_slice(&buf[..n]);
+                if n == 0 || request_complete(&got) {
+                    break;
+                }
+            }
+            // The answer in pieces, to cross every read size of the client.
+            for piece in reply.chunks(7919) {
+                s.write_all(piece).await.expect("write");
+                tokio::task::yield_now().await;
+            }
+            got
+        });
+        let tcp = TcpStream::connect(addr).await.expect("connect");
+        let mut conn = Conn::new(Io::Plain(tcp));
+        let mut parts = http::Request::post("/t")
+            .body(())
+            .expect("req")
+            .into_parts()
+            .0;
+        parts
+            .headers
+            .insert(http::header::HOST, HeaderValue::from_static("h"));
+        let mut exchange = conn.exchange(&parts, body);
+        let answer = std::future::poll_fn(|cx| exchange.poll(&mut conn, cx))
+            .await
+            .expect("answer");
+        let mut framing = answer.framing;
+        let mut back = Vec::new();
+        loop {
+            match std::future::poll_fn(|cx| poll_body(&mut conn, &mut framing, cx)).await {
+                Some(Ok(d)) => back.extend_from_slice(&d),
+                Some(Err(e)) => panic!("body: {e:?}"),
+                None => break,
+            }
+        }
+        (server.await.expect("server"), back)
+    }
+
+    fn request_complete(got: &[u8]) -> bool {
+        let Some(end) = got.windows(4).position(|w| w == b"\r\n\r\n") else {
+            return false;
+        };
+        let head = String::from_utf8_lossy(&got[..end]).to_ascii_lowercase();
+        let body = &got[end + 4..];
+        if let Some(cl) = head
+            .lines()
+            .find_map(|l| l.strip_prefix("content-length: "))
+        {
+            return body.len() >= cl.trim().parse::<usize>().expect("length");
+        }
+        if head.contains("transfer-encoding: chunked") {
+            return body.ends_with(b"0\r\n\r\n");
+        }
+        true
+    }
+
+    fn body_of(request: &[u8]) -> (String, &[u8]) {
+        let end = request
+            .windows(4)
+            .position(|w| w == b"\r\n\r\n")
+            .expect("head");
+        (
+            String::from_utf8_lossy(&request[..end]).into_owned(),
+            &request[end + 4..],
+        )
+    }
+
+    fn payload(n: usize) -> Bytes {
+        (0..n).map(|i| (i % 253) as u8).collect::<Vec<u8>>().into()
+    }
+
+    #[tokio::test]
+    async fn requests_and_answers_cross_every_buffer_size_whole() {
+        for n in [
+            0,
+            1,
+            1023,
+            1024,
+            1025,
+            COALESCE - 1,
+            COALESCE,
+            COALESCE + 1,
+            READ_FIRST - 1,
+            READ_FIRST,
+            READ_FIRST + 1,
+            READ_MOST - 1,
+            READ_MOST,
+            READ_MOST + 1,
+            3 * READ_MOST + 17,
+        ] {
+            let data = payload(n);
+            // A whole body: sent with its length; the answer framed by Content-Length.
+            let mut reply = format!("HTTP/1.1 200 OK\r\nContent-Length: {n}\r\n\r\n").into_bytes();
+            reply.extend_from_slice(&data);
+            let (got, back) = round_trip(Body::full(data.clone()), reply).await;
+            let (head, body) = body_of(&got);
+            if n == 0 {
+                assert!(head.contains("content-length: 0"), "{head}");
+            } else {
+                assert!(head.contains(&format!("content-length: {n}")), "{head}");
+            }
+            assert_eq!(body, &data[..], "request body of {n}");
+            assert_eq!(back, &data[..], "answer body of {n}");
+
+            if n == 0 {
+                continue;
+            }
+            // A streamed body of unknown length: chunked out; the answer chunked back.
+            let parts: std::collections::VecDeque<Bytes> = data
+                .chunks(COALESCE - 1)
+                .map(Bytes::copy_from_slice)
+                .collect();
+            let streamed = Body::stream(
+                Paced {
+                    parts,
+                    pause: false,
+                },
+                None,
+                Origin::Client,
+            );
+            let mut reply = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
+            for c in data.chunks(READ_FIRST - 3) {
+                reply.extend_from_slice(format!("{:x}\r\n", c.len()).as_bytes());
+                reply.extend_from_slice(c);
+                reply.extend_from_slice(b"\r\n");
+            }
+            reply.extend_from_slice(b"0\r\n\r\n");
+            let (got, back) = round_trip(streamed, reply).await;
+            let (head, body) = body_of(&got);
+            assert!(head.contains("transfer-encoding: chunked"), "{head}");
+            assert_eq!(
+                dechunk(body, 4096).as_deref(),
+                Ok(&data[..]),
+                "chunked request of {n}"
+            );
+            assert_eq!(back, &data[..], "chunked answer of {n}");
+        }
+    }
+}
