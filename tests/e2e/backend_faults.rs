@@ -912,3 +912,43 @@ fn a_connection_is_used_again_only_after_an_answer_that_leaves_it_in_a_known_sta
         }
     }
 }
+
+#[test]
+fn an_answer_sent_before_the_back_end_closed_on_the_upload_reaches_the_client() {
+    // The back end refuses a large upload at once (413, `Connection: close`) and closes its
+    // socket with the body unread, which resets the connection while busbar is still sending:
+    // the client gets the back end's own answer, not a 502 for the reset.
+    let addr = scripted(|mut r| {
+        if read_head(&mut r).is_none() {
+            return;
+        }
+        let w = r.get_mut();
+        let _ = w.write_all(
+            b"HTTP/1.1 413 Content Too Large\r\nContent-Type: text/plain\r\nContent-Length: 8\r\nConnection: close\r\n\r\ntoo big\n",
+        );
+        // Unread data in the socket: closing it sends a reset, right behind the answer.
+        let _ = w.shutdown(std::net::Shutdown::Both);
+    });
+    let h = engine(&proxy_yaml(&format!("    url: \"http://{addr}/e\"\n")));
+    for _ in 0..10 {
+        let mut s = TcpStream::connect(h.http()).expect("connect");
+        s.set_read_timeout(Some(Duration::from_secs(10)))
+            .expect("timeout");
+        let body = vec![b'x'; 8 << 20];
+        s.write_all(
+            format!(
+                "POST /p HTTP/1.1\r\nHost: t\r\nContent-Type: text/plain\r\nContent-Length: {}\r\n\r\n",
+                body.len()
+            )
+            .as_bytes(),
+        )
+        .expect("head");
+        // The proxy may stop reading once it has its answer: a failed write is fine.
+        let _ = s.write_all(&body);
+        let mut answer = Vec::new();
+        let _ = std::io::Read::read_to_end(&mut s, &mut answer);
+        let text = String::from_utf8_lossy(&answer);
+        assert!(text.starts_with("HTTP/1.1 413"), "{text}");
+        assert!(text.contains("too big"), "{text}");
+    }
+}

@@ -198,6 +198,7 @@ impl Conn {
                 written: 0,
             },
             head_request,
+            stopped: None,
         }
     }
 
@@ -381,6 +382,9 @@ impl Upload {
 pub struct Exchange {
     pub upload: Upload,
     head_request: bool,
+    /// The socket failed while the request went out: what failed, kept until the answer the
+    /// back end may have sent before is read (or not).
+    stopped: Option<Failure>,
 }
 
 /// How an answer's body is framed (RFC 9112 6.3).
@@ -421,21 +425,39 @@ impl Exchange {
     /// Sends the request and reads the answer head; the request may still be going out when
     /// the head arrives.
     pub fn poll(&mut self, conn: &mut Conn, cx: &mut Context<'_>) -> Poll<Result<Answer, Failure>> {
-        if let Poll::Ready(Err(e)) = self.upload.poll(conn, cx) {
-            return Poll::Ready(Err(e));
+        if self.stopped.is_none() {
+            match self.upload.poll(conn, cx) {
+                Poll::Ready(Err(Failure::RequestBody)) => {
+                    return Poll::Ready(Err(Failure::RequestBody))
+                }
+                // The back end stopped taking the request, or reset the connection: it may
+                // have answered first (a refusal sent before it closed), and that answer is
+                // what the client gets.
+                Poll::Ready(Err(e)) => self.stopped = Some(e),
+                _ => {}
+            }
         }
         loop {
-            if let Some(answer) = parse_answer(&mut conn.rbuf, self.head_request)? {
+            if let Some(mut answer) = parse_answer(&mut conn.rbuf, self.head_request)? {
+                answer.keep &= self.stopped.is_none();
                 return Poll::Ready(Ok(answer));
             }
             if conn.rbuf.len() >= MAX_HEAD {
                 return Poll::Ready(Err(too_large()));
             }
-            let n = ready!(conn.poll_fill(cx)).map_err(Failure::io)?;
-            if n == 0 {
-                return Poll::Ready(Err(Failure::Closed(None)));
+            match ready!(conn.poll_fill(cx)) {
+                Ok(0) => {
+                    return Poll::Ready(Err(self.stopped.take().unwrap_or(Failure::Closed(None))))
+                }
+                Ok(_) => {}
+                Err(e) => return Poll::Ready(Err(self.stopped.take().unwrap_or(Failure::io(e)))),
             }
         }
+    }
+
+    /// The request stopped going out because the socket failed.
+    pub fn stopped(&self) -> bool {
+        self.stopped.is_some()
     }
 }
 

@@ -567,7 +567,9 @@ impl Upstream {
             parts.headers.remove(CONTENT_LENGTH);
         }
         strip_hop_by_hop(&mut parts.headers);
-        let upload = (!exchange.upload.finished).then_some(exchange.upload);
+        // The rest of a request the back end answered before it had all of it goes on going
+        // out while the answer is read, unless the socket already failed under it.
+        let upload = (!exchange.upload.finished && !exchange.stopped()).then_some(exchange.upload);
         let body = match framing {
             h1::Framing::Empty => {
                 // Used again only if the whole request went out and nothing else came.
