@@ -17,7 +17,7 @@ use std::pin::Pin;
 use std::task::{ready, Context, Poll};
 
 use bytes::{Buf, Bytes, BytesMut};
-use http::header::{HeaderName, HeaderValue, CONNECTION, CONTENT_LENGTH, TRANSFER_ENCODING};
+use http::header::{HeaderName, HeaderValue, CONTENT_LENGTH, TRANSFER_ENCODING};
 use http::{HeaderMap, Method, Response, StatusCode, Version};
 use http_body::Body as _;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
@@ -494,10 +494,12 @@ fn parse_answer(buf: &mut BytesMut, head_request: bool) -> Result<Option<Answer>
             continue;
         }
         let base = buf.as_ptr() as usize;
+        let mut said = Said::default();
         let spans: Vec<(HeaderName, usize, usize)> = parsed
             .headers
             .iter()
             .map(|h| {
+                said.field(h.name.as_bytes(), h.value);
                 let name = HeaderName::from_bytes(h.name.as_bytes())
                     .map_err(|_| Failure::Malformed("a header field is malformed".into()))?;
                 let start = h.value.as_ptr() as usize - base;
@@ -513,15 +515,15 @@ fn parse_answer(buf: &mut BytesMut, head_request: bool) -> Result<Option<Answer>
         }
         // RFC 9112 6.1: an HTTP/1.0 message has no transfer codings; one that says it has
         // is framed in a way neither side can trust.
-        if version == Version::HTTP_10 && headers.contains_key(TRANSFER_ENCODING) {
+        if version == Version::HTTP_10 && said.transfer_encoding {
             return Err(Failure::Malformed(
                 "it has Transfer-Encoding in an HTTP/1.0 answer".into(),
             ));
         }
-        let (framing, mut keep) = framing(&headers, status, head_request)?;
+        let (framing, mut keep) = framing(&said, status, head_request)?;
         keep &= match version {
-            Version::HTTP_10 => has_token(&headers, CONNECTION, "keep-alive"),
-            _ => !has_token(&headers, CONNECTION, "close"),
+            Version::HTTP_10 => said.keep_alive,
+            _ => !said.close,
         };
         let mut response = Response::new(());
         *response.status_mut() = status;
@@ -548,19 +550,57 @@ fn malformed(e: httparse::Error) -> &'static str {
     }
 }
 
-/// True when a comma-separated header of `name` lists `token` (case-insensitive).
-fn has_token(headers: &HeaderMap, name: HeaderName, token: &str) -> bool {
-    headers.get_all(name).iter().any(|v| {
-        v.as_bytes()
-            .split(|b| *b == b',')
-            .any(|t| t.trim_ascii().eq_ignore_ascii_case(token.as_bytes()))
-    })
+/// What the fields of an answer head say about its framing and its connection, gathered while
+/// they are read (no lookups in the header map afterwards).
+#[derive(Default)]
+struct Said {
+    /// A `Transfer-Encoding` field, and whether its last coding is `chunked`.
+    transfer_encoding: bool,
+    chunked_last: bool,
+    /// The `Content-Length` value, or what is wrong with the field.
+    length: Option<u64>,
+    length_problem: Option<&'static str>,
+    /// `Connection: close` and `Connection: keep-alive`.
+    close: bool,
+    keep_alive: bool,
+}
+
+impl Said {
+    fn field(&mut self, name: &[u8], value: &[u8]) {
+        let tokens = || {
+            value
+                .split(|b| *b == b',')
+                .map(<[u8]>::trim_ascii)
+                .filter(|t| !t.is_empty())
+        };
+        if name.eq_ignore_ascii_case(b"content-length") {
+            for part in value.split(|b| *b == b',').map(<[u8]>::trim_ascii) {
+                match parse_decimal(part) {
+                    None => self.length_problem = Some("its Content-Length is not a number"),
+                    Some(n) if self.length.is_some_and(|l| l != n) => {
+                        self.length_problem = Some("it has two different Content-Length values")
+                    }
+                    Some(n) => self.length = Some(n),
+                }
+            }
+        } else if name.eq_ignore_ascii_case(b"transfer-encoding") {
+            self.transfer_encoding = true;
+            if let Some(last) = tokens().last() {
+                self.chunked_last = last.eq_ignore_ascii_case(b"chunked");
+            }
+        } else if name.eq_ignore_ascii_case(b"connection") {
+            for t in tokens() {
+                self.close |= t.eq_ignore_ascii_case(b"close");
+                self.keep_alive |= t.eq_ignore_ascii_case(b"keep-alive");
+            }
+        }
+    }
 }
 
 /// The body framing of an answer (RFC 9112 6.3), and whether it lets the connection be used
 /// again.
 fn framing(
-    headers: &HeaderMap,
+    said: &Said,
     status: StatusCode,
     head_request: bool,
 ) -> Result<(Framing, bool), Failure> {
@@ -571,37 +611,21 @@ fn framing(
     {
         return Ok((Framing::Empty, status != StatusCode::SWITCHING_PROTOCOLS));
     }
-    let mut codings = headers.get_all(TRANSFER_ENCODING).iter().peekable();
-    if codings.peek().is_some() {
-        let last = codings
-            .flat_map(|v| v.as_bytes().split(|b| *b == b','))
-            .map(<[u8]>::trim_ascii)
-            .filter(|t| !t.is_empty())
-            .last();
+    if said.transfer_encoding {
         // With a Content-Length too, the encoding decides and the connection is not trusted
         // again (RFC 9112 6.3, point 3).
-        let alone = !headers.contains_key(CONTENT_LENGTH);
-        return Ok(match last {
-            Some(t) if t.eq_ignore_ascii_case(b"chunked") => (Framing::Chunked(Chunk::Size), alone),
+        let alone = said.length.is_none() && said.length_problem.is_none();
+        return Ok(if said.chunked_last {
+            (Framing::Chunked(Chunk::Size), alone)
+        } else {
             // Not chunked last: the body runs to the close.
-            _ => (Framing::Close, false),
+            (Framing::Close, false)
         });
     }
-    let mut length: Option<u64> = None;
-    for value in headers.get_all(CONTENT_LENGTH) {
-        for part in value.as_bytes().split(|b| *b == b',') {
-            let part = part.trim_ascii();
-            let n = parse_decimal(part)
-                .ok_or_else(|| Failure::Malformed("its Content-Length is not a number".into()))?;
-            if length.is_some_and(|l| l != n) {
-                return Err(Failure::Malformed(
-                    "it has two different Content-Length values".into(),
-                ));
-            }
-            length = Some(n);
-        }
+    if let Some(problem) = said.length_problem {
+        return Err(Failure::Malformed(problem.into()));
     }
-    Ok(match length {
+    Ok(match said.length {
         Some(0) => (Framing::Empty, true),
         Some(n) => (Framing::Length(n), true),
         None => (Framing::Close, false),
