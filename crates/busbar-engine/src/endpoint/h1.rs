@@ -14,6 +14,7 @@
 
 use std::io::{self, IoSlice};
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 
 use bytes::{Buf, Bytes, BytesMut};
@@ -38,6 +39,18 @@ const MAX_TRAILERS: usize = 64 * 1024;
 /// read in few system calls and a small one in one, without large buffers for small answers.
 const READ_FIRST: usize = 16 * 1024;
 const READ_MOST: usize = 256 * 1024;
+
+/// Told how a request body goes out: what an attempt's timeouts and counts need.
+pub trait Progress: Send + Sync {
+    /// The body has nothing ready: the client is the one holding things up.
+    fn waiting(&self);
+    /// A frame of `n` bytes was taken from the body to go out; `last` when it ends the body.
+    fn took(&self, n: usize, last: bool);
+    /// The body's end was reached: the back end gets the whole request.
+    fn ended(&self);
+    /// The body failed (the client's error).
+    fn failed(&self, e: busbar_core::BoxError);
+}
 
 /// The socket of a back-end connection.
 pub enum Io {
@@ -180,13 +193,25 @@ impl Conn {
 
     /// Starts an exchange: `parts` is the request head as it goes out (target, `Host` and the
     /// other headers already set), `body` its body; framing headers are set here.
-    pub fn exchange(&mut self, parts: &http::request::Parts, body: Body) -> Exchange {
+    pub fn exchange(
+        &mut self,
+        parts: &http::request::Parts,
+        body: Body,
+        progress: Arc<dyn Progress>,
+    ) -> Exchange {
         self.used += 1;
         let head_request = parts.method == Method::HEAD;
         let chunked = encode_head(&mut self.wbuf, parts, &body);
+        let body = if body.is_end_stream() {
+            progress.ended();
+            None
+        } else {
+            Some(body)
+        };
         Exchange {
             upload: Upload {
-                body: Some(body),
+                body,
+                progress,
                 chunked,
                 frame: Bytes::new(),
                 chunk_head: Vec::new(),
@@ -263,6 +288,7 @@ fn encode_head(out: &mut Vec<u8>, parts: &http::request::Parts, body: &Body) -> 
 /// The request as it goes out: its head (in the connection's write buffer), then its body.
 pub struct Upload {
     body: Option<Body>,
+    progress: Arc<dyn Progress>,
     chunked: bool,
     /// Data of the current frame not yet written.
     frame: Bytes,
@@ -286,17 +312,10 @@ impl Upload {
             // The head, with the first frame's data beside it in the same vectored write when
             // it is ready (one system call for most requests, and no copy of the body).
             if !conn.wbuf.is_empty() {
-                if self.frame.is_empty() && !self.chunked {
-                    if let Some(body) = self.body.as_mut() {
-                        match Pin::new(body).poll_frame(cx) {
-                            Poll::Ready(Some(frame)) => {
-                                let frame = frame.map_err(|_| Failure::RequestBody)?;
-                                if let Ok(data) = frame.into_data() {
-                                    self.frame = data;
-                                }
-                            }
-                            Poll::Ready(None) => self.body = None,
-                            Poll::Pending => {}
+                if self.frame.is_empty() && !self.chunked && self.body.is_some() {
+                    if let Poll::Ready(frame) = self.poll_body(cx) {
+                        if let Some(data) = frame? {
+                            self.frame = data;
                         }
                     }
                 }
@@ -345,32 +364,54 @@ impl Upload {
                 self.chunk_head.extend_from_slice(b"\r\n");
                 continue;
             }
-            let Some(body) = self.body.as_mut() else {
+            if self.body.is_none() {
                 self.finished = true;
                 continue;
-            };
-            match ready!(Pin::new(body).poll_frame(cx)) {
-                Some(Ok(frame)) => {
-                    // Trailers are not sent: an HTTP/1.1 back end is not known to take them.
-                    let Ok(data) = frame.into_data() else {
-                        continue;
-                    };
-                    if data.is_empty() {
-                        continue;
-                    }
+            }
+            match ready!(self.poll_body(cx))? {
+                Some(data) => {
                     if self.chunked {
                         self.chunk_head = format!("{:x}\r\n", data.len()).into_bytes();
                         self.chunk_tail = true;
                     }
                     self.frame = data;
                 }
-                Some(Err(_)) => return Poll::Ready(Err(Failure::RequestBody)),
-                None => {
-                    self.body = None;
-                    if self.chunked {
-                        self.chunk_head.extend_from_slice(b"0\r\n\r\n");
-                    }
+                None if self.body.is_none() && self.chunked => {
+                    self.chunk_head.extend_from_slice(b"0\r\n\r\n");
                 }
+                // A frame without data (trailers, which are not sent: an HTTP/1.1 back end is
+                // not known to take them), or an empty one.
+                None => {}
+            }
+        }
+    }
+
+    /// The body's next data, reported to the progress: `None` for a frame without data, and
+    /// at the end (then `body` is gone).
+    fn poll_body(&mut self, cx: &mut Context<'_>) -> Poll<Result<Option<Bytes>, Failure>> {
+        let Some(body) = self.body.as_mut() else {
+            return Poll::Ready(Ok(None));
+        };
+        match Pin::new(&mut *body).poll_frame(cx) {
+            Poll::Pending => {
+                self.progress.waiting();
+                Poll::Pending
+            }
+            Poll::Ready(Some(Ok(frame))) => {
+                let last = body.is_end_stream();
+                let data = frame.into_data().ok().filter(|d| !d.is_empty());
+                self.progress
+                    .took(data.as_ref().map_or(0, Bytes::len), last);
+                Poll::Ready(Ok(data))
+            }
+            Poll::Ready(Some(Err(e))) => {
+                self.progress.failed(e);
+                Poll::Ready(Err(Failure::RequestBody))
+            }
+            Poll::Ready(None) => {
+                self.body = None;
+                self.progress.ended();
+                Poll::Ready(Ok(None))
             }
         }
     }
@@ -583,7 +624,7 @@ impl Said {
             }
         } else if name.eq_ignore_ascii_case(b"transfer-encoding") {
             self.transfer_encoding = true;
-            if let Some(last) = tokens().last() {
+            if let Some(last) = tokens().next_back() {
                 self.chunked_last = last.eq_ignore_ascii_case(b"chunked");
             }
         } else if name.eq_ignore_ascii_case(b"connection") {
@@ -1034,6 +1075,16 @@ mod tests {
         assert_eq!(dechunk(b"5\r\nhel", 1).expect_err("cut"), "cut");
     }
 
+    /// Progress nobody watches.
+    struct Quiet;
+
+    impl Progress for Quiet {
+        fn waiting(&self) {}
+        fn took(&self, _: usize, _: bool) {}
+        fn ended(&self) {}
+        fn failed(&self, _: busbar_core::BoxError) {}
+    }
+
     /// A request body that yields `parts` one at a time, with a pause between them.
     struct Paced {
         parts: std::collections::VecDeque<Bytes>,
@@ -1094,7 +1145,7 @@ mod tests {
         parts
             .headers
             .insert(http::header::HOST, HeaderValue::from_static("h"));
-        let mut exchange = conn.exchange(&parts, body);
+        let mut exchange = conn.exchange(&parts, body, Arc::new(Quiet));
         let answer = std::future::poll_fn(|cx| exchange.poll(&mut conn, cx))
             .await
             .expect("answer");

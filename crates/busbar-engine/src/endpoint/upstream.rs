@@ -7,7 +7,7 @@
 //! end sees the cancellation. An optional semaphore caps the requests in progress, with a
 //! bounded queue in front of it.
 //!
-//! The request body goes out through a [`Sending`] watch, so the attempt knows who it is
+//! The request body reports to a [`Sending`] as it goes out, so the attempt knows who it is
 //! waiting for: the client (a slow upload is not the back end's fault, and a request body that
 //! fails is the client's error), or the back end (it stopped reading the request, or it has
 //! the whole request and has not answered within `timeout`).
@@ -486,8 +486,7 @@ impl Upstream {
         let replayable_after_send = idempotent(&parts.method)
             && probe.map_or_else(|| body.is_buffered(), |p| p.replayable());
         self.prepare(&mut parts)?;
-        let sending = Arc::new(Sending::new());
-        let body = sending.watch(body, &self.counters);
+        let sending = Arc::new(Sending::new(self.counters.clone()));
         let mut lease = match self.pools.take_idle() {
             Some(conn) => Lease {
                 pools: self.pools.clone(),
@@ -502,7 +501,7 @@ impl Upstream {
             ));
         };
         sending.restart();
-        let mut exchange = conn.exchange(&parts, body);
+        let mut exchange = conn.exchange(&parts, body, sending.clone());
         let sent = self
             .answer(std::future::poll_fn(|cx| exchange.poll(conn, cx)), &sending)
             .await;
@@ -823,10 +822,12 @@ enum Stalled {
     Answering,
 }
 
-/// Shared by one attempt and the request body hyper's connection task polls.
+/// Shared by one attempt, the upload that reports to it, and the answer's body.
 #[derive(Debug)]
 struct Sending {
     state: Mutex<SendState>,
+    /// Where the bytes sent are counted (`busbar_endpoint_sent_bytes_total`).
+    counters: Arc<Counters>,
 }
 
 #[derive(Debug)]
@@ -834,18 +835,19 @@ struct SendState {
     phase: Phase,
     /// When `phase` began (for `Writing`: when the connection last took a chunk).
     since: Instant,
-    /// The request body's error, kept for the attempt (hyper gets a stand-in).
+    /// The request body's error, kept for the attempt.
     failure: Option<BoxError>,
 }
 
 impl Sending {
-    fn new() -> Self {
+    fn new(counters: Arc<Counters>) -> Self {
         Self {
             state: Mutex::new(SendState {
                 phase: Phase::Writing,
                 since: Instant::now(),
                 failure: None,
             }),
+            counters,
         }
     }
 
@@ -873,80 +875,25 @@ impl Sending {
     fn take_failure(&self) -> Option<BoxError> {
         self.lock().failure.take()
     }
-
-    /// `body` as it goes to the back end, reporting its progress here.
-    fn watch(self: &Arc<Self>, body: Body, counters: &Arc<Counters>) -> Body {
-        if http_body::Body::is_end_stream(&body) {
-            self.set(Phase::Sent);
-            return body;
-        }
-        let exact = http_body::Body::size_hint(&body).exact();
-        Body::stream(
-            Watched {
-                inner: body,
-                sending: self.clone(),
-                counters: counters.clone(),
-            },
-            exact,
-            Origin::Client,
-        )
-    }
 }
 
-/// A request body that tells its [`Sending`] how far it got, and counts the bytes sent
-/// (`busbar_endpoint_sent_bytes_total`).
-struct Watched {
-    inner: Body,
-    sending: Arc<Sending>,
-    counters: Arc<Counters>,
-}
-
-impl http_body::Body for Watched {
-    type Data = Bytes;
-    type Error = BoxError;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        let this = &mut *self;
-        match Pin::new(&mut this.inner).poll_frame(cx) {
-            Poll::Pending => {
-                this.sending.set(Phase::WaitingForClient);
-                Poll::Pending
-            }
-            Poll::Ready(Some(Ok(frame))) => {
-                if let Some(data) = frame.data_ref() {
-                    this.counters
-                        .bytes_out
-                        .fetch_add(data.len() as u64, Relaxed);
-                }
-                // hyper ends the request after a frame that ends the body, without asking
-                // for more.
-                this.sending.set(if this.inner.is_end_stream() {
-                    Phase::Sent
-                } else {
-                    Phase::Writing
-                });
-                Poll::Ready(Some(Ok(frame)))
-            }
-            Poll::Ready(None) => {
-                this.sending.set(Phase::Sent);
-                Poll::Ready(None)
-            }
-            Poll::Ready(Some(Err(e))) => {
-                this.sending.lock().failure = Some(e);
-                Poll::Ready(Some(Err("the request body failed".into())))
-            }
-        }
+impl h1::Progress for Sending {
+    fn waiting(&self) {
+        self.set(Phase::WaitingForClient);
     }
 
-    fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
+    fn took(&self, n: usize, last: bool) {
+        self.counters.bytes_out.fetch_add(n as u64, Relaxed);
+        // The request ends after a frame that ends the body, without asking for more.
+        self.set(if last { Phase::Sent } else { Phase::Writing });
     }
 
-    fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
+    fn ended(&self) {
+        self.set(Phase::Sent);
+    }
+
+    fn failed(&self, e: BoxError) {
+        self.lock().failure = Some(e);
     }
 }
 
