@@ -95,6 +95,31 @@ fn scripted(script: impl Fn(BufReader<TcpStream>) + Send + Sync + 'static) -> So
     addr
 }
 
+/// As [`scripted`], on a listener whose connections have a receive buffer of `size` bytes
+/// (set before `listen`, so the kernel does not grow it).
+fn scripted_with_receive_buffer(
+    size: usize,
+    script: impl Fn(BufReader<TcpStream>) + Send + Sync + 'static,
+) -> SocketAddr {
+    use socket2::{Domain, Socket, Type};
+    let socket = Socket::new(Domain::IPV4, Type::STREAM, None).expect("socket");
+    socket.set_recv_buffer_size(size).expect("receive buffer");
+    let any: SocketAddr = "127.0.0.1:0".parse().expect("address");
+    socket.bind(&any.into()).expect("bind");
+    socket.listen(16).expect("listen");
+    let l: TcpListener = socket.into();
+    let addr = l.local_addr().expect("addr");
+    let script = Arc::new(script);
+    std::thread::spawn(move || {
+        for stream in l.incoming() {
+            let Ok(stream) = stream else { continue };
+            let script = script.clone();
+            std::thread::spawn(move || script(BufReader::new(stream)));
+        }
+    });
+    addr
+}
+
 /// What a recording back end saw.
 #[derive(Default)]
 struct Seen {
@@ -951,4 +976,172 @@ fn an_answer_sent_before_the_back_end_closed_on_the_upload_reaches_the_client() 
         assert!(text.starts_with("HTTP/1.1 413"), "{text}");
         assert!(text.contains("too big"), "{text}");
     }
+}
+
+#[test]
+fn a_get_on_a_pooled_connection_the_back_end_closes_as_it_goes_out_is_sent_again() {
+    // The back end closes every connection right after its answer, as a server at its
+    // keep-alive limit does: the close can cross the next request on the pooled connection.
+    // A GET (safe to repeat, no body) goes once more on a fresh connection instead of a 502.
+    let addr = scripted(|mut r| {
+        if let Some(head) = read_head(&mut r) {
+            if read_body(&mut r, &head).is_some() {
+                let _ = r
+                    .get_mut()
+                    .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok");
+            }
+        }
+    });
+    let h = engine(&proxy_yaml(&format!("    url: \"http://{addr}/e\"\n")));
+    let mut c = Client::connect(h.http());
+    for i in 0..400 {
+        let r = c.get("/p").expect("response");
+        assert_eq!((r.status, r.text()), (200, "ok".to_owned()), "request {i}");
+    }
+}
+
+#[test]
+fn a_back_end_answering_as_it_reads_a_slow_upload_is_not_timed_while_the_client_pauses() {
+    // The back end sends each chunk of the request back as it reads it; the client pauses
+    // longer than the endpoint's timeout between chunks. The answer waits for the client,
+    // not for the back end: nothing times out.
+    let addr = scripted(|mut r| {
+        let Some(head) = read_head(&mut r) else {
+            return;
+        };
+        assert!(head.chunked, "the upload goes out chunked");
+        if r.get_mut()
+            .write_all(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+            .is_err()
+        {
+            return;
+        }
+        loop {
+            let mut size = String::new();
+            if r.read_line(&mut size).unwrap_or(0) == 0 {
+                return;
+            }
+            let n = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
+            let mut data = vec![0; n + 2];
+            if std::io::Read::read_exact(&mut r, &mut data).is_err() {
+                return;
+            }
+            if n == 0 {
+                let _ = r.get_mut().write_all(b"0\r\n\r\n");
+                return;
+            }
+            let chunk = format!("{n:x}\r\n");
+            let w = r.get_mut();
+            if w.write_all(chunk.as_bytes())
+                .and_then(|()| w.write_all(&data))
+                .is_err()
+            {
+                return;
+            }
+        }
+    });
+    let h = engine(&proxy_yaml(&format!(
+        "    url: \"http://{addr}/e\"\n    timeout: 1s\n"
+    )));
+    let mut s = TcpStream::connect(h.http()).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    s.write_all(b"POST /p HTTP/1.1\r\nHost: t\r\nContent-Type: text/plain\r\nTransfer-Encoding: chunked\r\n\r\n")
+        .expect("head");
+    for part in ["one ", "two ", "three"] {
+        s.write_all(format!("{:x}\r\n{part}\r\n", part.len()).as_bytes())
+            .expect("chunk");
+        std::thread::sleep(Duration::from_millis(1600));
+    }
+    s.write_all(b"0\r\n\r\n").expect("end");
+    let mut r = std::io::BufReader::new(s);
+    let head = read_answer_head(&mut r);
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    let body = read_body(
+        &mut r,
+        &Head {
+            path: String::new(),
+            chunked: true,
+            length: 0,
+        },
+    )
+    .expect("the whole answer");
+    assert_eq!(String::from_utf8_lossy(&body), "one two three");
+}
+
+/// The status line and fields of an answer, up to the empty line.
+fn read_answer_head<R: BufRead>(r: &mut R) -> String {
+    let mut head = String::new();
+    loop {
+        let mut line = String::new();
+        if r.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+            return head;
+        }
+        head.push_str(&line);
+    }
+}
+
+#[test]
+fn a_large_request_the_back_end_reads_slowly_but_steadily_is_not_an_answer_timeout() {
+    // 16 MiB in one frame (a `jq` step buffers the request), read by the back end at about
+    // 8 MiB/s with a 1 s endpoint timeout: the answer clock starts when the last of the
+    // request is handed to the kernel, not when the frame is taken, so nothing times out.
+    // (The kernels still hold what was handed over: a send buffer of up to 4 MiB here, and
+    // the back end's receive buffer, kept small.)
+    let addr = scripted_with_receive_buffer(64 * 1024, |mut r| {
+        let Some(head) = read_head(&mut r) else {
+            return;
+        };
+        let mut left = head.length;
+        let mut buf = vec![0; 64 * 1024];
+        while left > 0 {
+            let n = std::io::Read::read(&mut r, &mut buf[..left.min(64 * 1024)]).unwrap_or(0);
+            if n == 0 {
+                return;
+            }
+            left -= n;
+            std::thread::sleep(Duration::from_millis(8));
+        }
+        let _ = r
+            .get_mut()
+            .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\ndone");
+    });
+    let h = engine(&format!(
+        "endpoints:\n  svc:\n    url: \"http://{addr}/e\"\n    timeout: 1s\nproxies:\n  P:\n    path: /p\n    max_body: 20MiB\n    in:\n      - jq: '.'\n      - call: svc\n"
+    ));
+    let text = format!("{{\"pad\":\"{}\"}}", "x".repeat(16 << 20));
+    let r = Client::connect(h.http())
+        .post("/p", &[JSON], text.as_bytes())
+        .expect("response");
+    assert_eq!((r.status, r.text()), (200, "done".to_owned()));
+}
+
+#[test]
+fn transfer_codings_other_than_chunked_are_refused_both_ways() {
+    // An answer still gzip-coded would reach the client with the coding applied and no
+    // longer announced; a request likewise. busbar decodes chunked alone.
+    let addr = scripted(|mut r| {
+        while let Some(head) = read_head(&mut r) {
+            if read_body(&mut r, &head).is_none() {
+                return;
+            }
+            let answer = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n";
+            if r.get_mut().write_all(answer).is_err() {
+                return;
+            }
+        }
+    });
+    let h = engine(&proxy_yaml(&format!("    url: \"http://{addr}/e\"\n")));
+    let r = Client::connect(h.http())
+        .post("/p", &[JSON], b"{}")
+        .expect("response");
+    assert_eq!(r.status, 502, "{}", r.text());
+    assert!(r.text().contains("not chunked alone"), "{}", r.text());
+    let mut s = TcpStream::connect(h.http()).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    s.write_all(b"POST /p HTTP/1.1\r\nHost: t\r\nContent-Type: text/plain\r\nTransfer-Encoding: gzip, chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n")
+        .expect("request");
+    let head = read_answer_head(&mut std::io::BufReader::new(s));
+    assert!(head.starts_with("HTTP/1.1 501"), "{head}");
 }

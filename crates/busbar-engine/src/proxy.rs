@@ -295,6 +295,31 @@ fn malformed<B>(req: &Request<B>) -> Option<MediationError> {
             reason,
         ));
     }
+    // RFC 9112 6.1: a coding the server does not understand is a 501. busbar decodes chunked
+    // alone; a body still gzip-coded (say) would reach the back end undeclared.
+    let codings = req
+        .headers()
+        .get_all(TRANSFER_ENCODING)
+        .iter()
+        .flat_map(|v| v.as_bytes().split(|b| *b == b','))
+        .map(<[u8]>::trim_ascii)
+        .filter(|t| !t.is_empty());
+    let mut count = 0;
+    let mut chunked = false;
+    for t in codings {
+        count += 1;
+        chunked = t.eq_ignore_ascii_case(b"chunked");
+    }
+    if req.headers().contains_key(TRANSFER_ENCODING) && (count != 1 || !chunked) {
+        return Some(
+            MediationError::new(
+                ErrorKind::BadRequest,
+                Blame::Client,
+                "The request's Transfer-Encoding is not chunked alone; busbar decodes no other coding",
+            )
+            .with_status(http::StatusCode::NOT_IMPLEMENTED),
+        );
+    }
     if matches!(*req.method(), Method::GET | Method::HEAD)
         && req.headers().contains_key(TRANSFER_ENCODING)
     {

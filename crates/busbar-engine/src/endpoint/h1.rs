@@ -44,9 +44,11 @@ const READ_MOST: usize = 256 * 1024;
 pub trait Progress: Send + Sync {
     /// The body has nothing ready: the client is the one holding things up.
     fn waiting(&self);
-    /// A frame of `n` bytes was taken from the body to go out; `last` when it ends the body.
-    fn took(&self, n: usize, last: bool);
-    /// The body's end was reached: the back end gets the whole request.
+    /// A frame of `n` bytes was taken from the body to go out.
+    fn took(&self, n: usize);
+    /// The back end took more of the request.
+    fn wrote(&self);
+    /// The whole request went out.
     fn ended(&self);
     /// The body failed (the client's error).
     fn failed(&self, e: busbar_core::BoxError);
@@ -150,6 +152,8 @@ pub struct Conn {
     wbuf: Vec<u8>,
     /// Bytes asked of the next read that needs room.
     read_size: usize,
+    /// Something was read since the current request began.
+    read_any: bool,
     /// Requests begun on it.
     pub used: u32,
 }
@@ -161,6 +165,7 @@ impl Conn {
             rbuf: BytesMut::new(),
             wbuf: Vec::new(),
             read_size: READ_FIRST,
+            read_any: false,
             used: 0,
         }
     }
@@ -186,6 +191,12 @@ impl Conn {
         }
     }
 
+    /// Nothing came from the back end since the current request began (not even an
+    /// interim answer).
+    pub fn nothing_read(&self) -> bool {
+        !self.read_any
+    }
+
     /// As [`Conn::poll_gone`], waking nobody.
     pub fn gone(&mut self) -> bool {
         self.poll_gone(&mut Context::from_waker(std::task::Waker::noop()))
@@ -200,14 +211,10 @@ impl Conn {
         progress: Arc<dyn Progress>,
     ) -> Exchange {
         self.used += 1;
+        self.read_any = false;
         let head_request = parts.method == Method::HEAD;
         let chunked = encode_head(&mut self.wbuf, parts, &body);
-        let body = if body.is_end_stream() {
-            progress.ended();
-            None
-        } else {
-            Some(body)
-        };
+        let body = (!body.is_end_stream()).then_some(body);
         Exchange {
             upload: Upload {
                 body,
@@ -234,6 +241,7 @@ impl Conn {
             cx,
             &mut self.rbuf
         ))?;
+        self.read_any |= n > 0;
         if n == room {
             self.read_size = (self.read_size * 2).min(READ_MOST);
         } else if n < self.read_size / 4 {
@@ -330,6 +338,7 @@ impl Upload {
                     return Poll::Ready(Err(Failure::io(io::ErrorKind::WriteZero.into())));
                 }
                 self.written += n as u64;
+                self.progress.wrote();
                 if n >= conn.wbuf.len() {
                     let rest = n - conn.wbuf.len();
                     conn.wbuf.clear();
@@ -346,6 +355,7 @@ impl Upload {
                     return Poll::Ready(Err(Failure::io(io::ErrorKind::WriteZero.into())));
                 }
                 self.written += n as u64;
+                self.progress.wrote();
                 self.chunk_head.drain(..n);
                 continue;
             }
@@ -356,6 +366,7 @@ impl Upload {
                     return Poll::Ready(Err(Failure::io(io::ErrorKind::WriteZero.into())));
                 }
                 self.written += n as u64;
+                self.progress.wrote();
                 self.frame.advance(n);
                 continue;
             }
@@ -366,6 +377,7 @@ impl Upload {
             }
             if self.body.is_none() {
                 self.finished = true;
+                self.progress.ended();
                 continue;
             }
             match ready!(self.poll_body(cx))? {
@@ -398,10 +410,8 @@ impl Upload {
                 Poll::Pending
             }
             Poll::Ready(Some(Ok(frame))) => {
-                let last = body.is_end_stream();
                 let data = frame.into_data().ok().filter(|d| !d.is_empty());
-                self.progress
-                    .took(data.as_ref().map_or(0, Bytes::len), last);
+                self.progress.took(data.as_ref().map_or(0, Bytes::len));
                 Poll::Ready(Ok(data))
             }
             Poll::Ready(Some(Err(e))) => {
@@ -410,7 +420,6 @@ impl Upload {
             }
             Poll::Ready(None) => {
                 self.body = None;
-                self.progress.ended();
                 Poll::Ready(Ok(None))
             }
         }
@@ -513,7 +522,8 @@ fn parse_answer(buf: &mut BytesMut, head_request: bool) -> Result<Option<Answer>
         let mut fields = [httparse::EMPTY_HEADER; MAX_FIELDS];
         let mut parsed = httparse::Response::new(&mut fields);
         let len = match parsed.parse(buf) {
-            Ok(httparse::Status::Complete(len)) => len,
+            Ok(httparse::Status::Complete(len)) if len <= MAX_HEAD => len,
+            Ok(httparse::Status::Complete(_)) => return Err(too_large()),
             Ok(httparse::Status::Partial) => return Ok(None),
             Err(httparse::Error::TooManyHeaders) => return Err(too_large()),
             Err(e) => return Err(Failure::Malformed(malformed(e).to_owned())),
@@ -560,6 +570,10 @@ fn parse_answer(buf: &mut BytesMut, head_request: bool) -> Result<Option<Answer>
             ));
         }
         let (framing, mut keep) = framing(&said, status, head_request)?;
+        // RFC 9110 8.6: a list of equal values is one length, sent on as one number.
+        if let (true, Some(n)) = (said.length_rewrite, said.length) {
+            headers.insert(CONTENT_LENGTH, HeaderValue::from(n));
+        }
         keep &= match version {
             Version::HTTP_10 => said.keep_alive,
             _ => !said.close,
@@ -593,12 +607,16 @@ fn malformed(e: httparse::Error) -> &'static str {
 /// they are read (no lookups in the header map afterwards).
 #[derive(Default)]
 struct Said {
-    /// A `Transfer-Encoding` field, and whether its last coding is `chunked`.
+    /// A `Transfer-Encoding` field, how many codings it lists, and whether the last one is
+    /// `chunked`.
     transfer_encoding: bool,
-    chunked_last: bool,
+    codings: u32,
+    chunked: bool,
     /// The `Content-Length` value, or what is wrong with the field.
     length: Option<u64>,
     length_problem: Option<&'static str>,
+    /// The value was not one plain number (a list, or several fields): it is sent on as one.
+    length_rewrite: bool,
     /// `Connection: close` and `Connection: keep-alive`.
     close: bool,
     keep_alive: bool,
@@ -613,6 +631,7 @@ impl Said {
                 .filter(|t| !t.is_empty())
         };
         if name.eq_ignore_ascii_case(b"content-length") {
+            self.length_rewrite |= self.length.is_some() || value.contains(&b',');
             for part in value.split(|b| *b == b',').map(<[u8]>::trim_ascii) {
                 match parse_decimal(part) {
                     None => self.length_problem = Some("its Content-Length is not a number"),
@@ -624,8 +643,9 @@ impl Said {
             }
         } else if name.eq_ignore_ascii_case(b"transfer-encoding") {
             self.transfer_encoding = true;
-            if let Some(last) = tokens().next_back() {
-                self.chunked_last = last.eq_ignore_ascii_case(b"chunked");
+            for t in tokens() {
+                self.codings += 1;
+                self.chunked = t.eq_ignore_ascii_case(b"chunked");
             }
         } else if name.eq_ignore_ascii_case(b"connection") {
             for t in tokens() {
@@ -651,15 +671,18 @@ fn framing(
         return Ok((Framing::Empty, status != StatusCode::SWITCHING_PROTOCOLS));
     }
     if said.transfer_encoding {
+        // Another coding (gzip, …) would reach the client still applied and no longer
+        // announced (Transfer-Encoding is hop-by-hop): refused, as busbar decodes none.
+        if said.codings != 1 || !said.chunked {
+            return Err(Failure::Malformed(
+                "its Transfer-Encoding is not chunked alone, and busbar decodes no other coding"
+                    .into(),
+            ));
+        }
         // With a Content-Length too, the encoding decides and the connection is not trusted
         // again (RFC 9112 6.3, point 3).
         let alone = said.length.is_none() && said.length_problem.is_none();
-        return Ok(if said.chunked_last {
-            (Framing::Chunked(Chunk::Size), alone)
-        } else {
-            // Not chunked last: the body runs to the close.
-            (Framing::Close, false)
-        });
+        return Ok((Framing::Chunked(Chunk::Size), alone));
     }
     if let Some(problem) = said.length_problem {
         return Err(Failure::Malformed(problem.into()));
@@ -897,7 +920,7 @@ mod tests {
                 true,
             ),
             (
-                "HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, Chunked\r\n\r\n",
+                "HTTP/1.1 200 OK\r\nTransfer-Encoding:  Chunked \r\n\r\n",
                 "Chunked(Size)",
                 true,
             ),
@@ -907,12 +930,7 @@ mod tests {
                 "Chunked(Size)",
                 false,
             ),
-            // Not chunked last, or no framing at all: the body runs to the close.
-            (
-                "HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\n",
-                "Close",
-                false,
-            ),
+            // No framing at all: the body runs to the close.
             ("HTTP/1.1 200 OK\r\n\r\n", "Close", false),
             (
                 "HTTP/1.1 204 No Content\r\nContent-Length: 7\r\n\r\n",
@@ -943,6 +961,23 @@ mod tests {
         for (text, framing, keep) in cases {
             let (_, f, k) = framed(text);
             assert_eq!((f.as_str(), k), (framing, keep), "{text:?}");
+        }
+    }
+
+    #[test]
+    fn a_content_length_list_goes_on_as_one_number() {
+        for text in [
+            "HTTP/1.1 200 OK\r\nContent-Length: 5, 5\r\n\r\n",
+            "HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Length: 5\r\n\r\n",
+        ] {
+            let a = answer(text, false).ok().flatten().expect("head");
+            let values: Vec<_> = a
+                .response
+                .headers()
+                .get_all(CONTENT_LENGTH)
+                .iter()
+                .collect();
+            assert_eq!(values, ["5"], "{text:?}");
         }
     }
 
@@ -984,6 +1019,26 @@ mod tests {
             assert!(refused(&text).contains("not a number"), "{bad:?}");
         }
         assert!(refused("HTTP/1.1 2x0 OK\r\n\r\n").contains("status code"));
+        // Codings busbar does not decode, or chunked twice.
+        for te in [
+            "gzip",
+            "gzip, chunked",
+            "chunked, identity",
+            "chunked, chunked",
+            "",
+        ] {
+            let text = format!("HTTP/1.1 200 OK\r\nTransfer-Encoding: {te}\r\n\r\n");
+            assert!(refused(&text).contains("not chunked alone"), "{te:?}");
+        }
+        let split =
+            "HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\nTransfer-Encoding: chunked\r\n\r\n";
+        assert!(refused(split).contains("not chunked alone"));
+        // A head over the limit, even when it arrives whole in one read.
+        let big = format!(
+            "HTTP/1.1 200 OK\r\nX-Big: {}\r\nContent-Length: 0\r\n\r\n",
+            "a".repeat(MAX_HEAD)
+        );
+        assert!(refused(&big).contains("KiB"));
         assert!(
             refused("HTTP/1.0 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n").contains("HTTP/1.0")
         );
@@ -1080,7 +1135,8 @@ mod tests {
 
     impl Progress for Quiet {
         fn waiting(&self) {}
-        fn took(&self, _: usize, _: bool) {}
+        fn took(&self, _: usize) {}
+        fn wrote(&self) {}
         fn ended(&self) {}
         fn failed(&self, _: busbar_core::BoxError) {}
     }

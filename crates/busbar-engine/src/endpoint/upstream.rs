@@ -495,17 +495,34 @@ impl Upstream {
             },
             None => self.connect(permit).await?,
         };
-        let Some(conn) = lease.conn.as_mut() else {
-            return Err(MediationError::internal(
-                "connection lease without a connection",
-            ));
+        // A request that is safe to repeat and has no body goes once more on a fresh connection
+        // when a reused one closes before any answer byte: the back end closed it idle as the
+        // request went out (its keep-alive timeout crossing the request).
+        let mut again = idempotent(&parts.method) && http_body::Body::is_end_stream(&body);
+        let mut body = Some(body);
+        let (answer, exchange) = loop {
+            let Some(conn) = lease.conn.as_mut() else {
+                return Err(MediationError::internal(
+                    "connection lease without a connection",
+                ));
+            };
+            let reused = conn.used > 0;
+            sending.restart();
+            let mut exchange =
+                conn.exchange(&parts, body.take().unwrap_or_default(), sending.clone());
+            let sent = self
+                .answer(std::future::poll_fn(|cx| exchange.poll(conn, cx)), &sending)
+                .await;
+            if let Ok(Err(h1::Failure::Closed(_))) = &sent {
+                if reused && conn.nothing_read() && std::mem::take(&mut again) {
+                    let permit = lease._permit.take();
+                    lease = self.connect(permit).await?;
+                    continue;
+                }
+            }
+            break (sent, exchange);
         };
-        sending.restart();
-        let mut exchange = conn.exchange(&parts, body, sending.clone());
-        let sent = self
-            .answer(std::future::poll_fn(|cx| exchange.poll(conn, cx)), &sending)
-            .await;
-        let answer = match sent {
+        let answer = match answer {
             Err(stalled) => {
                 let what = match stalled {
                     Stalled::Reading => format!(
@@ -804,12 +821,12 @@ impl Upstream {
 /// Where an attempt's request body is: what the answer timeout needs to know.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Phase {
-    /// Body bytes are ready and the back end's connection has not taken them yet (or the head
-    /// is still going out).
+    /// Request bytes are ready and the back end has not taken them all yet (the head, or body
+    /// data); the clock restarts whenever it takes some.
     Writing,
     /// The connection asked for more and the client has not sent it yet.
     WaitingForClient,
-    /// The body's end reached the connection: the back end has the whole request.
+    /// The whole request was written: the back end has it.
     Sent,
 }
 
@@ -882,10 +899,17 @@ impl h1::Progress for Sending {
         self.set(Phase::WaitingForClient);
     }
 
-    fn took(&self, n: usize, last: bool) {
+    fn took(&self, n: usize) {
         self.counters.bytes_out.fetch_add(n as u64, Relaxed);
-        // The request ends after a frame that ends the body, without asking for more.
-        self.set(if last { Phase::Sent } else { Phase::Writing });
+        self.set(Phase::Writing);
+    }
+
+    fn wrote(&self) {
+        // The back end is taking the request: its pause clock starts again.
+        let mut state = self.lock();
+        if state.phase == Phase::Writing {
+            state.since = Instant::now();
+        }
     }
 
     fn ended(&self) {
@@ -1080,6 +1104,12 @@ impl http_body::Body for LeasedBody {
                 Poll::Ready(None)
             }
             Poll::Pending => {
+                // The rest of the request waits for the client, and the back end's answer may
+                // wait for it too (it answers as it reads): the back end is not timed.
+                if this.upload.is_some() && this.sending.phase().0 == Phase::WaitingForClient {
+                    this.timer = None;
+                    return Poll::Pending;
+                }
                 let timeout = this.idle_timeout;
                 let timer = this
                     .timer
