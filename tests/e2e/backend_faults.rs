@@ -769,6 +769,16 @@ fn a_response_cut_or_stalled_mid_body_is_a_failure_of_its_url_and_opens_its_brea
         ),
         Some(2.0)
     );
+    // The proxy counts each as what it was, as the endpoint does.
+    for kind in ["upstream_reset", "response_timeout"] {
+        let series = format!("busbar_proxy_errors_total{{proxy=\"P\",kind=\"{kind}\"}}");
+        assert!(
+            eventually(Duration::from_secs(5), || metric(admin, &series)
+                == Some(1.0)),
+            "{series}: {:?}",
+            metric(admin, &series)
+        );
+    }
     // Two failures in a row opened the breaker: the next call goes nowhere.
     let r = Client::connect(h.http())
         .post("/p/cut", &[JSON], b"{}")

@@ -994,8 +994,8 @@ struct LeasedBody {
 }
 
 impl LeasedBody {
-    /// Counts the cut (once) and says what happened.
-    fn cut(&mut self, what: impl std::fmt::Display) -> BoxError {
+    /// Counts the cut (once) and says what happened, as `kind`.
+    fn cut(&mut self, kind: ErrorKind, what: impl std::fmt::Display) -> BoxError {
         self.lease = None;
         self.timer = None;
         if !std::mem::replace(&mut self.cut, true) {
@@ -1008,11 +1008,13 @@ impl LeasedBody {
                 }
             }
         }
-        format!(
-            "endpoint '{}'{} {what} after {} bytes of its response body",
-            self.cx.endpoint, self.cx.suffix, self.received
-        )
-        .into()
+        Box::new(crate::serve::AnswerCut {
+            kind,
+            message: format!(
+                "endpoint '{}'{} {what} after {} bytes of its response body",
+                self.cx.endpoint, self.cx.suffix, self.received
+            ),
+        })
     }
 
     /// The request body failed while the answer streamed: the client's error.
@@ -1097,7 +1099,7 @@ impl http_body::Body for LeasedBody {
                     h1::Failure::Closed(Some(e)) => format!("broke off ({})", with_causes(&e)),
                     _ => "broke off (the connection closed before the body's end)".to_owned(),
                 };
-                Poll::Ready(Some(Err(this.cut(what))))
+                Poll::Ready(Some(Err(this.cut(ErrorKind::UpstreamReset, what))))
             }
             Poll::Ready(None) => {
                 this.ended();
@@ -1118,7 +1120,7 @@ impl http_body::Body for LeasedBody {
                     Poll::Ready(()) => {
                         this.cx.counters.error(ErrorKind::ResponseTimeout);
                         let what = format!("paused longer than {timeout:?}");
-                        Poll::Ready(Some(Err(this.cut(what))))
+                        Poll::Ready(Some(Err(this.cut(ErrorKind::ResponseTimeout, what))))
                     }
                     Poll::Pending => Poll::Pending,
                 }
