@@ -120,6 +120,17 @@ fn scripted_with_receive_buffer(
     addr
 }
 
+/// A keep-alive back end that reads each request whole and answers it with `answer`.
+fn answering_with(answer: &'static [u8]) -> SocketAddr {
+    scripted(move |mut r| {
+        while let Some(head) = read_head(&mut r) {
+            if read_body(&mut r, &head).is_none() || r.get_mut().write_all(answer).is_err() {
+                return;
+            }
+        }
+    })
+}
+
 /// What a recording back end saw.
 #[derive(Default)]
 struct Seen {
@@ -179,18 +190,8 @@ const JSON: (&str, &str) = ("Content-Type", "application/json");
 
 #[test]
 fn an_answer_with_content_length_and_chunked_reaches_the_client_whole() {
-    let addr = scripted(|mut r| {
-        while let Some(head) = read_head(&mut r) {
-            if read_body(&mut r, &head).is_none() {
-                return;
-            }
-            // RFC 9112 6.3: Transfer-Encoding wins; the Content-Length is wrong.
-            let answer = b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n";
-            if r.get_mut().write_all(answer).is_err() {
-                return;
-            }
-        }
-    });
+    // RFC 9112 6.3: Transfer-Encoding wins; the Content-Length is wrong.
+    let addr = answering_with(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n");
     let h = engine(&proxy_yaml(&format!("    url: \"http://{addr}/e\"\n")));
     let mut c = Client::connect(h.http());
     // Twice on one client connection: the first answer's framing must leave it usable.
@@ -1130,17 +1131,9 @@ fn a_large_request_the_back_end_reads_slowly_but_steadily_is_not_an_answer_timeo
 fn transfer_codings_other_than_chunked_are_refused_both_ways() {
     // An answer still gzip-coded would reach the client with the coding applied and no
     // longer announced; a request likewise. busbar decodes chunked alone.
-    let addr = scripted(|mut r| {
-        while let Some(head) = read_head(&mut r) {
-            if read_body(&mut r, &head).is_none() {
-                return;
-            }
-            let answer = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n";
-            if r.get_mut().write_all(answer).is_err() {
-                return;
-            }
-        }
-    });
+    let addr = answering_with(
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
+    );
     let h = engine(&proxy_yaml(&format!("    url: \"http://{addr}/e\"\n")));
     let r = Client::connect(h.http())
         .post("/p", &[JSON], b"{}")

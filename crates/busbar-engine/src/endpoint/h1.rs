@@ -334,11 +334,7 @@ impl Upload {
                     ready!(Pin::new(&mut conn.io).poll_write_vectored(cx, &bufs))
                 }
                 .map_err(Failure::io)?;
-                if n == 0 {
-                    return Poll::Ready(Err(Failure::io(io::ErrorKind::WriteZero.into())));
-                }
-                self.written += n as u64;
-                self.progress.wrote();
+                self.wrote(n)?;
                 if n >= conn.wbuf.len() {
                     let rest = n - conn.wbuf.len();
                     conn.wbuf.clear();
@@ -351,22 +347,14 @@ impl Upload {
             if !self.chunk_head.is_empty() {
                 let n = ready!(Pin::new(&mut conn.io).poll_write(cx, &self.chunk_head))
                     .map_err(Failure::io)?;
-                if n == 0 {
-                    return Poll::Ready(Err(Failure::io(io::ErrorKind::WriteZero.into())));
-                }
-                self.written += n as u64;
-                self.progress.wrote();
+                self.wrote(n)?;
                 self.chunk_head.drain(..n);
                 continue;
             }
             if !self.frame.is_empty() {
                 let n = ready!(Pin::new(&mut conn.io).poll_write(cx, &self.frame))
                     .map_err(Failure::io)?;
-                if n == 0 {
-                    return Poll::Ready(Err(Failure::io(io::ErrorKind::WriteZero.into())));
-                }
-                self.written += n as u64;
-                self.progress.wrote();
+                self.wrote(n)?;
                 self.frame.advance(n);
                 continue;
             }
@@ -396,6 +384,16 @@ impl Upload {
                 None => {}
             }
         }
+    }
+
+    /// Counts `n` bytes the socket took; a socket that takes none has failed.
+    fn wrote(&mut self, n: usize) -> Result<(), Failure> {
+        if n == 0 {
+            return Err(Failure::io(io::ErrorKind::WriteZero.into()));
+        }
+        self.written += n as u64;
+        self.progress.wrote();
+        Ok(())
     }
 
     /// The body's next data, reported to the progress: `None` for a frame without data, and
