@@ -82,7 +82,14 @@ fn read_body<R: BufRead>(r: &mut R, head: &Head) -> Option<Vec<u8>> {
 
 /// A back end running `script` on each connection, on a thread of its own.
 fn scripted(script: impl Fn(BufReader<TcpStream>) + Send + Sync + 'static) -> SocketAddr {
-    let l = TcpListener::bind("127.0.0.1:0").expect("bind");
+    serve_scripted(TcpListener::bind("127.0.0.1:0").expect("bind"), script)
+}
+
+/// Runs `script` on each connection `l` accepts, each on a thread of its own.
+fn serve_scripted(
+    l: TcpListener,
+    script: impl Fn(BufReader<TcpStream>) + Send + Sync + 'static,
+) -> SocketAddr {
     let addr = l.local_addr().expect("addr");
     let script = Arc::new(script);
     std::thread::spawn(move || {
@@ -107,17 +114,7 @@ fn scripted_with_receive_buffer(
     let any: SocketAddr = "127.0.0.1:0".parse().expect("address");
     socket.bind(&any.into()).expect("bind");
     socket.listen(16).expect("listen");
-    let l: TcpListener = socket.into();
-    let addr = l.local_addr().expect("addr");
-    let script = Arc::new(script);
-    std::thread::spawn(move || {
-        for stream in l.incoming() {
-            let Ok(stream) = stream else { continue };
-            let script = script.clone();
-            std::thread::spawn(move || script(BufReader::new(stream)));
-        }
-    });
-    addr
+    serve_scripted(socket.into(), script)
 }
 
 /// A keep-alive back end that reads each request whole and answers it with `answer`.

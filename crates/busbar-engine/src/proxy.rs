@@ -295,22 +295,22 @@ fn malformed<B>(req: &Request<B>) -> Option<MediationError> {
             reason,
         ));
     }
+    let mut codings = req.headers().get_all(TRANSFER_ENCODING).iter().peekable();
+    // Most requests have no Transfer-Encoding: nothing more to look at.
+    codings.peek()?;
     // RFC 9112 6.1: a coding the server does not understand is a 501. busbar decodes chunked
     // alone; a body still gzip-coded (say) would reach the back end undeclared.
-    let codings = req
-        .headers()
-        .get_all(TRANSFER_ENCODING)
-        .iter()
-        .flat_map(|v| v.as_bytes().split(|b| *b == b','))
-        .map(<[u8]>::trim_ascii)
-        .filter(|t| !t.is_empty());
     let mut count = 0;
     let mut chunked = false;
-    for t in codings {
+    for t in codings
+        .flat_map(|v| v.as_bytes().split(|b| *b == b','))
+        .map(<[u8]>::trim_ascii)
+        .filter(|t| !t.is_empty())
+    {
         count += 1;
         chunked = t.eq_ignore_ascii_case(b"chunked");
     }
-    if req.headers().contains_key(TRANSFER_ENCODING) && (count != 1 || !chunked) {
+    if count != 1 || !chunked {
         return Some(
             MediationError::new(
                 ErrorKind::BadRequest,
@@ -320,9 +320,7 @@ fn malformed<B>(req: &Request<B>) -> Option<MediationError> {
             .with_status(http::StatusCode::NOT_IMPLEMENTED),
         );
     }
-    if matches!(*req.method(), Method::GET | Method::HEAD)
-        && req.headers().contains_key(TRANSFER_ENCODING)
-    {
+    if matches!(*req.method(), Method::GET | Method::HEAD) {
         return Some(MediationError::new(
             ErrorKind::ClientBody,
             Blame::Client,

@@ -12,7 +12,7 @@
 //! [`MAX_FIELDS`] fields, no obsolete line folding, one `Content-Length` value, chunk sizes
 //! and chunk lines bounded. Anything else fails the exchange with what was wrong.
 
-use std::io::{self, IoSlice};
+use std::io::{self, IoSlice, Write as _};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
@@ -154,6 +154,8 @@ pub struct Conn {
     read_size: usize,
     /// Something was read since the current request began.
     read_any: bool,
+    /// Scratch for the positions of an answer's header fields.
+    spans: Vec<Span>,
     /// Requests begun on it.
     pub used: u32,
 }
@@ -166,6 +168,7 @@ impl Conn {
             wbuf: Vec::new(),
             read_size: READ_FIRST,
             read_any: false,
+            spans: Vec::new(),
             used: 0,
         }
     }
@@ -282,7 +285,7 @@ fn encode_head(out: &mut Vec<u8>, parts: &http::request::Parts, body: &Body) -> 
         false
     } else if let Some(n) = body.size_hint().exact() {
         out.extend_from_slice(b"content-length: ");
-        out.extend_from_slice(n.to_string().as_bytes());
+        let _ = write!(out, "{n}");
         out.extend_from_slice(b"\r\n");
         false
     } else {
@@ -371,7 +374,8 @@ impl Upload {
             match ready!(self.poll_body(cx))? {
                 Some(data) => {
                     if self.chunked {
-                        self.chunk_head = format!("{:x}\r\n", data.len()).into_bytes();
+                        self.chunk_head.clear();
+                        let _ = write!(self.chunk_head, "{:x}\r\n", data.len());
                         self.chunk_tail = true;
                     }
                     self.frame = data;
@@ -484,7 +488,9 @@ impl Exchange {
             }
         }
         loop {
-            if let Some(mut answer) = parse_answer(&mut conn.rbuf, self.head_request)? {
+            if let Some(mut answer) =
+                parse_answer(&mut conn.rbuf, &mut conn.spans, self.head_request)?
+            {
                 answer.keep &= self.stopped.is_none();
                 return Poll::Ready(Ok(answer));
             }
@@ -514,8 +520,15 @@ fn too_large() -> Failure {
     ))
 }
 
+/// Where a header field lies in an answer head: its name's start and end, its value's.
+type Span = (usize, usize, usize, usize);
+
 /// Parses one answer head from the front of `buf` (interim 1xx answers are read and dropped).
-fn parse_answer(buf: &mut BytesMut, head_request: bool) -> Result<Option<Answer>, Failure> {
+fn parse_answer(
+    buf: &mut BytesMut,
+    spans: &mut Vec<Span>,
+    head_request: bool,
+) -> Result<Option<Answer>, Failure> {
     loop {
         let mut fields = [httparse::EMPTY_HEADER; MAX_FIELDS];
         let mut parsed = httparse::Response::new(&mut fields);
@@ -542,22 +555,22 @@ fn parse_answer(buf: &mut BytesMut, head_request: bool) -> Result<Option<Answer>
         }
         let base = buf.as_ptr() as usize;
         let mut said = Said::default();
-        let spans: Vec<(HeaderName, usize, usize)> = parsed
-            .headers
-            .iter()
-            .map(|h| {
-                said.field(h.name.as_bytes(), h.value);
-                let name = HeaderName::from_bytes(h.name.as_bytes())
-                    .map_err(|_| Failure::Malformed("a header field is malformed".into()))?;
-                let start = h.value.as_ptr() as usize - base;
-                Ok((name, start, start + h.value.len()))
-            })
-            .collect::<Result<_, Failure>>()?;
+        // Where each field's name and value lie in the head (in the connection's own list,
+        // reused): the values become slices of the head once it is split off, without a copy.
+        spans.clear();
+        for h in parsed.headers.iter() {
+            said.field(h.name.as_bytes(), h.value);
+            let name = h.name.as_ptr() as usize - base;
+            let start = h.value.as_ptr() as usize - base;
+            spans.push((name, name + h.name.len(), start, start + h.value.len()));
+        }
         let head = buf.split_to(len).freeze();
         let mut headers = HeaderMap::with_capacity(spans.len());
-        for (name, start, end) in spans {
-            let value = HeaderValue::from_maybe_shared(head.slice(start..end))
-                .map_err(|_| Failure::Malformed("a header field is malformed".into()))?;
+        for &(name, name_end, start, end) in spans.iter() {
+            let malformed = || Failure::Malformed("a header field is malformed".into());
+            let name = HeaderName::from_bytes(&head[name..name_end]).map_err(|_| malformed())?;
+            let value =
+                HeaderValue::from_maybe_shared(head.slice(start..end)).map_err(|_| malformed())?;
             headers.append(name, value);
         }
         // RFC 9112 6.1: an HTTP/1.0 message has no transfer codings; one that says it has
@@ -875,7 +888,7 @@ mod tests {
 
     fn answer(text: &str, head_request: bool) -> Result<Option<Answer>, Failure> {
         let mut buf = BytesMut::from(text.as_bytes());
-        parse_answer(&mut buf, head_request)
+        parse_answer(&mut buf, &mut Vec::new(), head_request)
     }
 
     fn framed(text: &str) -> (StatusCode, String, bool) {
