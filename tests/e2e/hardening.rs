@@ -1,5 +1,5 @@
 //! The serving side under a hostile client or a faulty network: stalled bodies, clients that
-//! never read, a stuck transform at shutdown, bodies hyper would drop, taken ports, bad Host
+//! never read, a stuck transform at shutdown, bodies a back end would never see, taken ports, bad Host
 //! headers and the admin API's guards.
 
 use std::io::{BufRead, BufReader, Read, Write};
@@ -456,7 +456,7 @@ fn an_answer_sent_before_the_whole_request_body_says_the_connection_closes() {
     echo.stop();
 }
 
-/// Requests hyper's parser refuses never reach a proxy; they are answered 400 or 431 by the HTTP
+/// Requests the HTTP parser refuses never reach a proxy; they are answered 400 or 431 by the HTTP
 /// layer, access-logged with what is known of them and counted per listener and status.
 #[test]
 fn requests_the_http_parser_refuses_are_logged_and_counted() {

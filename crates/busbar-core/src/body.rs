@@ -3,8 +3,8 @@
 //! A [`Body`] starts as a stream (the client's request or the back end's response) and stays one
 //! until a step asks for content. `read_chunk` pulls one more frame and keeps it, so a streaming
 //! check can look at the first bytes and the body still forwards "what was read + the rest",
-//! byte for byte and with its original exact length (a changed length would make hyper switch to
-//! chunked encoding or, worse, send a stale Content-Length).
+//! byte for byte and with its original exact length (a changed length would make the HTTP layer
+//! switch to chunked encoding or, worse, send a stale Content-Length).
 
 use std::collections::VecDeque;
 use std::pin::Pin;
@@ -15,8 +15,8 @@ use http_body::{Frame, SizeHint};
 
 use crate::BoxError;
 
-/// A streaming body source (a hyper `Incoming`, or a wrapper around one), behind the one
-/// allocation of its [`Streamed`] state.
+/// A streaming body source (a listener's request body, a back end's answer, or a wrapper
+/// around one), behind the one allocation of its [`Streamed`] state.
 trait Source: Send {
     fn poll_source(&mut self, cx: &mut Context<'_>)
         -> Poll<Option<Result<Frame<Bytes>, BoxError>>>;

@@ -6,11 +6,11 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
+use crate::serve::RequestBody;
 use busbar_core::metrics::escape;
 use busbar_core::Body;
 use http::header::{HeaderValue, AUTHORIZATION, CONTENT_TYPE, HOST, ORIGIN, WWW_AUTHENTICATE};
 use http::{Method, Request, Response, StatusCode};
-use hyper::body::Incoming;
 use serde_json::Value;
 
 use crate::engine::Control;
@@ -26,7 +26,7 @@ pub struct AdminHandler {
 }
 
 impl Handler for AdminHandler {
-    async fn handle(&self, req: Request<Incoming>, _conn: &ConnInfo) -> Response<ResponseBody> {
+    async fn handle(&self, req: Request<RequestBody>, _conn: &ConnInfo) -> Response<ResponseBody> {
         let refused = refuse(&self.control, self.local, &req);
         match refused {
             Some(resp) => resp,
@@ -486,9 +486,9 @@ fn text(status: StatusCode, ct: &'static str, body: impl Into<bytes::Bytes>) -> 
     r
 }
 
-async fn handle(control: &Control, req: Request<Incoming>) -> Response<Body> {
+async fn handle(control: &Control, req: Request<RequestBody>) -> Response<Body> {
     let shared = &control.shared;
-    // HEAD is answered as GET: hyper sends the head (with the length GET's body would have)
+    // HEAD is answered as GET: the listener sends the head (with the length GET's body would have)
     // and leaves the body out.
     let method = if req.method() == Method::HEAD {
         &Method::GET

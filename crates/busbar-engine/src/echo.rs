@@ -1,18 +1,18 @@
 //! The echo back end: returns the request body byte for byte with the same Content-Type.
 //!
-//! The body is streamed straight back (hyper polls the request body as it writes the response),
+//! The body is streamed straight back (the listener reads the request body as it writes the response),
 //! so memory stays flat for any size, and Content-Length is kept when the client sent one. With
 //! `buffer`, the whole request is read before the answer starts (up to [`MAX_BUFFERED`]): some
 //! clients treat an answer that begins while they are still sending as a refusal and stop.
 
 use std::time::Duration;
 
+use crate::serve::RequestBody;
 use busbar_core::body::Origin;
 use busbar_core::Body;
 use bytes::Bytes;
 use http::header::{HeaderName, HeaderValue, CONTENT_TYPE};
 use http::{Request, Response};
-use hyper::body::Incoming;
 
 use crate::serve::{ConnInfo, ConnSettings, Handler, Job, ResponseBody};
 
@@ -42,13 +42,13 @@ pub static NAME_HEADER: HeaderName = HeaderName::from_static("x-echo-name");
 pub struct EchoHandler(pub EchoOptions);
 
 impl Handler for EchoHandler {
-    async fn handle(&self, req: Request<Incoming>, _conn: &ConnInfo) -> Response<ResponseBody> {
+    async fn handle(&self, req: Request<RequestBody>, _conn: &ConnInfo) -> Response<ResponseBody> {
         handle(&self.0, req).await
     }
 }
 
 /// Answers one request.
-pub async fn handle(opts: &EchoOptions, req: Request<Incoming>) -> Response<ResponseBody> {
+pub async fn handle(opts: &EchoOptions, req: Request<RequestBody>) -> Response<ResponseBody> {
     if let Some(delay) = opts.delay {
         crate::delay::sleep(delay).await;
     }
@@ -110,7 +110,7 @@ pub async fn handle(opts: &EchoOptions, req: Request<Incoming>) -> Response<Resp
 
 /// The whole request body, up to [`MAX_BUFFERED`] bytes (a declared length over it is refused
 /// before anything is read).
-async fn read_whole(incoming: Incoming) -> Result<Bytes, (http::StatusCode, String)> {
+async fn read_whole(incoming: RequestBody) -> Result<Bytes, (http::StatusCode, String)> {
     use http_body_util::BodyExt;
     let too_big = || {
         (

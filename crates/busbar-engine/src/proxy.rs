@@ -8,12 +8,12 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
+use crate::serve::RequestBody;
 use busbar_core::body::Origin;
 use busbar_core::trace::{TraceContext, TraceId};
 use busbar_core::{Blame, Body, ErrorKind, Exchange, Flow, MediationError, MessageFormat};
 use http::header::{HeaderValue, ALLOW, CONNECTION, CONTENT_TYPE, TRANSFER_ENCODING};
 use http::{Method, Request, Response, StatusCode};
-use hyper::body::Incoming;
 
 use crate::access_log::AccessRecord;
 use crate::engine::Shared;
@@ -40,7 +40,7 @@ pub struct ProxyHandler {
 impl Handler for ProxyHandler {
     fn handle(
         &self,
-        req: Request<Incoming>,
+        req: Request<RequestBody>,
         conn: &ConnInfo,
     ) -> impl std::future::Future<Output = Response<ResponseBody>> + Send {
         // The request's future as is, not wrapped in one more: every wrapper is one more copy
@@ -71,7 +71,7 @@ pub async fn handle(
     shared: &Shared,
     index: usize,
     body_timeout: Duration,
-    req: Request<Incoming>,
+    req: Request<RequestBody>,
     peer: Option<SocketAddr>,
 ) -> Response<ResponseBody> {
     if let Some(e) = malformed(&req) {
@@ -416,7 +416,7 @@ where
 /// connection closes after it).
 async fn answer_unserved(
     shared: &Shared,
-    mut req: Request<Incoming>,
+    mut req: Request<RequestBody>,
     peer: Option<SocketAddr>,
     proxy: &str,
     mut resp: Response<ResponseBody>,

@@ -9,11 +9,10 @@
 //! [`SendTimeout`] fails a write the client leaves waiting (`send_timeout`), [`BodyTimeout`] a
 //! request body it stops sending (`client_body_timeout`).
 
-use std::convert::Infallible;
 use std::future::Future;
 use std::io;
 use std::net::{SocketAddr, TcpListener as StdListener};
-use std::pin::{pin, Pin};
+use std::pin::Pin;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
 use std::sync::Arc;
@@ -30,19 +29,19 @@ use busbar_core::{Body, BoxError, ErrorKind};
 use bytes::Bytes;
 use http::{Request, Response};
 use http_body::{Frame, SizeHint};
-use hyper::body::Incoming;
-use hyper::server::conn::http1;
-use hyper::service::service_fn;
-use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
 use tokio::sync::{watch, Notify};
+
+mod h1;
+
+pub use h1::{RequestBody, RequestBodyError, MAX_FIELDS, MAX_TARGET};
 
 /// Answers the requests of one kind of listener.
 pub trait Handler: Send + Sync + 'static {
     /// Answers one request. Errors are answers too: a handler never fails.
     fn handle(
         &self,
-        req: Request<Incoming>,
+        req: Request<RequestBody>,
         conn: &ConnInfo,
     ) -> impl Future<Output = Response<ResponseBody>> + Send;
 
@@ -199,7 +198,7 @@ fn valid_ip_literal(inside: &[u8]) -> bool {
 }
 
 /// A connection's stream that fails a write the client has not made room for within `limit`
-/// (a client that stopped reading): hyper then ends the connection, and whatever fed the
+/// (a client that stopped reading): the connection then ends, and whatever fed the
 /// response (a back-end body) is dropped with it.
 pub struct SendTimeout<S> {
     inner: S,
@@ -695,75 +694,12 @@ async fn serve_connection<S, H>(
     handler: Arc<H>,
     info: ConnInfo,
     settings: ConnSettings,
-    mut shutdown: watch::Receiver<bool>,
+    shutdown: watch::Receiver<bool>,
 ) where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
     H: Handler,
 {
-    let mut builder = http1::Builder::new();
-    builder
-        .timer(TokioTimer::new())
-        .header_read_timeout(settings.header_read_timeout)
-        .keep_alive(settings.keep_alive)
-        .max_header_size(settings.max_header_size);
-    let info = Arc::new(info);
-    // Kept for a request the parser refuses, which never reaches the service.
-    let (refused_by, refused_on) = (handler.clone(), info.clone());
-    let svc = service_fn(move |req: Request<Incoming>| {
-        let handler = handler.clone();
-        let info = info.clone();
-        async move { Ok::<_, Infallible>(handler.handle(req, &info).await) }
-    });
-    let conn = builder.serve_connection(TokioIo::new(stream), svc);
-    let mut conn = pin!(conn);
-    if *shutdown.borrow() {
-        conn.as_mut().graceful_shutdown();
-    }
-    let result = tokio::select! {
-        r = conn.as_mut() => r,
-        _ = shutdown.changed() => {
-            conn.as_mut().graceful_shutdown();
-            conn.await
-        }
-    };
-    if let Err(e) = &result {
-        if let Some(status) = refused_status(e) {
-            if let Some(counters) = &settings.connections {
-                counters.bad_request(status);
-            }
-            refused_by.refused(status, &refused_on);
-        }
-    }
-    log_conn_end(result);
-}
-
-/// The status hyper answered a request its parser refused with, when the connection ended
-/// that way: 400 for a malformed request line or header (or two different Content-Length),
-/// 431 for a head over `max_header_size` or with more than 100 fields, 414 for a target over
-/// 64 KiB. `None` for other errors, and for the two parse errors hyper answers nothing to (an
-/// HTTP/2 preface, an internal error). hyper keeps its error kinds private: a target too long
-/// is told from a head too large by its message, which is hyper's own.
-fn refused_status(e: &hyper::Error) -> Option<u16> {
-    if !e.is_parse() || e.is_parse_version_h2() {
-        return None;
-    }
-    let message = e.to_string();
-    if message == "URI too long" {
-        Some(414)
-    } else if e.is_parse_too_large() {
-        Some(431)
-    } else if message.starts_with("internal error") {
-        None
-    } else {
-        Some(400)
-    }
-}
-
-fn log_conn_end(result: Result<(), hyper::Error>) {
-    if let Err(e) = result {
-        // Clients that disconnect or send garbage are routine for a server: debug level.
-        tracing::debug!(error = %e, "client connection ended with an error");
-    }
+    h1::serve(Box::new(stream), &*handler, &info, &settings, &shutdown).await;
 }
 
 /// Holds a request in flight: when dropped (the response body ended or was abandoned) it

@@ -10,7 +10,7 @@
 
 pub mod balance;
 pub mod breaker;
-mod h1;
+pub(crate) mod h1;
 pub mod retry;
 pub mod tls;
 pub mod upstream;
