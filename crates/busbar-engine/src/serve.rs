@@ -141,8 +141,30 @@ fn valid_host(value: &[u8]) -> bool {
     port_ok && valid_reg_name(host)
 }
 
+/// The bytes a reg-name takes as they are: unreserved characters and sub-delims.
+const REG_NAME: [bool; 256] = {
+    let mut table = [false; 256];
+    let mut b = 0;
+    while b < 256 {
+        let c = b as u8;
+        table[b] = c.is_ascii_alphanumeric();
+        b += 1;
+    }
+    let others = b"-._~!$&'()*+,;=";
+    let mut i = 0;
+    while i < others.len() {
+        table[others[i] as usize] = true;
+        i += 1;
+    }
+    table
+};
+
 /// Unreserved characters, sub-delims and `%XX` escapes (RFC 3986 §3.2.2 `reg-name`).
 fn valid_reg_name(name: &[u8]) -> bool {
+    // The common case (a name, an address) at one table look-up a byte.
+    if name.iter().all(|&b| REG_NAME[usize::from(b)]) {
+        return true;
+    }
     let mut i = 0;
     while i < name.len() {
         match name[i] {

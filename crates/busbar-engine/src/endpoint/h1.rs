@@ -12,7 +12,7 @@
 //! [`MAX_FIELDS`] fields, no obsolete line folding, one `Content-Length` value, chunk sizes
 //! and chunk lines bounded. Anything else fails the exchange with what was wrong.
 
-use std::io::{self, IoSlice, Write as _};
+use std::io::{self, IoSlice};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
@@ -285,7 +285,7 @@ fn encode_head(out: &mut Vec<u8>, parts: &http::request::Parts, body: &Body) -> 
         false
     } else if let Some(n) = body.size_hint().exact() {
         out.extend_from_slice(b"content-length: ");
-        let _ = write!(out, "{n}");
+        push_number(out, n, 10);
         out.extend_from_slice(b"\r\n");
         false
     } else {
@@ -375,7 +375,8 @@ impl Upload {
                 Some(data) => {
                     if self.chunked {
                         self.chunk_head.clear();
-                        let _ = write!(self.chunk_head, "{:x}\r\n", data.len());
+                        push_number(&mut self.chunk_head, data.len() as u64, 16);
+                        self.chunk_head.extend_from_slice(b"\r\n");
                         self.chunk_tail = true;
                     }
                     self.frame = data;
@@ -705,6 +706,22 @@ fn framing(
     })
 }
 
+/// Appends `n` in `radix` (10 or 16, lower-case digits) to `out`, without the formatting
+/// machinery: a length goes into every head.
+pub(crate) fn push_number(out: &mut Vec<u8>, mut n: u64, radix: u64) {
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    loop {
+        at -= 1;
+        digits[at] = b"0123456789abcdef"[(n % radix) as usize];
+        n /= radix;
+        if n == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&digits[at..]);
+}
+
 pub(crate) fn parse_decimal(s: &[u8]) -> Option<u64> {
     if s.is_empty() || s.len() > 19 || !s.iter().all(u8::is_ascii_digit) {
         return None;
@@ -904,6 +921,17 @@ mod tests {
             Err(Failure::Malformed(what)) => what,
             Err(e) => panic!("{text:?}: {e:?}"),
             Ok(_) => panic!("taken: {text:?}"),
+        }
+    }
+
+    #[test]
+    fn numbers_are_written_as_format_writes_them() {
+        for n in [0, 1, 9, 10, 15, 16, 255, 4096, 65535, 1 << 40, u64::MAX] {
+            let (mut dec, mut hex) = (Vec::new(), Vec::new());
+            push_number(&mut dec, n, 10);
+            push_number(&mut hex, n, 16);
+            assert_eq!(dec, n.to_string().into_bytes());
+            assert_eq!(hex, format!("{n:x}").into_bytes());
         }
     }
 

@@ -33,7 +33,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::watch;
 
 use super::{ConnInfo, ConnSettings, Handler, ResponseBody};
-use crate::endpoint::h1::{parse_decimal, step_chunked, Chunk, Step};
+use crate::endpoint::h1::{parse_decimal, push_number, step_chunked, Chunk, Step};
 
 /// Most header fields taken in a request head; more gets 431.
 pub const MAX_FIELDS: usize = 100;
@@ -561,10 +561,12 @@ pub async fn serve<H: Handler>(
         let head = poll_fn(|cx| {
             let mut w = lock(&wire);
             loop {
-                match parse_head(&mut w.rbuf, settings.max_header_size, &mut spans) {
-                    Ok(Some(head)) => return Poll::Ready(Some(Ok(head))),
-                    Err(refusal) => return Poll::Ready(Some(Err(refusal))),
-                    Ok(None) => {}
+                if !w.rbuf.is_empty() {
+                    match parse_head(&mut w.rbuf, settings.max_header_size, &mut spans) {
+                        Ok(Some(head)) => return Poll::Ready(Some(Ok(head))),
+                        Err(refusal) => return Poll::Ready(Some(Err(refusal))),
+                        Ok(None) => {}
+                    }
                 }
                 match w.poll_fill(cx) {
                     Poll::Ready(Ok(0)) | Poll::Ready(Err(_)) => return Poll::Ready(None),
@@ -774,7 +776,9 @@ fn encode_head(
         _ => None,
     };
     if let Some(n) = length {
-        let _ = write!(out, "content-length: {n}\r\n");
+        out.extend_from_slice(b"content-length: ");
+        push_number(out, n, 10);
+        out.extend_from_slice(b"\r\n");
     } else if framing == Out::Chunked {
         out.extend_from_slice(b"transfer-encoding: chunked\r\n");
     }
@@ -862,7 +866,8 @@ async fn send_body(
             }
             Out::Chunked => {
                 size_line.clear();
-                let _ = write!(size_line, "{:x}\r\n", data.len());
+                push_number(&mut size_line, data.len() as u64, 16);
+                size_line.extend_from_slice(b"\r\n");
                 let tail: &[u8] = if end { b"\r\n0\r\n\r\n" } else { b"\r\n" };
                 write_all(wire, &mut [head, &size_line, &data, tail]).await?;
             }
