@@ -54,6 +54,33 @@ pub struct Exchange {
     pub backend_time: std::time::Duration,
     /// Parsed views of the current bodies, so that a body is parsed at most once.
     views: Vec<View>,
+    /// Set once a call took the request body and it cannot be sent again: a later call fails
+    /// at once instead of sending a head whose Content-Length would lie.
+    pub body_gone: Option<BodyGone>,
+}
+
+/// Why an exchange's request body can no longer be sent.
+#[derive(Debug, Clone)]
+pub enum BodyGone {
+    /// A call to this endpoint sent it.
+    SentTo(Arc<str>),
+    /// The client's body failed (it is the client's error, not busbar's).
+    Unreadable,
+    /// A failed call kept too little of it to send it again.
+    Lost(Arc<str>),
+}
+
+impl BodyGone {
+    /// What happened to the body, for an error message.
+    pub fn why(&self) -> std::borrow::Cow<'_, str> {
+        match self {
+            BodyGone::SentTo(endpoint) => {
+                format!("the request body was already sent to endpoint '{endpoint}'").into()
+            }
+            BodyGone::Unreadable => "the request body could not be read".into(),
+            BodyGone::Lost(why) => (**why).into(),
+        }
+    }
 }
 
 /// A parsed form of one message's body (a JSON value, an XML document), kept until the body
@@ -104,6 +131,7 @@ impl Exchange {
             trace: crate::trace::TraceContext::detached(),
             backend_time: std::time::Duration::ZERO,
             views: Vec::new(),
+            body_gone: None,
         }
     }
 

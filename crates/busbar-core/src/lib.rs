@@ -17,7 +17,7 @@ pub mod trace;
 
 pub use body::{Body, BodyError};
 pub use error::{Blame, ErrorKind, MediationError};
-pub use exchange::{Exchange, Flow, Phase, Var};
+pub use exchange::{BodyGone, Exchange, Flow, Phase, Var};
 pub use fault::{FaultCode, MessageFormat, QName, SoapVersion};
 pub use test::Test;
 pub use trace::TraceContext;

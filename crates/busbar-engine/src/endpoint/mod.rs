@@ -23,7 +23,7 @@ use std::time::Instant;
 use busbar_config::{ConfigError, EndpointConfig, LoadedConfig};
 use busbar_core::metrics::{Counters, Registry};
 use busbar_core::trace::{SpanId, SpanKind, TraceContext};
-use busbar_core::{Blame, Body, ErrorKind, Exchange, MediationError};
+use busbar_core::{Blame, Body, BodyGone, ErrorKind, Exchange, MediationError};
 use http::{Request, Response, StatusCode};
 
 use balance::Balancer;
@@ -66,31 +66,6 @@ pub struct Endpoint {
     budget: RetryBudget,
     /// Its metrics.
     pub counters: Arc<Counters>,
-}
-
-/// Left in the request's extensions once a call took the exchange's request body and it
-/// cannot be sent again: a later call fails at once instead of sending a head whose
-/// Content-Length would lie.
-#[derive(Debug, Clone)]
-enum BodyGone {
-    /// A call to this endpoint sent it.
-    SentTo(Arc<str>),
-    /// The client's body failed (it is the client's error, not busbar's).
-    Unreadable,
-    /// A failed call kept too little of it to send it again.
-    Lost(Arc<str>),
-}
-
-impl BodyGone {
-    fn why(&self) -> std::borrow::Cow<'_, str> {
-        match self {
-            BodyGone::SentTo(endpoint) => {
-                format!("the request body was already sent to endpoint '{endpoint}'").into()
-            }
-            BodyGone::Unreadable => "the request body could not be read".into(),
-            BodyGone::Lost(why) => (**why).into(),
-        }
-    }
 }
 
 /// Why an attempt failed, for the loop to decide what comes next.
@@ -260,7 +235,7 @@ impl Endpoint {
     /// The `call` step: sends the exchange's current request; the response becomes the
     /// current message.
     pub async fn call(self: &Arc<Self>, ex: &mut Exchange) -> Result<(), MediationError> {
-        if let Some(gone) = ex.request.extensions.get::<BodyGone>() {
+        if let Some(gone) = &ex.body_gone {
             let reason = format!("Cannot call endpoint '{}': {}", self.name, gone.why());
             return Err(if matches!(gone, BodyGone::Unreadable) {
                 MediationError::new(ErrorKind::ClientBody, Blame::Client, reason)
@@ -272,23 +247,19 @@ impl Endpoint {
         let replay = Replay::new(body, self.replay_buffer);
         // Each attempt carries the exchange's trace to the back end (`traceparent`), unless
         // propagation is off (a detached trace: not sampled, no caller).
-        if ex.trace.propagated {
-            ex.request.extensions.insert(ex.trace.clone());
-        }
+        let trace = ex.trace.propagated.then_some(&ex.trace);
         let started = Instant::now();
-        let result = self.measured(&ex.request, &replay).await;
+        let result = self.measured(&ex.request, &replay, trace).await;
         ex.backend_time += started.elapsed();
         match result {
             Ok(response) => {
-                ex.request
-                    .extensions
-                    .insert(BodyGone::SentTo(self.name.clone()));
+                ex.body_gone = Some(BodyGone::SentTo(self.name.clone()));
                 ex.response = Some(response);
                 Ok(())
             }
             // The client's body failed: what was kept of it is not the whole request.
             Err(e) if e.blame == Blame::Client => {
-                ex.request.extensions.insert(BodyGone::Unreadable);
+                ex.body_gone = Some(BodyGone::Unreadable);
                 Err(e)
             }
             Err(e) => {
@@ -297,7 +268,7 @@ impl Endpoint {
                 match replay.body().await {
                     Ok(body) => ex.request_body = body,
                     Err(why) => {
-                        ex.request.extensions.insert(BodyGone::Lost(why.into()));
+                        ex.body_gone = Some(BodyGone::Lost(why.into()));
                     }
                 }
                 Err(e)
@@ -313,18 +284,20 @@ impl Endpoint {
     ) -> Result<Response<Body>, MediationError> {
         let (parts, body) = req.into_parts();
         let replay = Replay::new(body, self.replay_buffer);
-        self.measured(&parts, &replay).await
+        let trace = parts.extensions.get::<TraceContext>();
+        self.measured(&parts, &replay, trace).await
     }
 
     async fn measured(
         &self,
         head: &http::request::Parts,
         replay: &Replay,
+        trace: Option<&TraceContext>,
     ) -> Result<Response<Body>, MediationError> {
         let started = Instant::now();
         self.counters.requests.fetch_add(1, Relaxed);
         let _in_flight = InProgress::enter(&self.counters.in_flight);
-        let result = self.attempts(head, replay).await;
+        let result = self.attempts(head, replay, trace).await;
         match &result {
             Ok(_) => self.counters.latency.observe(started.elapsed()),
             // The client's mistakes (a body that failed while it went out) are counted by
@@ -342,6 +315,7 @@ impl Endpoint {
         &self,
         head: &http::request::Parts,
         replay: &Replay,
+        trace: Option<&TraceContext>,
     ) -> Result<Response<Body>, MediationError> {
         let n = self.members.len();
         let mut tried = Tried::new(n);
@@ -379,14 +353,13 @@ impl Endpoint {
             *req.method_mut() = head.method.clone();
             *req.uri_mut() = head.uri.clone();
             *req.headers_mut() = head.headers.clone();
-            req.extensions_mut().insert(replay.probe());
             if let Some(suffix) = head.extensions.get::<upstream::PathSuffix>() {
                 req.extensions_mut().insert(suffix.clone());
             }
             let attempt_no = attempt;
             attempt += 1;
             let mut recording = None;
-            if let Some(trace) = head.extensions.get::<TraceContext>() {
+            if let Some(trace) = trace {
                 // The attempt's client span is the back end's parent.
                 let span = SpanId::random();
                 trace.inject(req.headers_mut(), span);
@@ -412,7 +385,7 @@ impl Endpoint {
             self.counters.attempts.fetch_add(1, Relaxed);
             let stats = &member.upstream.stats;
             let pending = InProgress::enter(&stats.pending);
-            let outcome = member.upstream.call(req).await;
+            let outcome = member.upstream.call(req, Some(replay.probe())).await;
             drop(pending);
             if let Some(mut r) = recording {
                 match &outcome {

@@ -477,12 +477,17 @@ impl Upstream {
     ///
     /// The request's path is replaced by the URL's, its query string appended; hop-by-hop
     /// headers and `Expect` are removed and `Host` is the URL's authority.
-    pub async fn call(&self, req: Request<Body>) -> Result<Response<Body>, MediationError> {
+    /// `probe` tells, when the attempt fails after its body went out, whether the body can be
+    /// sent again.
+    pub async fn call(
+        &self,
+        req: Request<Body>,
+        probe: Option<ReplayProbe>,
+    ) -> Result<Response<Body>, MediationError> {
         let permit = self.permit().await?;
         // Past the queue of max_connections: the attempt goes to this URL.
         self.stats.attempts.fetch_add(1, Relaxed);
         let (mut parts, body) = req.into_parts();
-        let probe = parts.extensions.remove::<ReplayProbe>();
         let replayable_after_send = idempotent(&parts.method)
             && probe.map_or_else(|| body.is_buffered(), |p| p.replayable());
         self.prepare(&mut parts)?;
