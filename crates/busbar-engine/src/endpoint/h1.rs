@@ -34,6 +34,8 @@ pub const MAX_HEAD: usize = 408 * 1024;
 /// Longest chunk-size line (size, extensions and CRLF) and trailer section of a chunked answer.
 const MAX_CHUNK_LINE: usize = 4096;
 const MAX_TRAILERS: usize = 64 * 1024;
+/// Most bytes of chunk extensions in one chunked body (they carry nothing busbar uses).
+const MAX_EXTENSIONS: usize = 16 * 1024;
 /// The first read size of a connection, and the most it grows to: it doubles after each read
 /// that filled it and halves after one that used less than a quarter, so a large answer is
 /// read in few system calls and a small one in one, without large buffers for small answers.
@@ -451,17 +453,32 @@ pub enum Framing {
     Close,
 }
 
-/// Where a chunked body is.
+/// Where a chunked body is, and what its framing has held so far.
 #[derive(Debug, Clone, Copy)]
-pub enum Chunk {
+pub struct Chunk {
+    at: ChunkAt,
+    /// Bytes of chunk extensions in the body so far.
+    extensions: usize,
+}
+
+impl Chunk {
+    /// The start of a chunked body.
+    pub const START: Chunk = Chunk {
+        at: ChunkAt::Size,
+        extensions: 0,
+    };
+}
+
+#[derive(Debug, Clone, Copy)]
+enum ChunkAt {
     /// A chunk-size line is next.
     Size,
     /// This many data bytes of the current chunk are left.
     Data(u64),
     /// The CRLF after a chunk's data is next.
     DataEnd,
-    /// The trailer section (after the last chunk), with the bytes of it seen so far.
-    Trailers(usize),
+    /// The trailer section (after the last chunk), with its bytes and fields so far.
+    Trailers(usize, usize),
 }
 
 /// An answer head and how its body is framed.
@@ -694,7 +711,7 @@ fn framing(
         // With a Content-Length too, the encoding decides and the connection is not trusted
         // again (RFC 9112 6.3, point 3).
         let alone = said.length.is_none() && said.length_problem.is_none();
-        return Ok((Framing::Chunked(Chunk::Size), alone));
+        return Ok((Framing::Chunked(Chunk::START), alone));
     }
     if let Some(problem) = said.length_problem {
         return Err(Failure::Malformed(problem.into()));
@@ -804,10 +821,14 @@ fn chunk_error(what: &'static str) -> Failure {
     Failure::Malformed(format!("its chunked body is malformed: {what}"))
 }
 
-/// One step of decoding a chunked body from `buf`.
+/// One step of decoding a chunked body from `buf` (RFC 9112 §7.1): chunk-size lines of at most
+/// [`MAX_CHUNK_LINE`] bytes whose extensions hold no control character and add up to at most
+/// [`MAX_EXTENSIONS`] in the body, and a trailer section of well-formed fields, at most
+/// [`MAX_FIELDS`] of them and [`MAX_TRAILERS`] bytes. A bare CR or LF anywhere in the framing
+/// is refused: a peer that ends lines there would read other messages from the same bytes.
 pub(crate) fn step_chunked(buf: &mut BytesMut, state: &mut Chunk) -> Result<Step, &'static str> {
-    match *state {
-        Chunk::Size => {
+    match state.at {
+        ChunkAt::Size => {
             let Some(eol) = find_crlf(buf) else {
                 if buf.len() > MAX_CHUNK_LINE {
                     return Err("a chunk-size line is too long");
@@ -822,39 +843,53 @@ pub(crate) fn step_chunked(buf: &mut BytesMut, state: &mut Chunk) -> Result<Step
                 .iter()
                 .position(|b| !b.is_ascii_hexdigit())
                 .unwrap_or(line.len());
-            let rest = &line[digits..];
-            // After the size: nothing, or whitespace and extensions (`;name=value`).
-            if digits == 0
-                || digits > 16
-                || !(rest.is_empty() || matches!(rest.trim_ascii_start().first(), Some(b';')))
-            {
+            if digits == 0 || digits > 16 {
                 return Err("a chunk size is not a hexadecimal number");
+            }
+            // After the size: nothing, or extensions (`;name=value`, whitespace allowed
+            // before the semicolon), with no control character in them.
+            let rest = &line[digits..];
+            if !rest.is_empty() {
+                let ext = rest.trim_ascii_start();
+                if ext.first() != Some(&b';') {
+                    return Err("a chunk size is not a hexadecimal number");
+                }
+                let space = &rest[..rest.len() - ext.len()];
+                if space.iter().any(|&b| b != b' ' && b != b'\t')
+                    || !ext.iter().all(|&b| field_byte(b))
+                {
+                    return Err("a chunk extension holds a control character");
+                }
+                state.extensions += rest.len();
+                if state.extensions > MAX_EXTENSIONS {
+                    return Err("its chunk extensions are too large");
+                }
             }
             let size = line[..digits].iter().fold(0u64, |n, d| {
                 (n << 4) | u64::from(char::from(*d).to_digit(16).unwrap_or(0))
             });
             buf.advance(eol + 2);
-            *state = if size == 0 {
-                Chunk::Trailers(0)
+            state.at = if size == 0 {
+                ChunkAt::Trailers(0, 0)
             } else {
-                Chunk::Data(size)
+                ChunkAt::Data(size)
             };
             Ok(Step::Again)
         }
-        Chunk::Data(left) => {
+        ChunkAt::Data(left) => {
             if buf.is_empty() {
                 return Ok(Step::More);
             }
             let take = left.min(buf.len() as u64) as usize;
             let data = buf.split_to(take).freeze();
-            *state = if left == take as u64 {
-                Chunk::DataEnd
+            state.at = if left == take as u64 {
+                ChunkAt::DataEnd
             } else {
-                Chunk::Data(left - take as u64)
+                ChunkAt::Data(left - take as u64)
             };
             Ok(Step::Data(data))
         }
-        Chunk::DataEnd => {
+        ChunkAt::DataEnd => {
             if buf.len() < 2 {
                 return Ok(Step::More);
             }
@@ -862,27 +897,52 @@ pub(crate) fn step_chunked(buf: &mut BytesMut, state: &mut Chunk) -> Result<Step
                 return Err("a chunk's data is longer than its size");
             }
             buf.advance(2);
-            *state = Chunk::Size;
+            state.at = ChunkAt::Size;
             Ok(Step::Again)
         }
-        Chunk::Trailers(seen) => {
+        ChunkAt::Trailers(seen, fields) => {
             let Some(eol) = find_crlf(buf) else {
                 if seen + buf.len() > MAX_TRAILERS {
                     return Err("its trailer section is too large");
                 }
                 return Ok(Step::More);
             };
-            buf.advance(eol + 2);
             if eol == 0 {
+                buf.advance(2);
                 return Ok(Step::End);
             }
             if seen + eol + 2 > MAX_TRAILERS {
                 return Err("its trailer section is too large");
             }
-            *state = Chunk::Trailers(seen + eol + 2);
+            if fields == MAX_FIELDS {
+                return Err("its trailer section has too many fields");
+            }
+            if !trailer_field(&buf[..eol]) {
+                return Err("a trailer field is malformed");
+            }
+            buf.advance(eol + 2);
+            state.at = ChunkAt::Trailers(seen + eol + 2, fields + 1);
             Ok(Step::Again)
         }
     }
+}
+
+/// A byte a field value or chunk extension may hold: visible, space, tab or obs-text.
+fn field_byte(b: u8) -> bool {
+    b == b'\t' || b == b' ' || (b >= 0x21 && b != 0x7f)
+}
+
+/// `name: value` with a token name (RFC 9110 §5.1, §5.6.2) and a value of field bytes.
+fn trailer_field(line: &[u8]) -> bool {
+    let Some(colon) = line.iter().position(|&b| b == b':') else {
+        return false;
+    };
+    let (name, value) = (&line[..colon], &line[colon + 1..]);
+    !name.is_empty()
+        && name
+            .iter()
+            .all(|&b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
+        && value.iter().all(|&b| field_byte(b))
 }
 
 pub(crate) fn find_crlf(buf: &[u8]) -> Option<usize> {
@@ -955,18 +1015,18 @@ mod tests {
             ),
             (
                 "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n",
-                "Chunked(Size)",
+                "Chunked(Chunk { at: Size, extensions: 0 })",
                 true,
             ),
             (
                 "HTTP/1.1 200 OK\r\nTransfer-Encoding:  Chunked \r\n\r\n",
-                "Chunked(Size)",
+                "Chunked(Chunk { at: Size, extensions: 0 })",
                 true,
             ),
             // Both: the encoding decides, and the connection is not trusted again.
             (
                 "HTTP/1.1 200 OK\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n",
-                "Chunked(Size)",
+                "Chunked(Chunk { at: Size, extensions: 0 })",
                 false,
             ),
             // No framing at all: the body runs to the close.
@@ -1094,7 +1154,7 @@ mod tests {
     /// Decodes a chunked body fed `step` bytes at a time.
     fn dechunk(wire: &[u8], step: usize) -> Result<Vec<u8>, String> {
         let mut buf = BytesMut::new();
-        let mut state = Chunk::Size;
+        let mut state = Chunk::START;
         let mut out = Vec::new();
         let mut fed = 0;
         loop {
@@ -1144,6 +1204,24 @@ mod tests {
             (b"\r\n", "hexadecimal"),
             (b"5x\r\nhello\r\n0\r\n\r\n", "hexadecimal"),
             (b"3\r\nhello\r\n0\r\n\r\n", "longer than its size"),
+            (b"5 \r\nhello\r\n0\r\n\r\n", "hexadecimal"),
+            // A bare LF or CR in a chunk line: a peer ending lines there reads other messages.
+            (
+                b"3;\nabc\r\n0\r\n\r\n1\r\nZ\r\n0\r\n\r\n",
+                "control character",
+            ),
+            (b"5;a\rb\r\nhello\r\n0\r\n\r\n", "control character"),
+            (b"5\n;\r\nhello\r\n0\r\n\r\n", "control character"),
+            (b"5;a\x01\r\nhello\r\n0\r\n\r\n", "control character"),
+            // Trailer lines are fields, or the next message is swallowed as one.
+            (
+                b"5\r\nhello\r\n0\r\nGET /x HTTP/1.1\r\nHost: x\r\n\r\n",
+                "trailer field",
+            ),
+            (b"0\r\nX: y\nGET / HTTP/1.1\r\n\r\n", "trailer field"),
+            (b"0\r\nGARBAGE\x01\r\n\r\n", "trailer field"),
+            (b"0\r\n: v\r\n\r\n", "trailer field"),
+            (b"0\r\nX y: v\r\n\r\n", "trailer field"),
         ];
         for (wire, what) in bad {
             let got = dechunk(wire, 1).expect_err("refused");
@@ -1166,6 +1244,21 @@ mod tests {
             .expect_err("refused")
             .contains("trailer"));
         assert_eq!(dechunk(b"5\r\nhel", 1).expect_err("cut"), "cut");
+        let many: String = (0..=MAX_FIELDS).map(|i| format!("X-{i}: v\r\n")).collect();
+        assert!(dechunk(format!("0\r\n{many}\r\n").as_bytes(), 1000)
+            .expect_err("refused")
+            .contains("too many"));
+        let mut extended = Vec::new();
+        while extended.len() <= MAX_EXTENSIONS + 4096 {
+            extended.extend_from_slice(format!("1;{}\r\nz\r\n", "e".repeat(4000)).as_bytes());
+        }
+        extended.extend_from_slice(b"0\r\n\r\n");
+        assert!(dechunk(&extended, 8192)
+            .expect_err("refused")
+            .contains("extensions are too large"));
+        // What stays accepted: whitespace before extensions, quoted values, trailers.
+        let fine = b"5 ;a=\"x y\"\r\nhello\r\n2\t;b\r\n!!\r\n0\r\nX-A: 1\r\nX-B:\t\xe9\r\n\r\n";
+        assert_eq!(dechunk(fine, 1).expect("taken"), b"hello!!");
     }
 
     /// Progress nobody watches.

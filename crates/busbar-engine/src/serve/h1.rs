@@ -50,7 +50,12 @@ const LINGER_BYTES: usize = 4 << 20;
 /// How long the end of a connection (a TLS close_notify, a FIN) may take to go out.
 const SHUTDOWN_WAIT: Duration = Duration::from_secs(1);
 
+/// How long a request head under way when shutdown starts may still take.
+const STOP_HEAD_WAIT: Duration = Duration::from_secs(1);
+
 const CONTINUE: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
+/// What an HTTP/2 connection starts with (RFC 9113 §3.4), up to where HTTP/1.1 parsing fails.
+const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n";
 
 /// A client connection's byte stream (TCP, or TLS over it).
 pub trait Stream: AsyncRead + AsyncWrite + Send + Unpin {}
@@ -377,6 +382,14 @@ pub fn parse_head(
     }
     let method = Method::from_bytes(method.as_bytes())
         .map_err(|_| refuse(StatusCode::BAD_REQUEST, "the method is not a token"))?;
+    if method == Method::CONNECT {
+        // A 2xx to CONNECT opens a tunnel (RFC 9110 §9.3.6): busbar is no forward proxy, and a
+        // back end's 2xx forwarded would leave the client sending raw bytes it reads as HTTP.
+        return Err(refuse(
+            StatusCode::NOT_IMPLEMENTED,
+            "CONNECT is not served: busbar is not a forward proxy",
+        ));
+    }
     let target_at = target.as_ptr() as usize - start;
     let target_span = (target_at, target_at + target.len());
     spans.clear();
@@ -455,7 +468,7 @@ pub fn parse_head(
                 headers.remove(CONTENT_LENGTH);
                 keep_alive = false;
             }
-            Framing::Chunked(Chunk::Size)
+            Framing::Chunked(Chunk::START)
         }
         (None, cl) => Framing::Length(cl.unwrap_or(0)),
     };
@@ -554,16 +567,27 @@ pub async fn serve<H: Handler>(
     let mut timer = pin!(tokio::time::sleep(settings.header_read_timeout));
     let mut spans = Vec::new();
     let mut wbuf = Vec::with_capacity(512);
+    // Shutdown started (the `stop` future is done and not polled again).
+    let mut stopped = false;
     loop {
         timer
             .as_mut()
             .reset(tokio::time::Instant::now() + settings.header_read_timeout);
+        let mut draining = false;
         let head = poll_fn(|cx| {
             let mut w = lock(&wire);
+            if w.rbuf.is_empty() && w.rbuf.capacity() > READ_AHEAD {
+                // A large body went through: an idle connection keeps no large buffer.
+                w.rbuf = BytesMut::new();
+                w.read_size = READ_FIRST;
+            }
             loop {
                 if !w.rbuf.is_empty() {
                     match parse_head(&mut w.rbuf, settings.max_header_size, &mut spans) {
                         Ok(Some(head)) => return Poll::Ready(Some(Ok(head))),
+                        // An HTTP/2 client that tried its luck: no HTTP/1.1 answer means
+                        // anything to it, and it is no malformed request.
+                        Err(_) if w.rbuf.starts_with(H2_PREFACE) => return Poll::Ready(None),
                         Err(refusal) => return Poll::Ready(Some(Err(refusal))),
                         Ok(None) => {}
                     }
@@ -574,9 +598,22 @@ pub async fn serve<H: Handler>(
                     Poll::Pending => break,
                 }
             }
-            if timer.as_mut().poll(cx).is_ready()
-                || (w.rbuf.is_empty() && stop.as_mut().poll(cx).is_ready())
-            {
+            if !stopped && stop.as_mut().poll(cx).is_ready() {
+                stopped = true;
+            }
+            if stopped {
+                if w.rbuf.is_empty() {
+                    return Poll::Ready(None);
+                }
+                // A head under way at shutdown gets a little more time, not all of
+                // header_read_timeout.
+                let soon = tokio::time::Instant::now() + STOP_HEAD_WAIT;
+                if !draining && soon < timer.deadline() {
+                    timer.as_mut().reset(soon);
+                }
+                draining = true;
+            }
+            if timer.as_mut().poll(cx).is_ready() {
                 return Poll::Ready(None);
             }
             Poll::Pending
@@ -771,7 +808,8 @@ fn encode_head(
                 && parts.status != StatusCode::NOT_MODIFIED
                 && !parts.status.is_informational() =>
         {
-            declared_length(&parts.headers).or_else(|| body.size_hint().exact())
+            // A body that is empty (the answer to a HEAD a back end gave) tells nothing.
+            declared_length(&parts.headers).or_else(|| body.size_hint().exact().filter(|&n| n > 0))
         }
         _ => None,
     };
@@ -1109,6 +1147,11 @@ mod tests {
             ),
             ("POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n", 400),
             ("GET http://[::1 HTTP/1.1\r\n\r\n", 400),
+            (
+                "CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n\r\n",
+                501,
+            ),
+            ("CONNECT /p HTTP/1.1\r\nHost: t\r\n\r\n", 501),
         ] {
             assert_eq!(status(text), expected, "{text:?}");
         }
@@ -1154,6 +1197,7 @@ mod tests {
                     *r.status_mut() = StatusCode::PAYLOAD_TOO_LARGE;
                     return r;
                 }
+                "/empty" => Body::empty(),
                 "/hang" => {
                     let _guard = Dropped(self.dropped.clone());
                     std::future::pending::<()>().await;
@@ -1166,14 +1210,23 @@ mod tests {
     }
 
     async fn start(settings: ConnSettings) -> (std::net::SocketAddr, Arc<AtomicUsize>) {
+        let (addr, dropped, stop) = start_stoppable(settings).await;
+        // Never stops.
+        std::mem::forget(stop);
+        (addr, dropped)
+    }
+
+    async fn start_stoppable(
+        settings: ConnSettings,
+    ) -> (std::net::SocketAddr, Arc<AtomicUsize>, watch::Sender<bool>) {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("addr");
         let dropped = Arc::new(AtomicUsize::new(0));
         let handler = Arc::new(Test {
             dropped: dropped.clone(),
         });
+        let (stop, rx) = watch::channel(false);
         tokio::spawn(async move {
-            let (_tx, rx) = watch::channel(false);
             loop {
                 let Ok((stream, peer)) = listener.accept().await else {
                     return;
@@ -1188,7 +1241,7 @@ mod tests {
                 });
             }
         });
-        (addr, dropped)
+        (addr, dropped, stop)
     }
 
     /// One answer read off `s`: status, lower-case headers, body (de-chunked), and whether
@@ -1418,6 +1471,24 @@ mod tests {
             (200, &b"hello"[..]),
             "the GET after the HEAD"
         );
+        // An empty body (a back end's answer to HEAD) says nothing of GET's length.
+        s.write_all(
+            b"HEAD /empty HTTP/1.1\r\nHost: t\r\n\r\nGET /empty HTTP/1.1\r\nHost: t\r\n\r\n",
+        )
+        .await
+        .expect("sent");
+        loop {
+            fill(&mut s, &mut buf).await;
+            if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
+                assert!(!head.contains("content-length"), "{head}");
+                buf.drain(..end + 4);
+                break;
+            }
+        }
+        let (code, headers, body) = answer(&mut s, &mut buf).await;
+        assert_eq!((code, body.len()), (200, 0));
+        assert_eq!(header(&headers, "content-length"), Some("0"));
         // HTTP/1.0 and a length nobody knows: the body runs to the close.
         let mut s = TcpStream::connect(addr).await.expect("connect");
         s.write_all(b"POST /stream HTTP/1.0\r\nContent-Length: 3\r\n\r\nxyz")
@@ -1512,5 +1583,34 @@ mod tests {
             let text = String::from_utf8_lossy(&got);
             assert!(!text.ends_with("0\r\n\r\n"), "{text:?}");
         }
+    }
+
+    #[tokio::test]
+    async fn an_http2_preface_is_closed_unanswered_and_shutdown_cuts_a_slow_head_short() {
+        let (addr, _, stop) = start_stoppable(ConnSettings::default()).await;
+        let mut s = TcpStream::connect(addr).await.expect("connect");
+        s.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+            .await
+            .expect("sent");
+        let mut got = Vec::new();
+        let read = tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut got)).await;
+        assert!(matches!(read, Ok(Ok(0))), "{read:?} {got:?}");
+        // A head under way when shutdown starts gets about a second, not header_read_timeout
+        // (30 s here); an idle connection closes at once.
+        let mut slow = TcpStream::connect(addr).await.expect("connect");
+        slow.write_all(b"GET / HTTP/1.1\r\nHost")
+            .await
+            .expect("sent");
+        let mut idle = TcpStream::connect(addr).await.expect("connect");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let started = tokio::time::Instant::now();
+        stop.send_replace(true);
+        let mut rest = Vec::new();
+        let read = tokio::time::timeout(Duration::from_secs(5), idle.read_to_end(&mut rest)).await;
+        assert!(matches!(read, Ok(Ok(0))), "{read:?}");
+        let read = tokio::time::timeout(Duration::from_secs(5), slow.read_to_end(&mut rest)).await;
+        assert!(matches!(read, Ok(Ok(0))), "{read:?}");
+        let waited = started.elapsed();
+        assert!(waited < Duration::from_secs(3), "{waited:?}");
     }
 }
