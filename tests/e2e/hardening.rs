@@ -485,6 +485,7 @@ fn requests_the_http_parser_refuses_are_logged_and_counted() {
             431,
         ),
         (format!("GET /p HTTP/1.1\r\nHost: t\r\n{big_head}\r\n"), 431),
+        ("CONNECT /p HTTP/1.1\r\nHost: t\r\n\r\n".to_owned(), 501),
     ];
     for (request, status) in &cases {
         let mut c = Client::connect(h.http());
@@ -519,7 +520,7 @@ fn requests_the_http_parser_refuses_are_logged_and_counted() {
         statuses.push(line["status"].as_u64().expect("status"));
     }
     statuses.sort_unstable();
-    assert_eq!(statuses, [400, 400, 400, 400, 431, 431]);
+    assert_eq!(statuses, [400, 400, 400, 400, 431, 431, 501]);
     let counted = |status: &str| {
         metric(
             h.admin(),
@@ -529,4 +530,5 @@ fn requests_the_http_parser_refuses_are_logged_and_counted() {
     assert_eq!(counted("400"), Some(4.0));
     assert_eq!(counted("431"), Some(2.0));
     assert_eq!(counted("414"), Some(0.0));
+    assert_eq!(counted("501"), Some(1.0));
 }

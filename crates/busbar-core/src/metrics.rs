@@ -160,8 +160,8 @@ pub struct XsltCounters {
 }
 
 /// The statuses the HTTP parser answers a request it refuses with: 400 (malformed), 414 (a
-/// target over 64 KiB) and 431 (a head too large, or with too many fields).
-pub const BAD_REQUEST_STATUSES: [u16; 3] = [400, 414, 431];
+/// target over 64 KiB), 431 (a head too large, or with too many fields) and 501 (`CONNECT`).
+pub const BAD_REQUEST_STATUSES: [u16; 4] = [400, 414, 431, 501];
 
 /// Connections of one listener.
 #[derive(Debug, Default)]

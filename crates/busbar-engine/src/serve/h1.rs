@@ -691,7 +691,7 @@ async fn exchange<H: Handler>(
     let Some(answer) = answer else {
         return Served::Close { unread: false };
     };
-    let (parts, mut body) = answer.into_parts();
+    let (parts, body) = answer.into_parts();
     let mut close = !keep_alive || !settings.keep_alive || stopping;
     {
         let w = lock(wire);
@@ -704,8 +704,7 @@ async fn exchange<H: Handler>(
         close = true;
     }
     close |= encode_head(wbuf, &parts, &method, out, close, version, &body);
-    let sent = send_body(wire, wbuf, &mut body, out).await;
-    drop(body);
+    let sent = send_body(wire, wbuf, body, out).await;
     let w = lock(wire);
     match sent {
         Ok(()) if !close && !w.body_held && w.body_ended => Served::Next,
@@ -839,18 +838,21 @@ fn encode_head(
 async fn send_body(
     wire: &Mutex<Wire>,
     head: &[u8],
-    body: &mut ResponseBody,
+    mut body: ResponseBody,
     out: Out,
 ) -> io::Result<()> {
     let mut head = head;
+    // The body is dropped as soon as it ended, before its last bytes are written: the request
+    // is over for its meter (latency, access log) when the answer is all handed over.
     if out == Out::None {
+        drop(body);
         return write_all(wire, &mut [head]).await;
     }
     let mut sent: u64 = 0;
     let mut size_line = Vec::with_capacity(18);
     loop {
         // The next frame; when none is ready yet, the head goes first on its own.
-        let polled = poll_fn(|cx| Poll::Ready(Pin::new(&mut *body).poll_frame(cx))).await;
+        let polled = poll_fn(|cx| Poll::Ready(Pin::new(&mut body).poll_frame(cx))).await;
         let next = match polled {
             Poll::Ready(next) => next,
             Poll::Pending => {
@@ -859,7 +861,7 @@ async fn send_body(
                     head = &[];
                 }
                 let waited = poll_fn(|cx| {
-                    if let Poll::Ready(next) = Pin::new(&mut *body).poll_frame(cx) {
+                    if let Poll::Ready(next) = Pin::new(&mut body).poll_frame(cx) {
                         return Poll::Ready(Some(next));
                     }
                     if lock(wire).poll_client_gone(cx) {
@@ -876,6 +878,7 @@ async fn send_body(
         };
         let data = match next {
             None => {
+                drop(body);
                 return match out {
                     Out::Length(n) if sent != n => Err(io::Error::other(format!(
                         "the body ended after {sent} of its {n} bytes"
@@ -896,6 +899,10 @@ async fn send_body(
         }
         sent += data.len() as u64;
         let end = body.is_end_stream();
+        if end {
+            drop(body);
+            body = ResponseBody::plain(busbar_core::Body::empty());
+        }
         match out {
             Out::Length(n) if sent > n => {
                 return Err(io::Error::other(format!(
