@@ -237,8 +237,25 @@ impl Conn {
     }
 
     fn poll_fill(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
-        if self.rbuf.capacity() - self.rbuf.len() < 1024 {
-            self.rbuf.reserve(self.read_size);
+        self.poll_fill_for(cx, None)
+    }
+
+    /// Reads what the socket has, with room for `left` more bytes of a body whose length is
+    /// known (up to the largest read), else for the adaptive read size.
+    fn poll_fill_for(
+        &mut self,
+        cx: &mut Context<'_>,
+        left: Option<u64>,
+    ) -> Poll<io::Result<usize>> {
+        // One byte more than the body has left: a read that does not fill its room tells the
+        // event loop the socket is drained, so no read is tried in vain after the body.
+        let want = left.map_or(self.read_size, |n| n.min(READ_MOST as u64) as usize + 1);
+        // An empty buffer starts over at the front of its allocation when nothing else holds
+        // it (no allocation then), so that a whole message fits in one read, not in the tail
+        // the last one left; a body of known length is read in as few reads as it can be.
+        let room = self.rbuf.capacity() - self.rbuf.len();
+        if self.rbuf.is_empty() || room < 1024 || room < want {
+            self.rbuf.reserve(want.max(1024));
         }
         let room = self.rbuf.capacity() - self.rbuf.len();
         let n = ready!(tokio_util::io::poll_read_buf(
@@ -767,7 +784,7 @@ pub fn poll_body(
                     }
                     return Poll::Ready(Some(Ok(data)));
                 }
-                match ready!(conn.poll_fill(cx)) {
+                match ready!(conn.poll_fill_for(cx, Some(*left))) {
                     Ok(0) => return Poll::Ready(Some(Err(Failure::Closed(None)))),
                     Ok(_) => {}
                     Err(e) => return Poll::Ready(Some(Err(Failure::io(e)))),

@@ -78,8 +78,25 @@ struct Wire {
 
 impl Wire {
     fn poll_fill(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
-        if self.rbuf.capacity() - self.rbuf.len() < 1024 {
-            self.rbuf.reserve(self.read_size);
+        self.poll_fill_for(cx, None)
+    }
+
+    /// Reads what the socket has, with room for `left` more bytes of a body whose length is
+    /// known (up to the largest read), else for the adaptive read size.
+    fn poll_fill_for(
+        &mut self,
+        cx: &mut Context<'_>,
+        left: Option<u64>,
+    ) -> Poll<io::Result<usize>> {
+        // One byte more than the body has left: a read that does not fill its room tells the
+        // event loop the socket is drained, so no read is tried in vain after the body.
+        let want = left.map_or(self.read_size, |n| n.min(READ_MOST as u64) as usize + 1);
+        // An empty buffer starts over at the front of its allocation when nothing else holds
+        // it (no allocation then), so that a whole message fits in one read, not in the tail
+        // the last one left; a body of known length is read in as few reads as it can be.
+        let room = self.rbuf.capacity() - self.rbuf.len();
+        if self.rbuf.is_empty() || room < 1024 || room < want {
+            self.rbuf.reserve(want.max(1024));
         }
         let room = self.rbuf.capacity() - self.rbuf.len();
         let n = ready!(tokio_util::io::poll_read_buf(
@@ -289,7 +306,11 @@ impl http_body::Body for RequestBody {
                 }
                 None => {}
             }
-            let closed = match ready!(wire.poll_fill(cx)) {
+            let left = match this.framing {
+                Framing::Length(n) => Some(n),
+                Framing::Chunked(_) => None,
+            };
+            let closed = match ready!(wire.poll_fill_for(cx, left)) {
                 Ok(0) => "the client closed it".to_owned(),
                 Ok(_) => continue,
                 Err(e) => e.to_string(),
@@ -560,9 +581,9 @@ pub async fn serve<H: Handler>(
         body_ended: true,
         continue_at: None,
     }));
-    let mut stopped = shutdown.clone();
+    let mut told = shutdown.clone();
     let mut stop = pin!(async move {
-        let _ = stopped.wait_for(|s| *s).await;
+        let _ = told.wait_for(|s| *s).await;
     });
     let mut timer = pin!(tokio::time::sleep(settings.header_read_timeout));
     let mut spans = Vec::new();
@@ -576,11 +597,6 @@ pub async fn serve<H: Handler>(
         let mut draining = false;
         let head = poll_fn(|cx| {
             let mut w = lock(&wire);
-            if w.rbuf.is_empty() && w.rbuf.capacity() > READ_AHEAD {
-                // A large body went through: an idle connection keeps no large buffer.
-                w.rbuf = BytesMut::new();
-                w.read_size = READ_FIRST;
-            }
             loop {
                 if !w.rbuf.is_empty() {
                     match parse_head(&mut w.rbuf, settings.max_header_size, &mut spans) {
@@ -595,7 +611,14 @@ pub async fn serve<H: Handler>(
                 match w.poll_fill(cx) {
                     Poll::Ready(Ok(0)) | Poll::Ready(Err(_)) => return Poll::Ready(None),
                     Poll::Ready(Ok(_)) => {}
-                    Poll::Pending => break,
+                    Poll::Pending => {
+                        if w.rbuf.is_empty() && w.rbuf.capacity() > READ_AHEAD {
+                            // Nothing came yet: a connection waiting for its next request
+                            // holds no large buffer (the read size it learnt is kept).
+                            w.rbuf = BytesMut::new();
+                        }
+                        break;
+                    }
                 }
             }
             if !stopped && stop.as_mut().poll(cx).is_ready() {
