@@ -39,8 +39,8 @@ const MAX_EXTENSIONS: usize = 16 * 1024;
 /// The first read size of a connection, and the most it grows to: it doubles after each read
 /// that filled it and halves after one that used less than a quarter, so a large answer is
 /// read in few system calls and a small one in one, without large buffers for small answers.
-const READ_FIRST: usize = 16 * 1024;
-const READ_MOST: usize = 256 * 1024;
+pub(crate) const READ_FIRST: usize = 16 * 1024;
+pub(crate) const READ_MOST: usize = 256 * 1024;
 
 /// Told how a request body goes out: what an attempt's timeouts and counts need.
 pub trait Progress: Send + Sync {
@@ -241,36 +241,53 @@ impl Conn {
     }
 
     /// Reads what the socket has, with room for `left` more bytes of a body whose length is
-    /// known (up to the largest read), else for the adaptive read size.
+    /// known ([`poll_read_some`]).
     fn poll_fill_for(
         &mut self,
         cx: &mut Context<'_>,
         left: Option<u64>,
     ) -> Poll<io::Result<usize>> {
-        // One byte more than the body has left: a read that does not fill its room tells the
-        // event loop the socket is drained, so no read is tried in vain after the body.
-        let want = left.map_or(self.read_size, |n| n.min(READ_MOST as u64) as usize + 1);
-        // An empty buffer starts over at the front of its allocation when nothing else holds
-        // it (no allocation then), so that a whole message fits in one read, not in the tail
-        // the last one left; a body of known length is read in as few reads as it can be.
-        let room = self.rbuf.capacity() - self.rbuf.len();
-        if self.rbuf.is_empty() || room < 1024 || room < want {
-            self.rbuf.reserve(want.max(1024));
-        }
-        let room = self.rbuf.capacity() - self.rbuf.len();
-        let n = ready!(tokio_util::io::poll_read_buf(
-            Pin::new(&mut self.io),
-            cx,
-            &mut self.rbuf
+        let n = ready!(poll_read_some(
+            &mut self.io,
+            &mut self.rbuf,
+            &mut self.read_size,
+            left,
+            cx
         ))?;
         self.read_any |= n > 0;
-        if n == room {
-            self.read_size = (self.read_size * 2).min(READ_MOST);
-        } else if n < self.read_size / 4 {
-            self.read_size = (self.read_size / 2).max(READ_FIRST);
-        }
         Poll::Ready(Ok(n))
     }
+}
+
+/// Reads what `io` has into `rbuf`, with room for `left` more bytes of a body whose length is
+/// known (up to the largest read), else for the adaptive `read_size`, which doubles after a read
+/// that filled its room and halves after one that used less than a quarter of it. Both sides
+/// of busbar's HTTP/1.1 read this way.
+pub(crate) fn poll_read_some<R: AsyncRead + Unpin + ?Sized>(
+    io: &mut R,
+    rbuf: &mut BytesMut,
+    read_size: &mut usize,
+    left: Option<u64>,
+    cx: &mut Context<'_>,
+) -> Poll<io::Result<usize>> {
+    // One byte more than the body has left: a read that does not fill its room tells the event
+    // loop the socket is drained, so no read is tried in vain after the body.
+    let want = left.map_or(*read_size, |n| n.min(READ_MOST as u64) as usize + 1);
+    // An empty buffer starts over at the front of its allocation when nothing else holds it (no
+    // allocation then), so that a whole message fits in one read, not in the tail the last one
+    // left; a body of known length is read in as few reads as it can be.
+    let room = rbuf.capacity() - rbuf.len();
+    if rbuf.is_empty() || room < 1024 || room < want {
+        rbuf.reserve(want.max(1024));
+    }
+    let room = rbuf.capacity() - rbuf.len();
+    let n = ready!(tokio_util::io::poll_read_buf(Pin::new(io), cx, rbuf))?;
+    if n == room {
+        *read_size = (*read_size * 2).min(READ_MOST);
+    } else if n < *read_size / 4 {
+        *read_size = (*read_size / 2).max(READ_FIRST);
+    }
+    Poll::Ready(Ok(n))
 }
 
 /// Writes the request head into `out`; says whether the body goes chunked.

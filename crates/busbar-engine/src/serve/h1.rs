@@ -33,15 +33,14 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::watch;
 
 use super::{ConnInfo, ConnSettings, Handler, ResponseBody};
-use crate::endpoint::h1::{parse_decimal, push_number, step_chunked, Chunk, Step};
+use crate::endpoint::h1::{
+    parse_decimal, poll_read_some, push_number, step_chunked, Chunk, Step, READ_FIRST,
+};
 
 /// Most header fields taken in a request head; more gets 431.
 pub const MAX_FIELDS: usize = 100;
 /// Longest request target; longer gets 414.
 pub const MAX_TARGET: usize = 65_534;
-/// The first read size of a connection, and the most it grows to (as the back-end client's).
-const READ_FIRST: usize = 16 * 1024;
-const READ_MOST: usize = 256 * 1024;
 /// Most bytes of the next requests read ahead while the current one is answered.
 const READ_AHEAD: usize = 64 * 1024;
 /// How long, and how much, a connection closed with a request body unread is still read.
@@ -82,34 +81,13 @@ impl Wire {
     }
 
     /// Reads what the socket has, with room for `left` more bytes of a body whose length is
-    /// known (up to the largest read), else for the adaptive read size.
+    /// known ([`poll_read_some`]).
     fn poll_fill_for(
         &mut self,
         cx: &mut Context<'_>,
         left: Option<u64>,
     ) -> Poll<io::Result<usize>> {
-        // One byte more than the body has left: a read that does not fill its room tells the
-        // event loop the socket is drained, so no read is tried in vain after the body.
-        let want = left.map_or(self.read_size, |n| n.min(READ_MOST as u64) as usize + 1);
-        // An empty buffer starts over at the front of its allocation when nothing else holds
-        // it (no allocation then), so that a whole message fits in one read, not in the tail
-        // the last one left; a body of known length is read in as few reads as it can be.
-        let room = self.rbuf.capacity() - self.rbuf.len();
-        if self.rbuf.is_empty() || room < 1024 || room < want {
-            self.rbuf.reserve(want.max(1024));
-        }
-        let room = self.rbuf.capacity() - self.rbuf.len();
-        let n = ready!(tokio_util::io::poll_read_buf(
-            Pin::new(&mut self.io),
-            cx,
-            &mut self.rbuf
-        ))?;
-        if n == room {
-            self.read_size = (self.read_size * 2).min(READ_MOST);
-        } else if n < self.read_size / 4 {
-            self.read_size = (self.read_size / 2).max(READ_FIRST);
-        }
-        Poll::Ready(Ok(n))
+        poll_read_some(&mut *self.io, &mut self.rbuf, &mut self.read_size, left, cx)
     }
 
     /// Writes what is left of `100 Continue`.
