@@ -524,7 +524,7 @@ fn last_token_is(value: &[u8], token: &[u8]) -> bool {
 /// How an answer's body goes out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Out {
-    /// No body (HEAD, 1xx, 204, 304, a CONNECT's 2xx).
+    /// No body (HEAD, 1xx, 204, 304; CONNECT is refused before any handler).
     None,
     /// This many bytes.
     Length(u64),
@@ -733,7 +733,6 @@ fn answer_framing(
         || status.is_informational()
         || status == StatusCode::NO_CONTENT
         || status == StatusCode::NOT_MODIFIED
-        || (method == Method::CONNECT && status.is_success())
     {
         return Out::None;
     }
@@ -851,6 +850,8 @@ async fn send_body(
     }
     let mut sent: u64 = 0;
     let mut size_line = Vec::with_capacity(18);
+    // The body's last data, kept to go out with what ends the body.
+    let mut last = None;
     loop {
         // The next frame; when none is ready yet, the head goes first on its own.
         let polled = poll_fn(|cx| Poll::Ready(Pin::new(&mut body).poll_frame(cx))).await;
@@ -878,16 +879,7 @@ async fn send_body(
             }
         };
         let data = match next {
-            None => {
-                drop(body);
-                return match out {
-                    Out::Length(n) if sent != n => Err(io::Error::other(format!(
-                        "the body ended after {sent} of its {n} bytes"
-                    ))),
-                    Out::Chunked => write_all(wire, &mut [head, b"0\r\n\r\n"]).await,
-                    _ => write_all(wire, &mut [head]).await,
-                };
-            }
+            None => break,
             Some(Err(e)) => return Err(io::Error::other(e)),
             Some(Ok(frame)) => match frame.into_data() {
                 Ok(data) => data,
@@ -899,36 +891,56 @@ async fn send_body(
             continue;
         }
         sent += data.len() as u64;
-        let end = body.is_end_stream();
-        if end {
-            drop(body);
-            body = ResponseBody::plain(busbar_core::Body::empty());
-        }
-        match out {
-            Out::Length(n) if sent > n => {
+        if let Out::Length(n) = out {
+            if sent > n {
                 return Err(io::Error::other(format!(
                     "the body is longer than its {n} bytes"
-                )))
+                )));
             }
-            Out::Chunked => {
-                size_line.clear();
-                push_number(&mut size_line, data.len() as u64, 16);
-                size_line.extend_from_slice(b"\r\n");
-                let tail: &[u8] = if end { b"\r\n0\r\n\r\n" } else { b"\r\n" };
-                write_all(wire, &mut [head, &size_line, &data, tail]).await?;
-            }
-            _ => write_all(wire, &mut [head, &data]).await?,
+        }
+        if body.is_end_stream() {
+            last = Some(data);
+            break;
+        }
+        if out == Out::Chunked {
+            chunk_size_line(&mut size_line, data.len());
+            write_all(wire, &mut [head, &size_line, &data, b"\r\n"]).await?;
+        } else {
+            write_all(wire, &mut [head, &data]).await?;
         }
         head = &[];
-        if end {
-            return match out {
-                Out::Length(n) if sent != n => Err(io::Error::other(format!(
-                    "the body ended after {sent} of its {n} bytes"
-                ))),
-                _ => Ok(()),
-            };
-        }
     }
+    drop(body);
+    let short = matches!(out, Out::Length(n) if sent != n);
+    let ended_short = || {
+        io::Error::other(format!(
+            "the body ended after {sent} bytes, not the length its head said"
+        ))
+    };
+    if short && last.is_none() {
+        return Err(ended_short());
+    }
+    // The last bytes and what ends the body go out together.
+    match (out, &last) {
+        (Out::Chunked, Some(data)) => {
+            chunk_size_line(&mut size_line, data.len());
+            write_all(wire, &mut [head, &size_line, data, b"\r\n0\r\n\r\n"]).await?;
+        }
+        (Out::Chunked, None) => write_all(wire, &mut [head, b"0\r\n\r\n"]).await?,
+        (_, Some(data)) => write_all(wire, &mut [head, data]).await?,
+        (_, None) => write_all(wire, &mut [head]).await?,
+    }
+    if short {
+        return Err(ended_short());
+    }
+    Ok(())
+}
+
+/// `size` in hexadecimal and CRLF: a chunk's first line.
+fn chunk_size_line(line: &mut Vec<u8>, size: usize) {
+    line.clear();
+    push_number(line, size as u64, 16);
+    line.extend_from_slice(b"\r\n");
 }
 
 /// Writes all of `bufs` (the answer), in as few system calls as the socket takes, then
