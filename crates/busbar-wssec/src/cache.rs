@@ -1,11 +1,14 @@
-//! Small bounded caches shared by every worker: replay detection and unwrapped session keys.
+//! Small bounded caches shared by every worker: replay detection, unwrapped session keys and
+//! the signers' parsed certificates.
 //!
-//! Both are a map plus an insertion-order queue behind one mutex; entries are a few dozen
-//! bytes and the lock is held for a lookup or an insert, never across I/O.
+//! Each is a map plus an insertion-order queue behind one mutex; the lock is held for a
+//! lookup or an insert, never across I/O.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
+
+use crate::keys::Certificate;
 
 /// Remembers message fingerprints until they expire; a second sighting is a replay. One
 /// cache may serve several verifiers ([`crate::Verifier::with_replay_cache`]).
@@ -119,6 +122,78 @@ impl KeyCache {
                 keys.map.remove(&old);
             }
         }
+    }
+}
+
+/// Certificates parsed from messages, by their exact DER bytes: a client signs every message
+/// with the same certificate, and parsing it (and its public key, whose Montgomery constants
+/// are then computed once) costs more than the rest of reading the Security header. Only a
+/// certificate that parsed is kept; trust is still checked for every message.
+#[derive(Debug)]
+pub struct CertCache {
+    capacity: usize,
+    inner: Mutex<Certs>,
+}
+
+#[derive(Debug, Default)]
+struct Certs {
+    map: HashMap<Box<[u8]>, Arc<Certificate>>,
+    order: VecDeque<Box<[u8]>>,
+}
+
+/// Certificates longer than this are parsed every time rather than kept.
+pub const CERT_CACHE_MAX_DER: usize = 16 * 1024;
+
+impl CertCache {
+    /// A cache of at most `capacity` certificates.
+    pub fn new(capacity: usize) -> Self {
+        Self {
+            capacity: capacity.max(1),
+            inner: Mutex::new(Certs::default()),
+        }
+    }
+
+    /// The certificate of `der`, parsed by `parse` unless it was parsed before.
+    pub fn get_or_parse<E>(
+        &self,
+        der: &[u8],
+        parse: impl FnOnce(&[u8]) -> Result<Certificate, E>,
+    ) -> Result<Arc<Certificate>, E> {
+        if der.len() > CERT_CACHE_MAX_DER {
+            return parse(der).map(Arc::new);
+        }
+        let lock = || match self.inner.lock() {
+            Ok(g) => g,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        if let Some(cert) = lock().map.get(der) {
+            return Ok(Arc::clone(cert));
+        }
+        let cert = Arc::new(parse(der)?);
+        let mut certs = lock();
+        let key: Box<[u8]> = der.into();
+        if certs.map.insert(key.clone(), Arc::clone(&cert)).is_none() {
+            certs.order.push_back(key);
+        }
+        while certs.order.len() > self.capacity {
+            if let Some(old) = certs.order.pop_front() {
+                certs.map.remove(&old);
+            }
+        }
+        Ok(cert)
+    }
+
+    /// How many certificates are kept.
+    pub fn len(&self) -> usize {
+        match self.inner.lock() {
+            Ok(g) => g.map.len(),
+            Err(poisoned) => poisoned.into_inner().map.len(),
+        }
+    }
+
+    /// Whether none is kept.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 }
 

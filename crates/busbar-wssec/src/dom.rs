@@ -543,6 +543,9 @@ pub(crate) struct Scope<'a, V: Copy> {
 
 const INDEX_FROM: usize = 24;
 
+/// Distinct namespace URIs a document may name before [`Builder::intern`] indexes them.
+const NS_INDEX_FROM: usize = 16;
+
 impl<'a, V: Copy> Scope<'a, V> {
     pub(crate) fn new() -> Self {
         Scope {
@@ -662,9 +665,6 @@ impl<'s> Builder<'s> {
         } else {
             0
         };
-        let mut ns_ids = HashMap::new();
-        ns_ids.insert(Box::from(""), NS_EMPTY);
-        ns_ids.insert(Box::from(XML_NS), NS_XML);
         Builder {
             src,
             base,
@@ -677,7 +677,7 @@ impl<'s> Builder<'s> {
             decls: Vec::new(),
             arena: String::with_capacity(src.len() / 8),
             namespaces: vec![Box::from(""), Box::from(XML_NS)],
-            ns_ids,
+            ns_ids: HashMap::new(),
             scope: Scope::new(),
             open: Vec::new(),
             pending: None,
@@ -809,13 +809,28 @@ impl<'s> Builder<'s> {
             .collect()
     }
 
+    /// The id of a namespace URI. A message names a handful, found by comparing them; past
+    /// `NS_INDEX_FROM` a hash index takes over, so a hostile document's thousands cost no
+    /// linear search each.
     fn intern(&mut self, uri: &str) -> u32 {
-        if let Some(id) = self.ns_ids.get(uri) {
+        if self.namespaces.len() <= NS_INDEX_FROM {
+            if let Some(i) = self.namespaces.iter().position(|n| **n == *uri) {
+                return i as u32;
+            }
+        } else if let Some(id) = self.ns_ids.get(uri) {
             return *id;
         }
         let id = self.namespaces.len() as u32;
         self.namespaces.push(uri.into());
-        self.ns_ids.insert(uri.into(), id);
+        if self.namespaces.len() > NS_INDEX_FROM {
+            if self.ns_ids.is_empty() {
+                for (i, n) in self.namespaces.iter().enumerate() {
+                    self.ns_ids.insert(n.clone(), i as u32);
+                }
+            } else {
+                self.ns_ids.insert(uri.into(), id);
+            }
+        }
         id
     }
 
@@ -1809,6 +1824,51 @@ mod tests {
         assert_eq!(doc.namespace(find(&doc, "b")), "urn:39");
         assert_eq!(doc.attr(find(&doc, "b"), "urn:0", "c"), Some("1"));
         assert_eq!(doc.namespace(find(&doc, "d")), "urn:3");
+    }
+
+    #[test]
+    fn one_namespace_under_two_prefixes_is_one_namespace_before_and_after_the_index() {
+        // Two prefixes bound to one URI name the same attribute: a duplicate, whether the
+        // document has named few namespaces (compared) or many (indexed) by then.
+        for before in [
+            0,
+            3,
+            NS_INDEX_FROM - 3,
+            NS_INDEX_FROM,
+            NS_INDEX_FROM + 5,
+            60,
+        ] {
+            let mut src = String::from("<r");
+            for i in 0..before {
+                src.push_str(&format!(" xmlns:p{i}='urn:{i}'"));
+            }
+            src.push_str("><z xmlns:m='urn:same' xmlns:n='urn:same' m:k='1' n:k='2'/></r>");
+            let limits = Limits {
+                max_attributes: 128,
+                ..Limits::default()
+            };
+            let err = Document::parse(src.as_bytes(), &limits).unwrap_err();
+            assert!(
+                matches!(err, XmlError::DuplicateAttribute { .. }),
+                "{before}: {err:?}"
+            );
+            // A URI named again after the index exists is the one named before it.
+            let mut src = String::from("<r xmlns:a='urn:first'");
+            for i in 0..before {
+                src.push_str(&format!(" xmlns:p{i}='urn:{i}'"));
+            }
+            src.push_str("><z xmlns:b='urn:first' a:k='1' b:k='2'/></r>");
+            let err = Document::parse(src.as_bytes(), &limits).unwrap_err();
+            assert!(
+                matches!(err, XmlError::DuplicateAttribute { .. }),
+                "{before}: {err:?}"
+            );
+            src = src.replace("b:k", "b:j");
+            let doc = Document::parse(src.as_bytes(), &limits).unwrap();
+            let z = find(&doc, "z");
+            assert_eq!(doc.attr(z, "urn:first", "j"), Some("2"), "{before}");
+            assert_eq!(doc.attr(z, "urn:first", "k"), Some("1"), "{before}");
+        }
     }
 
     #[test]

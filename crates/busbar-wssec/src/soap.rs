@@ -184,8 +184,10 @@ pub fn new_id(prefix: &str) -> String {
     let mut s = String::with_capacity(prefix.len() + 33);
     s.push_str(prefix);
     s.push('-');
+    const HEX: &[u8; 16] = b"0123456789abcdef";
     for b in crate::crypto::random_bytes(16) {
-        s.push_str(&format!("{b:02x}"));
+        s.push(char::from(HEX[usize::from(b >> 4)]));
+        s.push(char::from(HEX[usize::from(b & 15)]));
     }
     s
 }

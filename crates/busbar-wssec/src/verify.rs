@@ -15,7 +15,7 @@ use std::time::SystemTime;
 use sha2::Digest as _;
 
 use crate::c14n;
-use crate::cache::{KeyCache, ReplayCache};
+use crate::cache::{CertCache, KeyCache, ReplayCache};
 use crate::crypto::{self, BlockCipher, DigestAlg, KeyTransport, SignatureAlg};
 use crate::dom::{Boundary, Document, Limits, NodeId, NodeKind};
 use crate::error::{fail, FaultKind, WsseError};
@@ -81,8 +81,12 @@ pub struct Verifier {
     policy: VerifyPolicy,
     replay: Option<Arc<ReplayCache>>,
     session_keys: Option<KeyCache>,
+    certs: CertCache,
     max_references: usize,
 }
+
+/// Signers' certificates kept parsed by a verifier.
+const CERT_CACHE_CAPACITY: usize = 256;
 
 /// EncryptedKeys one Security header may hold: each costs an RSA private-key operation.
 pub const MAX_ENCRYPTED_KEYS: usize = 4;
@@ -152,6 +156,7 @@ impl Verifier {
             policy,
             replay: replay_cache.map(|n| Arc::new(ReplayCache::new(n))),
             session_keys: session_key_cache.map(KeyCache::new),
+            certs: CertCache::new(CERT_CACHE_CAPACITY),
             max_references: DEFAULT_MAX_REFERENCES,
         }
     }
@@ -647,7 +652,7 @@ impl Verifier {
         let Some(info) = child(doc, ek, ns::DS, "KeyInfo") else {
             return fail(FaultKind::FailedCheck, "EncryptedKey without KeyInfo");
         };
-        let matches = match token_reference(doc, security, info)? {
+        let matches = match token_reference(doc, security, info, &self.certs)? {
             TokenRef::Cert(c) => c.der() == ours.der(),
             TokenRef::Ski(ski) => ct_eq(&ski, &ours.subject_key_identifier()),
             TokenRef::Thumbprint(t) => ct_eq(&t, &ours.thumbprint_sha1()),
@@ -800,7 +805,7 @@ impl Verifier {
                 "a signature without KeyInfo",
             );
         };
-        let cert = match token_reference(doc, security, info)? {
+        let cert = match token_reference(doc, security, info, &self.certs)? {
             TokenRef::Cert(c) => c,
             other => self.known_cert(&other)?,
         };
@@ -1199,9 +1204,14 @@ enum TokenRef {
 /// Reads the SecurityTokenReference (or X509Data) inside a KeyInfo. Direct references must
 /// point to a BinarySecurityToken of this Security header: a token elsewhere in the message
 /// is under the attacker's control and outside what the header vouches for.
-fn token_reference(doc: &Document, security: NodeId, info: NodeId) -> Result<TokenRef, WsseError> {
+fn token_reference(
+    doc: &Document,
+    security: NodeId,
+    info: NodeId,
+    certs: &CertCache,
+) -> Result<TokenRef, WsseError> {
     if let Some(data) = child(doc, info, ns::DS, "X509Data") {
-        return x509_data(doc, data);
+        return x509_data(doc, data, certs);
     }
     let Some(str_) = child(doc, info, ns::WSSE, "SecurityTokenReference") else {
         return fail(
@@ -1242,14 +1252,14 @@ fn token_reference(doc: &Document, security: NodeId, info: NodeId) -> Result<Tok
                 );
             }
         }
-        return certificate(&decode_base64(&doc.text_content(token))?).map(TokenRef::Cert);
+        return certificate(&decode_base64(&doc.text_content(token))?, certs).map(TokenRef::Cert);
     }
     if let Some(k) = child(doc, str_, ns::WSSE, "KeyIdentifier") {
         let value = decode_base64(&doc.text_content(k))?;
         return match doc.attr(k, "", "ValueType").unwrap_or("") {
             ns::X509_SKI => Ok(TokenRef::Ski(value)),
             ns::THUMBPRINT_SHA1 => Ok(TokenRef::Thumbprint(value)),
-            ns::X509V3 => certificate(&value).map(TokenRef::Cert),
+            ns::X509V3 => certificate(&value, certs).map(TokenRef::Cert),
             other => fail(
                 FaultKind::UnsupportedSecurityToken,
                 format!("key identifier type '{other}'"),
@@ -1257,7 +1267,7 @@ fn token_reference(doc: &Document, security: NodeId, info: NodeId) -> Result<Tok
         };
     }
     if let Some(data) = child(doc, str_, ns::DS, "X509Data") {
-        return x509_data(doc, data);
+        return x509_data(doc, data, certs);
     }
     fail(
         FaultKind::UnsupportedSecurityToken,
@@ -1265,7 +1275,7 @@ fn token_reference(doc: &Document, security: NodeId, info: NodeId) -> Result<Tok
     )
 }
 
-fn x509_data(doc: &Document, data: NodeId) -> Result<TokenRef, WsseError> {
+fn x509_data(doc: &Document, data: NodeId, certs: &CertCache) -> Result<TokenRef, WsseError> {
     if let Some(is) = child(doc, data, ns::DS, "X509IssuerSerial") {
         let issuer = doc.text_content(only_child(doc, is, ns::DS, "X509IssuerName")?);
         let serial = doc.text_content(only_child(doc, is, ns::DS, "X509SerialNumber")?);
@@ -1275,17 +1285,19 @@ fn x509_data(doc: &Document, data: NodeId) -> Result<TokenRef, WsseError> {
         ));
     }
     if let Some(c) = child(doc, data, ns::DS, "X509Certificate") {
-        return certificate(&decode_base64(&doc.text_content(c))?).map(TokenRef::Cert);
+        return certificate(&decode_base64(&doc.text_content(c))?, certs).map(TokenRef::Cert);
     }
     fail(FaultKind::UnsupportedSecurityToken, "unsupported X509Data")
 }
 
-fn certificate(der: &[u8]) -> Result<Arc<Certificate>, WsseError> {
-    Certificate::from_der(der).map(Arc::new).map_err(|e| {
-        WsseError::new(
-            FaultKind::InvalidSecurityToken,
-            format!("bad certificate: {e}"),
-        )
+fn certificate(der: &[u8], certs: &CertCache) -> Result<Arc<Certificate>, WsseError> {
+    certs.get_or_parse(der, |der| {
+        Certificate::from_der(der).map_err(|e| {
+            WsseError::new(
+                FaultKind::InvalidSecurityToken,
+                format!("bad certificate: {e}"),
+            )
+        })
     })
 }
 
