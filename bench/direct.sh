@@ -12,6 +12,9 @@
 # :8290 (echo :9010, admin :9911); name its proxies `base:DirectProxy` in TARGETS. BASE_CONFIG
 # (examples/esb-benchmark.yaml): the config it serves, e.g. that build's own copy of the example
 # when today's has keys it does not know.
+# ECHO_PROCESS=1: the echo back end runs as its own process (`busbar echo --workers 1`, on core 0
+# too) instead of inside each busbar build, so every proxy measured, busbar's builds and nginx,
+# calls the same back-end process and its worker does only the proxy's work.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 secs=${1:-10}
@@ -28,11 +31,19 @@ targets=${TARGETS:-echo DirectProxy nginx}
 rounds=${ROUNDS:-1}
 for size in $sizes; do $bin bench payload --size $size > "$tmp/$size.xml"; done
 
+embedded=true base_echo=127.0.0.1:9010
+if [ "${ECHO_PROCESS:-0}" = 1 ]; then
+  embedded=false base_echo=127.0.0.1:9000
+  taskset -c 0 $bin echo --listen 127.0.0.1:9000 --workers 1 > "$tmp/echo.log" 2>&1 &
+  for _ in $(seq 50); do curl -sf -o /dev/null -d x http://127.0.0.1:9000/service/EchoService && break; sleep 0.1; done
+fi
 BUSBAR_WORKERS=1 BUSBAR_LISTEN=127.0.0.1:8280 BUSBAR_ECHO=127.0.0.1:9000 BUSBAR_LOG=warn \
+  BUSBAR_ECHO_EMBEDDED=$embedded \
   taskset -c 0 $bin run "${CONFIG:-examples/esb-benchmark.yaml}" > "$tmp/busbar.log" 2>&1 &
 if [ -n "${BASE:-}" ]; then
-  BUSBAR_WORKERS=1 BUSBAR_LISTEN=127.0.0.1:8290 BUSBAR_ECHO=127.0.0.1:9010 BUSBAR_ADMIN=127.0.0.1:9911 \
-    BUSBAR_LOG=warn taskset -c 0 "$BASE" run "${BASE_CONFIG:-examples/esb-benchmark.yaml}" > "$tmp/base.log" 2>&1 &
+  BUSBAR_WORKERS=1 BUSBAR_LISTEN=127.0.0.1:8290 BUSBAR_ECHO=$base_echo BUSBAR_ADMIN=127.0.0.1:9911 \
+    BUSBAR_ECHO_EMBEDDED=$embedded BUSBAR_LOG=warn \
+    taskset -c 0 "$BASE" run "${BASE_CONFIG:-examples/esb-benchmark.yaml}" > "$tmp/base.log" 2>&1 &
   for _ in $(seq 50); do curl -sf -o /dev/null -d x http://127.0.0.1:8290/service/DirectProxy && break; sleep 0.1; done
 fi
 if [[ " $targets " == *" ceiling "* ]]; then
