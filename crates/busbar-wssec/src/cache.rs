@@ -1,10 +1,10 @@
 //! Small bounded caches shared by every worker: replay detection, unwrapped session keys and
-//! the signers' parsed certificates.
+//! trusted signers' parsed certificates.
 //!
 //! Each is a map plus an insertion-order queue behind one mutex; the lock is held for a
 //! lookup or an insert, never across I/O.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -125,10 +125,12 @@ impl KeyCache {
     }
 }
 
-/// Certificates parsed from messages, by their exact DER bytes: a client signs every message
-/// with the same certificate, and parsing it (and its public key, whose Montgomery constants
-/// are then computed once) costs more than the rest of reading the Security header. Only a
-/// certificate that parsed is kept; trust is still checked for every message.
+/// Trusted signers' certificates, kept parsed by their exact DER bytes: a client signs every
+/// message with the same certificate, and parsing it (and its public key, whose Montgomery
+/// constants are then computed once) costs more than the rest of reading the Security header.
+/// Only a certificate that a trust anchor vouched for is kept ([`CertCache::keep`]), so
+/// certificates an untrusted sender makes up cannot push the trusted ones out; trust is still
+/// checked for every message.
 #[derive(Debug)]
 pub struct CertCache {
     capacity: usize,
@@ -137,11 +139,35 @@ pub struct CertCache {
 
 #[derive(Debug, Default)]
 struct Certs {
-    map: HashMap<Box<[u8]>, Arc<Certificate>>,
-    order: VecDeque<Box<[u8]>>,
+    set: HashSet<ByDer>,
+    order: VecDeque<ByDer>,
 }
 
-/// Certificates longer than this are parsed every time rather than kept.
+/// A certificate compared and hashed by its DER bytes.
+#[derive(Debug, Clone)]
+struct ByDer(Arc<Certificate>);
+
+impl PartialEq for ByDer {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.der() == other.0.der()
+    }
+}
+
+impl Eq for ByDer {}
+
+impl std::hash::Hash for ByDer {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.0.der().hash(state);
+    }
+}
+
+impl std::borrow::Borrow<[u8]> for ByDer {
+    fn borrow(&self) -> &[u8] {
+        self.0.der()
+    }
+}
+
+/// Certificates longer than this are not kept.
 pub const CERT_CACHE_MAX_DER: usize = 16 * 1024;
 
 impl CertCache {
@@ -153,42 +179,38 @@ impl CertCache {
         }
     }
 
-    /// The certificate of `der`, parsed by `parse` unless it was parsed before.
-    pub fn get_or_parse<E>(
-        &self,
-        der: &[u8],
-        parse: impl FnOnce(&[u8]) -> Result<Certificate, E>,
-    ) -> Result<Arc<Certificate>, E> {
-        if der.len() > CERT_CACHE_MAX_DER {
-            return parse(der).map(Arc::new);
-        }
-        let lock = || match self.inner.lock() {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Certs> {
+        match self.inner.lock() {
             Ok(g) => g,
             Err(poisoned) => poisoned.into_inner(),
-        };
-        if let Some(cert) = lock().map.get(der) {
-            return Ok(Arc::clone(cert));
         }
-        let cert = Arc::new(parse(der)?);
-        let mut certs = lock();
-        let key: Box<[u8]> = der.into();
-        if certs.map.insert(key.clone(), Arc::clone(&cert)).is_none() {
-            certs.order.push_back(key);
+    }
+
+    /// The kept certificate whose DER is exactly `der`.
+    pub fn get(&self, der: &[u8]) -> Option<Arc<Certificate>> {
+        self.lock().set.get(der).map(|c| Arc::clone(&c.0))
+    }
+
+    /// Keeps `cert` (a certificate just trusted), dropping the oldest past the capacity.
+    pub fn keep(&self, cert: &Arc<Certificate>) {
+        if cert.der().len() > CERT_CACHE_MAX_DER {
+            return;
+        }
+        let mut certs = self.lock();
+        let entry = ByDer(Arc::clone(cert));
+        if certs.set.insert(entry.clone()) {
+            certs.order.push_back(entry);
         }
         while certs.order.len() > self.capacity {
             if let Some(old) = certs.order.pop_front() {
-                certs.map.remove(&old);
+                certs.set.remove(&old);
             }
         }
-        Ok(cert)
     }
 
     /// How many certificates are kept.
     pub fn len(&self) -> usize {
-        match self.inner.lock() {
-            Ok(g) => g.map.len(),
-            Err(poisoned) => poisoned.into_inner().map.len(),
-        }
+        self.lock().set.len()
     }
 
     /// Whether none is kept.

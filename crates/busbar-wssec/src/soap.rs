@@ -110,10 +110,16 @@ pub fn only_child(
 
 /// Base64 content as XML carries it: line breaks and spaces allowed anywhere.
 pub fn decode_base64(text: &str) -> Result<Vec<u8>, WsseError> {
-    let compact: Vec<u8> = text.bytes().filter(|b| !b.is_ascii_whitespace()).collect();
-    base64::engine::general_purpose::STANDARD
-        .decode(compact)
-        .map_err(|_| WsseError::new(FaultKind::InvalidSecurity, "invalid base64 content"))
+    let engine = &base64::engine::general_purpose::STANDARD;
+    // Most senders write one line: decoded as it is, without a compacted copy.
+    let decoded = if text.bytes().any(|b| b.is_ascii_whitespace()) {
+        let mut compact = Vec::with_capacity(text.len());
+        compact.extend(text.bytes().filter(|b| !b.is_ascii_whitespace()));
+        engine.decode(compact)
+    } else {
+        engine.decode(text)
+    };
+    decoded.map_err(|_| WsseError::new(FaultKind::InvalidSecurity, "invalid base64 content"))
 }
 
 /// Base64 as we write it: one line.
@@ -213,6 +219,13 @@ mod tests {
             Some(b"hello".to_vec())
         );
         assert!(decode_base64("***").is_err());
+        // One line, decoded without a copy, the same as with white space around it.
+        assert_eq!(decode_base64("aGVsbG8=").ok(), Some(b"hello".to_vec()));
+        assert_eq!(decode_base64(" aGVsbG8=\t").ok(), Some(b"hello".to_vec()));
+        assert_eq!(decode_base64("").ok(), Some(Vec::new()));
+        assert!(decode_base64("aGVsbG8").is_err());
+        assert!(decode_base64("aGVs bG8").is_err());
+        assert!(decode_base64("aGVsbG8=aGVs").is_err());
     }
 
     #[test]

@@ -85,7 +85,7 @@ pub struct Verifier {
     max_references: usize,
 }
 
-/// Signers' certificates kept parsed by a verifier.
+/// Trusted signers' certificates kept parsed by a verifier.
 const CERT_CACHE_CAPACITY: usize = 256;
 
 /// EncryptedKeys one Security header may hold: each costs an RSA private-key operation.
@@ -805,9 +805,9 @@ impl Verifier {
                 "a signature without KeyInfo",
             );
         };
-        let cert = match token_reference(doc, security, info, &self.certs)? {
-            TokenRef::Cert(c) => c,
-            other => self.known_cert(&other)?,
+        let (cert, in_message) = match token_reference(doc, security, info, &self.certs)? {
+            TokenRef::Cert(c) => (c, true),
+            other => (self.known_cert(&other)?, false),
         };
         let Some(trust) = &p.trust else {
             return fail(
@@ -821,6 +821,9 @@ impl Verifier {
                 format!("signer not trusted: {e}"),
             )
         })?;
+        if in_message {
+            self.certs.keep(&cert);
+        }
         let mut buf = Vec::new();
         let refs: Vec<&str> = si_prefixes.iter().map(String::as_str).collect();
         c14n::exclusive(doc, signed_info, &refs, false, &mut buf).map_err(c14n_failed)?;
@@ -1290,14 +1293,16 @@ fn x509_data(doc: &Document, data: NodeId, certs: &CertCache) -> Result<TokenRef
     fail(FaultKind::UnsupportedSecurityToken, "unsupported X509Data")
 }
 
+/// The certificate of `der`: a trusted signer's kept earlier, or parsed now.
 fn certificate(der: &[u8], certs: &CertCache) -> Result<Arc<Certificate>, WsseError> {
-    certs.get_or_parse(der, |der| {
-        Certificate::from_der(der).map_err(|e| {
-            WsseError::new(
-                FaultKind::InvalidSecurityToken,
-                format!("bad certificate: {e}"),
-            )
-        })
+    if let Some(cert) = certs.get(der) {
+        return Ok(cert);
+    }
+    Certificate::from_der(der).map(Arc::new).map_err(|e| {
+        WsseError::new(
+            FaultKind::InvalidSecurityToken,
+            format!("bad certificate: {e}"),
+        )
     })
 }
 

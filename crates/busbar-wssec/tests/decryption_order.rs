@@ -206,6 +206,24 @@ fn an_untrusted_signer_is_refused_before_anything_is_digested_or_decrypted() {
 }
 
 #[test]
+fn a_signers_kept_certificate_is_trusted_again_for_every_message() {
+    // The verifier keeps a trusted signer's certificate parsed; trust is still decided per
+    // message: at a time past the certificate's validity the same message is refused, and a
+    // rogue signer with the client's subject stays untrusted after the client's was kept.
+    let v = verifier(true, None);
+    let m = request(signer("client"));
+    assert!(verify(&v, &m).is_ok());
+    assert!(verify(&v, &request(signer("client"))).is_ok());
+    let later = SystemTime::now() + Duration::from_secs(60 * 60 * 24 * 365 * 200);
+    let e = v.verify(m.as_bytes(), None, later).unwrap_err();
+    assert_eq!(e.kind, FaultKind::FailedAuthentication, "{e:?}");
+    assert!(e.detail.starts_with("signer not trusted"), "{}", e.detail);
+    let e = verify(&v, &request(signer("rogue"))).unwrap_err();
+    assert_eq!(e.kind, FaultKind::FailedAuthentication, "{e:?}");
+    assert!(verify(&v, &request(signer("client"))).is_ok());
+}
+
+#[test]
 fn an_unsigned_message_is_refused_before_its_key_is_unwrapped_when_a_signature_is_required() {
     let v = verifier(true, None);
     let m = request(None);

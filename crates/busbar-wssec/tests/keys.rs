@@ -5,7 +5,6 @@
 
 mod common;
 
-use std::cell::Cell;
 use std::sync::Arc;
 
 use busbar_wssec::cache::{CertCache, CERT_CACHE_MAX_DER};
@@ -418,41 +417,25 @@ fn types_are_shareable_across_threads() {
 }
 
 #[test]
-fn cert_cache_parses_a_certificate_once_keeps_no_failure_and_is_bounded() {
+fn cert_cache_keeps_certificates_by_their_exact_bytes_and_is_bounded() {
     let cache = CertCache::new(1);
-    let parses = Cell::new(0);
-    let parse = |der: &[u8]| {
-        parses.set(parses.get() + 1);
-        Certificate::from_der(der)
-    };
-    let (client, server) = (cert("client"), cert("server"));
-    let a = cache.get_or_parse(client.der(), parse).unwrap();
-    let b = cache.get_or_parse(client.der(), parse).unwrap();
-    assert!(Arc::ptr_eq(&a, &b));
-    assert_eq!(a.der(), client.der());
-    assert_eq!(parses.get(), 1);
-
-    // A failure is not kept: the same bytes are parsed again, and fail again.
-    assert!(cache.get_or_parse(b"not a certificate", parse).is_err());
-    assert!(cache.get_or_parse(b"not a certificate", parse).is_err());
-    assert_eq!(parses.get(), 3);
-
-    // One byte more is another certificate (and not one at all).
+    let (client, server) = (Arc::new(cert("client")), Arc::new(cert("server")));
+    assert!(cache.get(client.der()).is_none());
+    cache.keep(&client);
+    let kept = cache.get(client.der()).unwrap();
+    assert!(Arc::ptr_eq(&kept, &client));
+    // One byte more or less is another certificate.
     let mut longer = client.der().to_vec();
     longer.push(0);
-    assert!(cache.get_or_parse(&longer, parse).is_err());
-
-    // At capacity 1, the server's certificate displaces the client's.
-    let s = cache.get_or_parse(server.der(), parse).unwrap();
-    assert_eq!(s.der(), server.der());
+    assert!(cache.get(&longer).is_none());
+    assert!(cache.get(&client.der()[..client.der().len() - 1]).is_none());
+    // Kept twice is kept once.
+    cache.keep(&client);
     assert_eq!(cache.len(), 1);
-    let again = cache.get_or_parse(client.der(), parse).unwrap();
-    assert!(!Arc::ptr_eq(&a, &again));
-    assert_eq!(again.der(), client.der());
-
-    // Oversized input is parsed each time and never kept.
-    let huge = vec![0x30; CERT_CACHE_MAX_DER + 1];
-    let before = parses.get();
-    assert!(cache.get_or_parse(&huge, parse).is_err());
-    assert_eq!(parses.get(), before + 1);
+    // At capacity 1, the server's certificate displaces the client's.
+    cache.keep(&server);
+    assert_eq!(cache.len(), 1);
+    assert!(cache.get(client.der()).is_none());
+    assert!(Arc::ptr_eq(&cache.get(server.der()).unwrap(), &server));
+    assert!(CERT_CACHE_MAX_DER > client.der().len());
 }
