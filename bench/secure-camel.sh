@@ -42,32 +42,8 @@ cleanup() { kill $(jobs -p) 2>/dev/null || true; wait 2>/dev/null || true; rm -r
 trap cleanup EXIT
 
 # busbar's SecureProxy exactly as bench/secure.sh configures it (legacy, fresh).
-cat > "$tmp/secure.yaml" <<YAML
-workers: ${WORKERS:-1}
-log: { level: warn }
-admin: { bind: "127.0.0.1:0" }
-echo: { bind: "127.0.0.1:$pe" }
-listeners: { http: { bind: "127.0.0.1:$pb" } }
-endpoints: { echo: { url: "http://127.0.0.1:$pe/service/EchoService" } }
-proxies:
-  SecureProxy:
-    path: /service/SecureProxy
-    in:
-      - wsse_verify:
-          require: [timestamp, signature, encryption]
-          trust: { ca: "$keys/ca.pem", subject: "CN=client" }
-          decrypt_key: { pkcs12: "$keys/server.p12", password: server-pass }
-          algorithms: legacy
-          replay_cache: { enabled: true }
-          session_key_cache: { enabled: false }
-      - call: echo
-    out:
-      - wsse_secure:
-          timestamp: { ttl: 5m }
-          sign: { key: "$keys/server.p12", password: server-pass, digest: sha1 }
-          encrypt: { for: request_signer, data: aes128-cbc, key_transport: rsa-1_5 }
-YAML
-taskset -c 0 "$bin" run "$tmp/secure.yaml" > "$tmp/busbar.log" 2>&1 &
+BUSBAR_WORKERS=${WORKERS:-1} BUSBAR_KEYS=$keys BUSBAR_LISTEN=127.0.0.1:$pb BUSBAR_ECHO=127.0.0.1:$pe \
+  taskset -c 0 "$bin" run bench/secure-legacy.yaml > "$tmp/busbar.log" 2>&1 &
 CPU=0 PORT=$pc KEYS="$keys" ECHO=http://127.0.0.1:$pe/service/EchoService \
   bench/peers/camel/run.sh > "$tmp/camel.log" 2>&1 &
 

@@ -4,8 +4,8 @@
 #
 # The floor is what `rsa_costs` (crates/busbar-wssec/tests/crypto.rs) times on core 0: one
 # RSA-1.5 unwrap (the request's key) plus one RSA-SHA1 signature (the answer's), run before and
-# after the rounds. The proxy is bench/secure-camel.sh's SecureProxy (legacy profile, fresh
-# messages, replay cache on, one worker) on core 0; `busbar bench load --verify secure` on core 1
+# after the rounds. The proxy is bench/secure-legacy.yaml's SecureProxy (legacy profile, fresh
+# messages, replay cache on, one worker), as bench/secure-camel.sh measures it, on core 0; `busbar bench load --verify secure` on core 1
 # sends fresh signed and encrypted messages and decrypts and verifies every answer. The proxy's
 # CPU time (user + system, from /proc) over the window is divided by the messages answered. Each
 # build runs twice per round: with its embedded echo, and calling an echo of its own process
@@ -46,36 +46,6 @@ floor() {
          END {if (u == "" || s == "") exit 1; printf "%.1f %.1f %.1f\n", u, s, u + s}'
 }
 
-config() { # $1: echo URL, $2: embedded echo block or ""
-  cat <<YAML
-workers: 1
-log: { level: warn }
-admin: { bind: "127.0.0.1:0" }
-$2
-listeners: { http: { bind: "127.0.0.1:$pb" } }
-endpoints: { echo: { url: "$1" } }
-proxies:
-  SecureProxy:
-    path: /service/SecureProxy
-    in:
-      - wsse_verify:
-          require: [timestamp, signature, encryption]
-          trust: { ca: "$keys/ca.pem", subject: "CN=client" }
-          decrypt_key: { pkcs12: "$keys/server.p12", password: server-pass }
-          algorithms: legacy
-          replay_cache: { enabled: true }
-          session_key_cache: { enabled: false }
-      - call: echo
-    out:
-      - wsse_secure:
-          timestamp: { ttl: 5m }
-          sign: { key: "$keys/server.p12", password: server-pass, digest: sha1 }
-          encrypt: { for: request_signer, data: aes128-cbc, key_transport: rsa-1_5 }
-YAML
-}
-config "http://127.0.0.1:$pe/service/EchoService" "echo: { bind: \"127.0.0.1:$pe\" }" > "$tmp/embedded.yaml"
-config "http://127.0.0.1:$pe/service/EchoService" "" > "$tmp/process.yaml"
-
 read -r unwrap1 sign1 floor1 < <(floor)
 echo "floor before: RSA-1.5 unwrap $unwrap1 µs + RSA-SHA1 sign $sign1 µs = $floor1 µs"
 
@@ -90,7 +60,10 @@ for r in $(seq "$rounds"); do
         taskset -c 1 "$bin" echo --listen "127.0.0.1:$pe" --workers 1 > "$tmp/echo.log" 2>&1 &
         echo_pid=$!
       fi
-      taskset -c 0 "$b" run "$tmp/$layout.yaml" > "$tmp/busbar.log" 2>&1 &
+      embedded=true
+      [[ $layout == process ]] && embedded=false
+      BUSBAR_KEYS=$keys BUSBAR_LISTEN=127.0.0.1:$pb BUSBAR_ECHO=127.0.0.1:$pe BUSBAR_ECHO_EMBEDDED=$embedded \
+        taskset -c 0 "$b" run bench/secure-legacy.yaml > "$tmp/busbar.log" 2>&1 &
       pid=$!
       for _ in $(seq 100); do
         curl -s -o /dev/null -m 1 "http://127.0.0.1:$pb/" && break
