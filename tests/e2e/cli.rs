@@ -512,3 +512,75 @@ fn health_names_a_timeout_and_refuses_a_non_http_url_as_a_usage_error() {
         "{help}"
     );
 }
+
+/// The SecureProxy config the WS-Security benchmark scripts serve (bench/secure-legacy.yaml)
+/// validates, boots with its embedded echo, refuses a message that is not secured with a SOAP
+/// fault, and answers fresh signed and encrypted messages that the load generator decrypts and
+/// verifies; it stops cleanly.
+#[test]
+fn the_ws_security_bench_config_boots_and_serves_secured_messages() {
+    let config = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../bench/secure-legacy.yaml");
+    let keys = test_keys();
+    let (listen, echo) = (free_port(), free_port());
+    let envs = [
+        ("BUSBAR_KEYS", keys.display().to_string()),
+        ("BUSBAR_LISTEN", format!("127.0.0.1:{listen}")),
+        ("BUSBAR_ECHO", format!("127.0.0.1:{echo}")),
+    ];
+    let out = busbar()
+        .arg("validate")
+        .arg(&config)
+        .envs(envs.clone())
+        .output()
+        .expect("validate");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut child = busbar()
+        .arg("run")
+        .arg(&config)
+        .envs(envs)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("run");
+    let addr: std::net::SocketAddr = format!("127.0.0.1:{listen}").parse().expect("addr");
+    let up = eventually(Duration::from_secs(10), || {
+        std::net::TcpStream::connect(addr).is_ok()
+    });
+    if !up {
+        let _ = child.kill();
+        panic!("bench/secure-legacy.yaml did not start listening");
+    }
+    let plain = Client::connect(addr)
+        .post(
+            "/service/SecureProxy",
+            &[("Content-Type", "text/xml; charset=UTF-8")],
+            &payload(1024, 3),
+        )
+        .expect("answer");
+    assert_eq!(plain.status, 500, "{}", plain.text());
+    assert!(plain.text().contains("wsse:"), "{}", plain.text());
+    let load = busbar()
+        .args(["bench", "load"])
+        .arg(format!("http://{addr}/service/SecureProxy"))
+        .args(["--size", "1024", "-c", "2", "-n", "6", "--pool", "6"])
+        .args(["--verify", "secure", "--keys"])
+        .arg(&keys)
+        .output()
+        .expect("bench load");
+    let report = String::from_utf8_lossy(&load.stdout);
+    assert!(
+        load.status.success() && report.contains("6 ok"),
+        "{report}{}",
+        String::from_utf8_lossy(&load.stderr)
+    );
+    let _ = Command::new("kill")
+        .arg("-TERM")
+        .arg(child.id().to_string())
+        .status();
+    let status = child.wait().expect("wait");
+    assert!(status.success(), "exit {status:?}");
+}
