@@ -96,16 +96,15 @@ read -r unwrap2 sign2 floor2 < <(floor)
 echo "floor after: RSA-1.5 unwrap $unwrap2 µs + RSA-SHA1 sign $sign2 µs = $floor2 µs"
 f=$(awk -v a="$floor1" -v b="$floor2" 'BEGIN {printf "%.1f", (a + b) / 2}')
 echo "floor (mean of both): $f µs"
-awk -v f="$f" '
-  { k = $2 " " $3; n[k]++; v[k, n[k]] = $5; sys[k, n[k]] = $6; if (!(k in seen)) { seen[k] = 1; order[++m] = k } }
-  function med(a, k, c,   i, j, t, x) {
-    for (i = 1; i <= c; i++) x[i] = a[k, i]
-    for (i = 1; i <= c; i++) for (j = i + 1; j <= c; j++) if (x[j] < x[i]) { t = x[i]; x[i] = x[j]; x[j] = t }
-    return c % 2 ? x[(c + 1) / 2] : (x[c / 2] + x[c / 2 + 1]) / 2
-  }
-  END {
-    for (i = 1; i <= m; i++) {
-      k = order[i]; c = n[k]
-      printf "%-38s median %7.1f µs per message (sys %5.1f), %.2fx the floor\n", k, med(v, k, c), med(sys, k, c), med(v, k, c) / f
-    }
-  }' "$tmp/cells"
+python3 - "$tmp/cells" "$f" <<'PY'
+import statistics, sys
+cells, floor = {}, float(sys.argv[2])
+for line in open(sys.argv[1]):
+    _, build, echo, _, cpu, system = line.split()
+    cells.setdefault((build, echo), []).append((float(cpu), float(system)))
+for (build, echo), runs in cells.items():
+    cpu = statistics.median(c for c, _ in runs)
+    system = statistics.median(s for _, s in runs)
+    print(f"{build + ' ' + echo:<38} median {cpu:7.1f} µs per message (sys {system:5.1f}), "
+          f"{cpu / floor:.2f}x the floor")
+PY
