@@ -1,14 +1,11 @@
-//! Small bounded caches shared by every worker: replay detection, unwrapped session keys and
-//! trusted signers' parsed certificates.
+//! Small bounded caches shared by every worker: replay detection and unwrapped session keys.
 //!
-//! Each is a map plus an insertion-order queue behind one mutex; the lock is held for a
-//! lookup or an insert, never across I/O.
+//! Both are a map plus an insertion-order queue behind one mutex; entries are a few dozen
+//! bytes and the lock is held for a lookup or an insert, never across I/O.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
-
-use crate::keys::Certificate;
+use std::sync::Mutex;
 
 /// Remembers message fingerprints until they expire; a second sighting is a replay. One
 /// cache may serve several verifiers ([`crate::Verifier::with_replay_cache`]).
@@ -122,100 +119,6 @@ impl KeyCache {
                 keys.map.remove(&old);
             }
         }
-    }
-}
-
-/// Trusted signers' certificates, kept parsed by their exact DER bytes: a client signs every
-/// message with the same certificate, and parsing it (and its public key, whose Montgomery
-/// constants are then computed once) costs more than the rest of reading the Security header.
-/// Only a certificate that a trust anchor vouched for is kept ([`CertCache::keep`]), so
-/// certificates an untrusted sender makes up cannot push the trusted ones out; trust is still
-/// checked for every message.
-#[derive(Debug)]
-pub struct CertCache {
-    capacity: usize,
-    inner: Mutex<Certs>,
-}
-
-#[derive(Debug, Default)]
-struct Certs {
-    set: HashSet<ByDer>,
-    order: VecDeque<ByDer>,
-}
-
-/// A certificate compared and hashed by its DER bytes.
-#[derive(Debug, Clone)]
-struct ByDer(Arc<Certificate>);
-
-impl PartialEq for ByDer {
-    fn eq(&self, other: &Self) -> bool {
-        self.0.der() == other.0.der()
-    }
-}
-
-impl Eq for ByDer {}
-
-impl std::hash::Hash for ByDer {
-    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
-        self.0.der().hash(state);
-    }
-}
-
-impl std::borrow::Borrow<[u8]> for ByDer {
-    fn borrow(&self) -> &[u8] {
-        self.0.der()
-    }
-}
-
-/// Certificates longer than this are not kept.
-pub const CERT_CACHE_MAX_DER: usize = 16 * 1024;
-
-impl CertCache {
-    /// A cache of at most `capacity` certificates.
-    pub fn new(capacity: usize) -> Self {
-        Self {
-            capacity: capacity.max(1),
-            inner: Mutex::new(Certs::default()),
-        }
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, Certs> {
-        match self.inner.lock() {
-            Ok(g) => g,
-            Err(poisoned) => poisoned.into_inner(),
-        }
-    }
-
-    /// The kept certificate whose DER is exactly `der`.
-    pub fn get(&self, der: &[u8]) -> Option<Arc<Certificate>> {
-        self.lock().set.get(der).map(|c| Arc::clone(&c.0))
-    }
-
-    /// Keeps `cert` (a certificate just trusted), dropping the oldest past the capacity.
-    pub fn keep(&self, cert: &Arc<Certificate>) {
-        if cert.der().len() > CERT_CACHE_MAX_DER {
-            return;
-        }
-        let mut certs = self.lock();
-        let entry = ByDer(Arc::clone(cert));
-        if certs.set.insert(entry.clone()) {
-            certs.order.push_back(entry);
-        }
-        while certs.order.len() > self.capacity {
-            if let Some(old) = certs.order.pop_front() {
-                certs.set.remove(&old);
-            }
-        }
-    }
-
-    /// How many certificates are kept.
-    pub fn len(&self) -> usize {
-        self.lock().set.len()
-    }
-
-    /// Whether none is kept.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 }
 

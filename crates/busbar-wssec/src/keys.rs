@@ -59,6 +59,8 @@ pub struct Certificate(Arc<CertificateInner>);
 
 struct CertificateInner {
     der: Vec<u8>,
+    /// SHA-256 of `der`: the certificate's key in a [`TrustStore`]'s memory.
+    sha256: [u8; 32],
     subject: String,
     subject_attrs: Vec<Attribute>,
     subject_rfc4514: String,
@@ -126,6 +128,7 @@ impl Certificate {
         let (subject_attrs, subject_rfc4514) = read_name(tbs.subject());
         Ok(Certificate(Arc::new(CertificateInner {
             der: der.to_vec(),
+            sha256: sha2::Sha256::digest(der).into(),
             subject: tbs.subject().to_string(),
             subject_attrs,
             subject_rfc4514,
@@ -499,8 +502,14 @@ impl Window {
 pub struct TrustStore {
     anchors: Vec<Certificate>,
     subject: Option<SubjectRule>,
-    /// SHA-256 of a trusted certificate's DER → when its chain is valid.
-    cache: RwLock<HashMap<[u8; 32], Window>>,
+    /// SHA-256 of a trusted certificate's DER → the certificate, and when its chain is valid.
+    cache: RwLock<HashMap<[u8; 32], Trusted>>,
+}
+
+/// A certificate a [`TrustStore`] accepted, kept parsed.
+struct Trusted {
+    cert: Certificate,
+    window: Window,
 }
 
 impl TrustStore {
@@ -525,18 +534,18 @@ impl TrustStore {
     /// chains to one through `intermediates`, every link valid at `now` and verified by
     /// exact issuer/subject Name bytes and signature.
     ///
-    /// A certificate once accepted is remembered, with the validity window of its whole chain,
-    /// so repeating it costs a hash and a lookup, intermediates or not.
+    /// A certificate once accepted is remembered, parsed, with the validity window of its whole
+    /// chain, so repeating it costs a lookup, intermediates or not.
     pub fn check(
         &self,
         cert: &Certificate,
         intermediates: &[Certificate],
         now: i64,
     ) -> Result<(), TrustError> {
-        let key: [u8; 32] = sha2::Sha256::digest(cert.der()).into();
+        let key = cert.0.sha256;
         {
             let cache = self.cache.read().unwrap_or_else(|e| e.into_inner());
-            if cache.get(&key).is_some_and(|w| w.contains(now)) {
+            if cache.get(&key).is_some_and(|t| t.window.contains(now)) {
                 return Ok(());
             }
         }
@@ -545,8 +554,26 @@ impl TrustStore {
         if cache.len() >= CACHE_CAPACITY {
             cache.clear();
         }
-        cache.insert(key, window);
+        cache.insert(
+            key,
+            Trusted {
+                cert: cert.clone(),
+                window,
+            },
+        );
         Ok(())
+    }
+
+    /// The certificate this store accepted earlier whose DER is exactly `der`, as it was parsed
+    /// then (a client signs every message with the same certificate: it is parsed once).
+    /// Whether it is trusted at a given time is still for [`TrustStore::check`] to say.
+    pub fn accepted(&self, der: &[u8]) -> Option<Certificate> {
+        let key: [u8; 32] = sha2::Sha256::digest(der).into();
+        let cache = self.cache.read().unwrap_or_else(|e| e.into_inner());
+        cache
+            .get(&key)
+            .filter(|t| t.cert.der() == der)
+            .map(|t| t.cert.clone())
     }
 
     /// How many certificates are remembered as trusted.

@@ -15,7 +15,7 @@ use std::time::SystemTime;
 use sha2::Digest as _;
 
 use crate::c14n;
-use crate::cache::{CertCache, KeyCache, ReplayCache};
+use crate::cache::{KeyCache, ReplayCache};
 use crate::crypto::{self, BlockCipher, DigestAlg, KeyTransport, SignatureAlg};
 use crate::dom::{Boundary, Document, Limits, NodeId, NodeKind};
 use crate::error::{fail, FaultKind, WsseError};
@@ -81,12 +81,8 @@ pub struct Verifier {
     policy: VerifyPolicy,
     replay: Option<Arc<ReplayCache>>,
     session_keys: Option<KeyCache>,
-    certs: CertCache,
     max_references: usize,
 }
-
-/// Trusted signers' certificates kept parsed by a verifier.
-const CERT_CACHE_CAPACITY: usize = 256;
 
 /// EncryptedKeys one Security header may hold: each costs an RSA private-key operation.
 pub const MAX_ENCRYPTED_KEYS: usize = 4;
@@ -156,7 +152,6 @@ impl Verifier {
             policy,
             replay: replay_cache.map(|n| Arc::new(ReplayCache::new(n))),
             session_keys: session_key_cache.map(KeyCache::new),
-            certs: CertCache::new(CERT_CACHE_CAPACITY),
             max_references: DEFAULT_MAX_REFERENCES,
         }
     }
@@ -652,7 +647,7 @@ impl Verifier {
         let Some(info) = child(doc, ek, ns::DS, "KeyInfo") else {
             return fail(FaultKind::FailedCheck, "EncryptedKey without KeyInfo");
         };
-        let matches = match token_reference(doc, security, info, &self.certs)? {
+        let matches = match token_reference(doc, security, info, self.policy.trust.as_ref())? {
             TokenRef::Cert(c) => c.der() == ours.der(),
             TokenRef::Ski(ski) => ct_eq(&ski, &ours.subject_key_identifier()),
             TokenRef::Thumbprint(t) => ct_eq(&t, &ours.thumbprint_sha1()),
@@ -805,9 +800,9 @@ impl Verifier {
                 "a signature without KeyInfo",
             );
         };
-        let (cert, in_message) = match token_reference(doc, security, info, &self.certs)? {
-            TokenRef::Cert(c) => (c, true),
-            other => (self.known_cert(&other)?, false),
+        let cert = match token_reference(doc, security, info, self.policy.trust.as_ref())? {
+            TokenRef::Cert(c) => c,
+            other => self.known_cert(&other)?,
         };
         let Some(trust) = &p.trust else {
             return fail(
@@ -821,9 +816,6 @@ impl Verifier {
                 format!("signer not trusted: {e}"),
             )
         })?;
-        if in_message {
-            self.certs.keep(&cert);
-        }
         let mut buf = Vec::new();
         let refs: Vec<&str> = si_prefixes.iter().map(String::as_str).collect();
         c14n::exclusive(doc, signed_info, &refs, false, &mut buf).map_err(c14n_failed)?;
@@ -1211,10 +1203,10 @@ fn token_reference(
     doc: &Document,
     security: NodeId,
     info: NodeId,
-    certs: &CertCache,
+    trust: Option<&TrustStore>,
 ) -> Result<TokenRef, WsseError> {
     if let Some(data) = child(doc, info, ns::DS, "X509Data") {
-        return x509_data(doc, data, certs);
+        return x509_data(doc, data, trust);
     }
     let Some(str_) = child(doc, info, ns::WSSE, "SecurityTokenReference") else {
         return fail(
@@ -1255,14 +1247,14 @@ fn token_reference(
                 );
             }
         }
-        return certificate(&decode_base64(&doc.text_content(token))?, certs).map(TokenRef::Cert);
+        return certificate(&decode_base64(&doc.text_content(token))?, trust).map(TokenRef::Cert);
     }
     if let Some(k) = child(doc, str_, ns::WSSE, "KeyIdentifier") {
         let value = decode_base64(&doc.text_content(k))?;
         return match doc.attr(k, "", "ValueType").unwrap_or("") {
             ns::X509_SKI => Ok(TokenRef::Ski(value)),
             ns::THUMBPRINT_SHA1 => Ok(TokenRef::Thumbprint(value)),
-            ns::X509V3 => certificate(&value, certs).map(TokenRef::Cert),
+            ns::X509V3 => certificate(&value, trust).map(TokenRef::Cert),
             other => fail(
                 FaultKind::UnsupportedSecurityToken,
                 format!("key identifier type '{other}'"),
@@ -1270,7 +1262,7 @@ fn token_reference(
         };
     }
     if let Some(data) = child(doc, str_, ns::DS, "X509Data") {
-        return x509_data(doc, data, certs);
+        return x509_data(doc, data, trust);
     }
     fail(
         FaultKind::UnsupportedSecurityToken,
@@ -1278,7 +1270,11 @@ fn token_reference(
     )
 }
 
-fn x509_data(doc: &Document, data: NodeId, certs: &CertCache) -> Result<TokenRef, WsseError> {
+fn x509_data(
+    doc: &Document,
+    data: NodeId,
+    trust: Option<&TrustStore>,
+) -> Result<TokenRef, WsseError> {
     if let Some(is) = child(doc, data, ns::DS, "X509IssuerSerial") {
         let issuer = doc.text_content(only_child(doc, is, ns::DS, "X509IssuerName")?);
         let serial = doc.text_content(only_child(doc, is, ns::DS, "X509SerialNumber")?);
@@ -1288,15 +1284,15 @@ fn x509_data(doc: &Document, data: NodeId, certs: &CertCache) -> Result<TokenRef
         ));
     }
     if let Some(c) = child(doc, data, ns::DS, "X509Certificate") {
-        return certificate(&decode_base64(&doc.text_content(c))?, certs).map(TokenRef::Cert);
+        return certificate(&decode_base64(&doc.text_content(c))?, trust).map(TokenRef::Cert);
     }
     fail(FaultKind::UnsupportedSecurityToken, "unsupported X509Data")
 }
 
-/// The certificate of `der`: a trusted signer's kept earlier, or parsed now.
-fn certificate(der: &[u8], certs: &CertCache) -> Result<Arc<Certificate>, WsseError> {
-    if let Some(cert) = certs.get(der) {
-        return Ok(cert);
+/// The certificate of `der`: one the trust store accepted before, or parsed now.
+fn certificate(der: &[u8], trust: Option<&TrustStore>) -> Result<Arc<Certificate>, WsseError> {
+    if let Some(cert) = trust.and_then(|t| t.accepted(der)) {
+        return Ok(Arc::new(cert));
     }
     Certificate::from_der(der).map(Arc::new).map_err(|e| {
         WsseError::new(

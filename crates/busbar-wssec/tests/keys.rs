@@ -5,9 +5,6 @@
 
 mod common;
 
-use std::sync::Arc;
-
-use busbar_wssec::cache::{CertCache, CERT_CACHE_MAX_DER};
 use busbar_wssec::crypto::{KeyTransport, SignatureAlg};
 use busbar_wssec::keys::{
     load_pem_certificates, Certificate, Identity, KeyError, TrustError, TrustStore,
@@ -417,25 +414,28 @@ fn types_are_shareable_across_threads() {
 }
 
 #[test]
-fn cert_cache_keeps_certificates_by_their_exact_bytes_and_is_bounded() {
-    let cache = CertCache::new(1);
-    let (client, server) = (Arc::new(cert("client")), Arc::new(cert("server")));
-    assert!(cache.get(client.der()).is_none());
-    cache.keep(&client);
-    let kept = cache.get(client.der()).unwrap();
-    assert!(Arc::ptr_eq(&kept, &client));
+fn a_trust_store_keeps_the_certificates_it_accepted_by_their_exact_bytes() {
+    let ca = cert("ca");
+    let trust = TrustStore::new(vec![ca], None);
+    let (client, rogue) = (cert("client"), cert("rogue"));
+    assert!(trust.accepted(client.der()).is_none());
+    trust.check(&client, &[], now()).unwrap();
+    let kept = trust.accepted(client.der()).unwrap();
+    assert_eq!(kept.der(), client.der());
+    assert_eq!(kept.subject(), client.subject());
     // One byte more or less is another certificate.
     let mut longer = client.der().to_vec();
     longer.push(0);
-    assert!(cache.get(&longer).is_none());
-    assert!(cache.get(&client.der()[..client.der().len() - 1]).is_none());
-    // Kept twice is kept once.
-    cache.keep(&client);
-    assert_eq!(cache.len(), 1);
-    // At capacity 1, the server's certificate displaces the client's.
-    cache.keep(&server);
-    assert_eq!(cache.len(), 1);
-    assert!(cache.get(client.der()).is_none());
-    assert!(Arc::ptr_eq(&cache.get(server.der()).unwrap(), &server));
-    assert!(CERT_CACHE_MAX_DER > client.der().len());
+    assert!(trust.accepted(&longer).is_none());
+    assert!(trust
+        .accepted(&client.der()[..client.der().len() - 1])
+        .is_none());
+    // Accepted twice is kept once.
+    trust.check(&kept, &[], now()).unwrap();
+    assert_eq!(trust.cached_len(), 1);
+    // A certificate the store refused is not kept.
+    assert!(trust.check(&rogue, &[], now()).is_err());
+    assert!(trust.accepted(rogue.der()).is_none());
+    // Kept is not trusted at any time: past its validity, the kept certificate is refused.
+    assert!(trust.check(&kept, &[], kept.not_after() + 1).is_err());
 }
