@@ -72,6 +72,20 @@ fn validate_accepts_a_good_config_with_a_summary() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Asks `child` to stop gracefully (SIGTERM).
+fn sigterm(child: &std::process::Child) {
+    let _ = Command::new("kill")
+        .arg("-TERM")
+        .arg(child.id().to_string())
+        .status();
+}
+
+/// Stops `child` gracefully and waits for its exit.
+fn stop(child: &mut std::process::Child) -> std::process::ExitStatus {
+    sigterm(child);
+    child.wait().expect("wait")
+}
+
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .expect("bind")
@@ -194,11 +208,7 @@ fn every_example_validates_and_boots() {
             assert_eq!(r.body, body);
         }
         // SIGTERM: graceful stop, exit code 0.
-        let _ = Command::new("kill")
-            .arg("-TERM")
-            .arg(child.id().to_string())
-            .status();
-        let status = child.wait().expect("wait");
+        let status = stop(&mut child);
         assert!(status.success(), "{}: exit {status:?}", path.display());
     }
     assert!(seen > 0, "no example configs found");
@@ -324,10 +334,7 @@ fn a_failed_call_is_logged_once_with_the_steps_config_path() {
         let r = Client::connect(addr).post(path, &[], b"x").expect("answer");
         assert_eq!(r.status, 502, "{}", r.text());
     }
-    let _ = Command::new("kill")
-        .arg("-TERM")
-        .arg(child.id().to_string())
-        .status();
+    sigterm(&child);
     let out = child.wait_with_output().expect("wait");
     let log = String::from_utf8_lossy(&out.stderr);
     // stderr is a pipe here, not a terminal: no colour escape sequences in the log.
@@ -389,11 +396,7 @@ fn sigterm_right_after_start_is_a_graceful_stop() {
         };
         let (mut child, _) = run_on_free_port(&dir, yaml, &[])
             .unwrap_or_else(|log| panic!("did not start listening: {log}"));
-        let _ = Command::new("kill")
-            .arg("-TERM")
-            .arg(child.id().to_string())
-            .status();
-        let status = child.wait().expect("wait");
+        let status = stop(&mut child);
         assert!(status.success(), "exit {status:?}");
     }
     let _ = std::fs::remove_dir_all(&dir);
@@ -577,10 +580,6 @@ fn the_ws_security_bench_config_boots_and_serves_secured_messages() {
         "{report}{}",
         String::from_utf8_lossy(&load.stderr)
     );
-    let _ = Command::new("kill")
-        .arg("-TERM")
-        .arg(child.id().to_string())
-        .status();
-    let status = child.wait().expect("wait");
+    let status = stop(&mut child);
     assert!(status.success(), "exit {status:?}");
 }
