@@ -43,6 +43,8 @@ pub const MAX_FIELDS: usize = 100;
 pub const MAX_TARGET: usize = 65_534;
 /// Most bytes of the next requests read ahead while the current one is answered.
 const READ_AHEAD: usize = 64 * 1024;
+/// Most bytes taken by one read ahead into an empty buffer ([`Wire::poll_read_ahead`]).
+const AHEAD_PIECE: usize = 8 * 1024;
 /// How long, and how much, a connection closed with a request body unread is still read.
 const LINGER: Duration = Duration::from_secs(2);
 const LINGER_BYTES: usize = 4 << 20;
@@ -116,7 +118,12 @@ impl Wire {
             if self.rbuf.len() >= READ_AHEAD {
                 return false;
             }
-            match self.poll_fill(cx) {
+            let polled = if self.rbuf.is_empty() {
+                self.poll_read_ahead(cx)
+            } else {
+                self.poll_fill(cx)
+            };
+            match polled {
                 Poll::Ready(Ok(0)) | Poll::Ready(Err(_)) => return true,
                 Poll::Ready(Ok(_)) => {
                     if !self.body_ended {
@@ -126,6 +133,18 @@ impl Wire {
                 Poll::Pending => return false,
             }
         }
+    }
+
+    /// Reads what the client sent after its request, while that request is answered, without
+    /// making room in `rbuf` first: the request's head and body still share the buffer's
+    /// allocation, so room there would be a new allocation for every request, for a read that
+    /// nearly always finds nothing. What does come is copied in.
+    fn poll_read_ahead(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
+        let mut room = [MaybeUninit::<u8>::uninit(); AHEAD_PIECE];
+        let mut buf = tokio::io::ReadBuf::uninit(&mut room);
+        ready!(Pin::new(&mut *self.io).poll_read(cx, &mut buf))?;
+        self.rbuf.extend_from_slice(buf.filled());
+        Poll::Ready(Ok(buf.filled().len()))
     }
 }
 
@@ -1218,6 +1237,10 @@ mod tests {
                     return r;
                 }
                 "/empty" => Body::empty(),
+                "/slow" => {
+                    tokio::time::sleep(Duration::from_millis(150)).await;
+                    Body::full("slow")
+                }
                 "/hang" => {
                     let _guard = Dropped(self.dropped.clone());
                     std::future::pending::<()>().await;
@@ -1435,6 +1458,44 @@ mod tests {
         assert_eq!(header(&headers, "connection"), Some("close"));
         let mut rest = Vec::new();
         assert_eq!(s.read_to_end(&mut rest).await.expect("closed"), 0);
+    }
+
+    #[tokio::test]
+    async fn a_request_sent_while_the_one_before_is_answered_is_read_ahead_whole() {
+        let (addr, _) = start(ConnSettings::default()).await;
+        // Around the size of one read ahead into an empty buffer, and around READ_AHEAD.
+        for n in [
+            1,
+            AHEAD_PIECE - 1,
+            AHEAD_PIECE,
+            AHEAD_PIECE + 1,
+            3 * AHEAD_PIECE + 7,
+            READ_AHEAD - 1,
+            READ_AHEAD,
+            READ_AHEAD + 1,
+            100_000,
+        ] {
+            let mut s = TcpStream::connect(addr).await.expect("connect");
+            s.write_all(b"GET /slow HTTP/1.1\r\nHost: t\r\n\r\n")
+                .await
+                .expect("sent");
+            tokio::time::sleep(Duration::from_millis(30)).await;
+            let body: Vec<u8> = (0..n).map(|i| b"0123456789abcdefghij"[i % 20]).collect();
+            let mut next = format!("POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: {n}\r\n\r\n")
+                .into_bytes();
+            next.extend_from_slice(&body);
+            // In two pieces, both while the first request is still answered.
+            let half = next.len() / 2;
+            s.write_all(&next[..half]).await.expect("sent");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            s.write_all(&next[half..]).await.expect("sent");
+            let mut buf = Vec::new();
+            let (code, _, got) = answer(&mut s, &mut buf).await;
+            assert_eq!((code, &got[..]), (200, &b"slow"[..]), "{n}");
+            let (code, _, got) = answer(&mut s, &mut buf).await;
+            assert_eq!(code, 200, "{n}");
+            assert!(got == body, "{n}: {} bytes back", got.len());
+        }
     }
 
     #[tokio::test]
