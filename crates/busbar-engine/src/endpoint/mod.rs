@@ -26,6 +26,7 @@ use busbar_core::trace::{SpanId, SpanKind, TraceContext};
 use busbar_core::{Blame, Body, BodyGone, ErrorKind, Exchange, MediationError};
 use http::{Request, Response, StatusCode};
 
+use crate::headers::copy_with_room;
 use balance::Balancer;
 use breaker::{Admit, Breaker, BreakerSettings};
 use retry::{Replay, RetryBudget};
@@ -352,7 +353,9 @@ impl Endpoint {
             let mut req = Request::new(body);
             *req.method_mut() = head.method.clone();
             *req.uri_mut() = head.uri.clone();
-            *req.headers_mut() = head.headers.clone();
+            // Room for what goes on for the back end: `traceparent`, `tracestate`,
+            // `Authorization`.
+            *req.headers_mut() = copy_with_room(&head.headers, 3);
             if let Some(suffix) = head.extensions.get::<upstream::PathSuffix>() {
                 req.extensions_mut().insert(suffix.clone());
             }
