@@ -273,11 +273,17 @@ pub(crate) fn poll_read_some<R: AsyncRead + Unpin + ?Sized>(
     // One byte more than the body has left: a read that does not fill its room tells the event
     // loop the socket is drained, so no read is tried in vain after the body.
     let want = left.map_or(*read_size, |n| n.min(READ_MOST as u64) as usize + 1);
-    // An empty buffer starts over at the front of its allocation when nothing else holds it (no
-    // allocation then), so that a whole message fits in one read, not in the tail the last one
-    // left; a body of known length is read in as few reads as it can be.
+    // An empty buffer is taken back whole (from the front of its allocation if need be) when
+    // nothing else holds it and it is large enough, so that a whole message fits in one read,
+    // not in the tail the last one left; otherwise it gets a new allocation, rather than one
+    // grown from the old, which would copy every byte already used along. A body of known
+    // length is read in as few reads as it can be.
     let room = rbuf.capacity() - rbuf.len();
-    if rbuf.is_empty() || room < 1024 || room < want {
+    if rbuf.is_empty() {
+        if !rbuf.try_reclaim(want.max(1024)) {
+            *rbuf = BytesMut::with_capacity(want.max(1024));
+        }
+    } else if room < 1024 || room < want {
         rbuf.reserve(want.max(1024));
     }
     let room = rbuf.capacity() - rbuf.len();
@@ -1016,6 +1022,50 @@ mod tests {
             Err(e) => panic!("{text:?}: {e:?}"),
             Ok(_) => panic!("taken: {text:?}"),
         }
+    }
+
+    /// One `poll_read_some` off `src` into `rbuf`.
+    async fn read_some(src: &mut &[u8], rbuf: &mut BytesMut, read_size: &mut usize) -> usize {
+        std::future::poll_fn(|cx| poll_read_some(src, rbuf, read_size, None, cx))
+            .await
+            .expect("read")
+    }
+
+    #[tokio::test]
+    async fn an_empty_buffer_is_taken_back_or_replaced_and_what_it_reads_is_whole() {
+        let next: Vec<u8> = (0..3000u32).map(|i| (i % 251) as u8).collect();
+        // Nothing else holds it and it is large enough: the same allocation.
+        let mut rbuf = BytesMut::with_capacity(64 * 1024);
+        let base = rbuf.as_ptr();
+        rbuf.extend_from_slice(&[b'x'; 5000]);
+        drop(rbuf.split_to(5000));
+        let mut read_size = READ_FIRST;
+        let n = read_some(&mut &next[..], &mut rbuf, &mut read_size).await;
+        assert_eq!((n, &rbuf[..]), (next.len(), &next[..]));
+        let at = rbuf.as_ptr() as usize - base as usize;
+        assert!(at + READ_FIRST <= 64 * 1024, "not the same allocation");
+        // Too small for the read size: a new allocation with room for it, only the new bytes in.
+        let mut rbuf = BytesMut::with_capacity(4096);
+        rbuf.extend_from_slice(&[b'y'; 4000]);
+        drop(rbuf.split_to(4000));
+        let n = read_some(&mut &next[..], &mut rbuf, &mut read_size).await;
+        assert_eq!((n, &rbuf[..]), (next.len(), &next[..]));
+        assert!(rbuf.capacity() >= READ_FIRST, "room {}", rbuf.capacity());
+        // Still held by a message taken from it: that message stays as it was.
+        let mut rbuf = BytesMut::with_capacity(64 * 1024);
+        rbuf.extend_from_slice(&[b'z'; 1000]);
+        let held = rbuf.split_to(1000).freeze();
+        let n = read_some(&mut &next[..], &mut rbuf, &mut read_size).await;
+        assert_eq!((n, &rbuf[..]), (next.len(), &next[..]));
+        assert_eq!(&held[..], &[b'z'; 1000][..]);
+        // Not empty: what it held comes first.
+        let mut rbuf = BytesMut::with_capacity(1024);
+        rbuf.extend_from_slice(&[b'w'; 1000]);
+        drop(rbuf.split_to(990));
+        let n = read_some(&mut &next[..], &mut rbuf, &mut read_size).await;
+        assert_eq!(n, next.len());
+        assert_eq!(&rbuf[..10], &[b'w'; 10][..]);
+        assert_eq!(&rbuf[10..], &next[..]);
     }
 
     #[test]
