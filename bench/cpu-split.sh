@@ -7,7 +7,9 @@
 # echo's user and kernel CPU per request (µs, from /proc/PID/stat).
 # Usage: bench/cpu-split.sh [seconds per cell, default 5]
 # Environment: SIZE (1024), CONC ("20 320"), ROUNDS (3), BUSBAR (a busbar binary instead of
-# this tree's release build).
+# this tree's release build), BASE (another busbar binary, e.g. a previous commit's build, served
+# beside it on :8290 and measured in turn as `base`), BASE_ENV (environment assignments for the
+# BASE process only, e.g. `MALLOC_CONF=tcache_max:262144` with BASE set to the same binary).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 secs=${1:-5}
@@ -32,6 +34,16 @@ echo_pid=$!
 BUSBAR_ECHO_EMBEDDED=false BUSBAR_WORKERS=1 BUSBAR_LOG=warn taskset -c 0 "$bin" run \
   examples/esb-benchmark.yaml > "$tmp/busbar.log" 2>&1 &
 busbar_pid=$!
+proxies="busbar nginx"
+if [ -n "${BASE:-}" ]; then
+  # BASE_ENV unquoted: a list of assignments.
+  env ${BASE_ENV:-} BUSBAR_ECHO_EMBEDDED=false BUSBAR_WORKERS=1 BUSBAR_LOG=warn \
+    BUSBAR_LISTEN=127.0.0.1:8290 BUSBAR_ADMIN=127.0.0.1:9911 taskset -c 0 "$BASE" run \
+    examples/esb-benchmark.yaml > "$tmp/base.log" 2>&1 &
+  base_pid=$!
+  proxies="busbar base nginx"
+  for _ in $(seq 50); do curl -sf -o /dev/null -d x http://127.0.0.1:8290/service/DirectProxy && break; sleep 0.1; done
+fi
 mkdir -p /tmp/busbar-bench-nginx-body /tmp/busbar-bench-nginx-proxy
 taskset -c 0 nginx -p "$tmp" -c "$PWD/bench/peers/nginx.conf" &
 for _ in $(seq 50); do curl -sf -o /dev/null -d x http://127.0.0.1:8280/service/DirectProxy && \
@@ -48,8 +60,12 @@ printf "%-8s %5s %10s %11s %11s %10s %10s\n" proxy c req/s proxy-user proxy-kern
   echo-kernel
 for _ in $(seq "$rounds"); do
   for c in $conc; do
-    for proxy in busbar nginx; do
-      if [ "$proxy" = busbar ]; then pid=$busbar_pid port=8280; else pid=$nginx_pid port=8380; fi
+    for proxy in $proxies; do
+      case $proxy in
+        busbar) pid=$busbar_pid port=8280 ;;
+        base) pid=$base_pid port=8290 ;;
+        *) pid=$nginx_pid port=8380 ;;
+      esac
       read -r pu0 pk0 < <(ticks "$pid")
       read -r eu0 ek0 < <(ticks "$echo_pid")
       out=$(BODY="$tmp/body" taskset -c 1 wrk -t1 -c"$c" -d"${secs}s" -s bench/post.lua \
