@@ -83,14 +83,17 @@ impl<'a> Matcher<'a> {
             text_nodes: 0,
             in_text: false,
         };
+        // Room for a message's first levels, so that they do not grow a step at a time.
+        let mut levels = Vec::with_capacity(16);
+        levels.push(doc);
         Matcher {
             reader: Reader::new(),
             state: State {
                 path,
                 test,
-                levels: vec![doc],
+                levels,
                 counters: vec![0; n],
-                candidates: Vec::new(),
+                candidates: Vec::with_capacity(4),
                 decided: None,
                 last: n.saturating_sub(1),
                 element_mask,

@@ -194,11 +194,14 @@ impl Reader {
             mode: Mode::Content,
             doc: Doc::Start,
             after_cr: false,
-            names: Vec::new(),
-            open: Vec::new(),
-            bind_bytes: Vec::new(),
-            bindings: Vec::new(),
-            attrs: Vec::new(),
+            // Room for what a SOAP message's first levels need (the envelope, its header and
+            // body, their namespaces), so that reading one does not grow these a step at a
+            // time; a deeper or wider document still grows them as it goes.
+            names: Vec::with_capacity(256),
+            open: Vec::with_capacity(16),
+            bind_bytes: Vec::with_capacity(512),
+            bindings: Vec::with_capacity(16),
+            attrs: Vec::with_capacity(8),
             scratch: Vec::new(),
             failed: None,
         }
