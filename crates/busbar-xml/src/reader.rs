@@ -1342,6 +1342,17 @@ fn check_attr_value(v: &[u8], at: usize) -> Result<(), XmlError> {
 pub(crate) fn decode_attr(v: &[u8], out: &mut Vec<u8>) {
     let mut i = 0;
     while i < v.len() {
+        // The run of bytes that stand for themselves goes in at once (a namespace URI is
+        // usually all of it).
+        let run = v[i..]
+            .iter()
+            .position(|&b| matches!(b, b'&' | b'\r' | b'\n' | b'\t'))
+            .unwrap_or(v.len() - i);
+        out.extend_from_slice(&v[i..i + run]);
+        i += run;
+        if i == v.len() {
+            break;
+        }
         match v[i] {
             b'&' => {
                 if let Ok(Some((len, bytes, n))) = reference(&v[i..], 0) {
@@ -1451,6 +1462,34 @@ fn parse_radix(digits: &[u8], radix: u32) -> Option<u32> {
 mod tests {
     use super::*;
     use crate::matcher::WellFormed;
+
+    #[test]
+    fn attribute_values_are_decoded_whole_around_every_reference_and_line_end() {
+        let long = "http://services.samples/xsd/".repeat(20);
+        let cases: Vec<(String, String)> = vec![
+            (String::new(), String::new()),
+            ("urn:p".into(), "urn:p".into()),
+            (long.clone(), long.clone()),
+            ("a&amp;b".into(), "a&b".into()),
+            ("&lt;&gt;&quot;&apos;".into(), "<>\"'".into()),
+            (format!("{long}&#65;{long}"), format!("{long}A{long}")),
+            ("&#x1F600;x".into(), "\u{1F600}x".into()),
+            ("a\r\nb\rc\nd\te".into(), "a b c d e".into()),
+            ("\r\n\r\n".into(), "  ".into()),
+            ("\t".into(), " ".into()),
+            ("é&amp;ü\n".into(), "é&ü ".into()),
+        ];
+        for (raw, want) in cases {
+            // Appended to what the buffer already holds.
+            let mut out = b"kept".to_vec();
+            decode_attr(raw.as_bytes(), &mut out);
+            assert_eq!(
+                String::from_utf8(out).expect("UTF-8"),
+                format!("kept{want}"),
+                "{raw:?}"
+            );
+        }
+    }
 
     /// `<r xmlns:p='urn:p' a0='' p:a0='' a1='' ...>` with `n` pairs of attributes, then `extra`.
     fn wide_tag(n: usize, extra: &str) -> Vec<u8> {
