@@ -148,18 +148,7 @@ fn every_example_validates_and_boots() {
                     .expect("addr")
             };
             let (listen, admin) = (addr_of("BUSBAR_LISTEN"), addr_of("BUSBAR_ADMIN"));
-            let out = busbar()
-                .arg("validate")
-                .arg(&path)
-                .envs(envs.clone())
-                .output()
-                .expect("validate");
-            assert!(
-                out.status.success(),
-                "{}: {}",
-                path.display(),
-                String::from_utf8_lossy(&out.stderr)
-            );
+            assert_validates(&path, envs.clone());
             let log = std::env::temp_dir().join(format!(
                 "busbar-example-{}-{}.log",
                 std::process::id(),
@@ -530,17 +519,7 @@ fn the_ws_security_bench_config_boots_and_serves_secured_messages() {
         ("BUSBAR_LISTEN", format!("127.0.0.1:{listen}")),
         ("BUSBAR_ECHO", format!("127.0.0.1:{echo}")),
     ];
-    let out = busbar()
-        .arg("validate")
-        .arg(&config)
-        .envs(envs.clone())
-        .output()
-        .expect("validate");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_validates(&config, envs.clone());
     let mut child = busbar()
         .arg("run")
         .arg(&config)

@@ -315,6 +315,27 @@ pub fn metric(admin: SocketAddr, line_prefix: &str) -> Option<f64> {
         .and_then(|v| v.parse().ok())
 }
 
+/// Runs `busbar validate` on the config file at `path` with `envs` set, and fails the test,
+/// naming the file and what `validate` said, unless it passes.
+pub fn assert_validates<K, V>(path: &std::path::Path, envs: impl IntoIterator<Item = (K, V)>)
+where
+    K: AsRef<std::ffi::OsStr>,
+    V: AsRef<std::ffi::OsStr>,
+{
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_busbar"))
+        .arg("validate")
+        .arg(path)
+        .envs(envs)
+        .output()
+        .expect("run busbar validate");
+    assert!(
+        out.status.success(),
+        "{}: {}",
+        path.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// Writes `yaml` as `c.yaml` in `dir` and runs `busbar validate` on it.
 fn run_validate(dir: &std::path::Path, yaml: &str) -> std::process::Output {
     let file = dir.join("c.yaml");

@@ -279,12 +279,13 @@ pub(crate) fn poll_read_some<R: AsyncRead + Unpin + ?Sized>(
     // grown from the old, which would copy every byte already used along. A body of known
     // length is read in as few reads as it can be.
     let room = rbuf.capacity() - rbuf.len();
+    let at_least = want.max(1024);
     if rbuf.is_empty() {
-        if !rbuf.try_reclaim(want.max(1024)) {
-            *rbuf = BytesMut::with_capacity(want.max(1024));
+        if !rbuf.try_reclaim(at_least) {
+            *rbuf = BytesMut::with_capacity(at_least);
         }
-    } else if room < 1024 || room < want {
-        rbuf.reserve(want.max(1024));
+    } else if room < at_least {
+        rbuf.reserve(at_least);
     }
     let room = rbuf.capacity() - rbuf.len();
     let n = ready!(tokio_util::io::poll_read_buf(Pin::new(io), cx, rbuf))?;
