@@ -18,14 +18,17 @@ use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 
 use bytes::{Buf, Bytes, BytesMut};
-use http::header::{HeaderName, HeaderValue, CONTENT_LENGTH, TRANSFER_ENCODING};
+use http::header::{HeaderName, HeaderValue, CONTENT_LENGTH, EXPECT, HOST};
 use http::{HeaderMap, Method, Response, StatusCode, Version};
 use http_body::Body as _;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio_rustls::client::TlsStream;
 
+use busbar_core::trace::{TRACEPARENT, TRACESTATE};
 use busbar_core::Body;
+
+use crate::headers::{connection_named, is_hop_by_hop};
 
 /// Most header fields taken in an answer head.
 pub const MAX_FIELDS: usize = 100;
@@ -207,18 +210,18 @@ impl Conn {
         self.poll_gone(&mut Context::from_waker(std::task::Waker::noop()))
     }
 
-    /// Starts an exchange: `parts` is the request head as it goes out (target, `Host` and the
-    /// other headers already set), `body` its body; framing headers are set here.
+    /// Starts an exchange: `head` is the request head as it goes out, `body` its body;
+    /// framing headers are set here.
     pub fn exchange(
         &mut self,
-        parts: &http::request::Parts,
+        head: &Outgoing<'_>,
         body: Body,
         progress: Arc<dyn Progress>,
     ) -> Exchange {
         self.used += 1;
         self.read_any = false;
-        let head_request = parts.method == Method::HEAD;
-        let chunked = encode_head(&mut self.wbuf, parts, &body);
+        let head_request = *head.method == Method::HEAD;
+        let chunked = encode_head(&mut self.wbuf, head, &body);
         let body = (!body.is_end_stream()).then_some(body);
         Exchange {
             upload: Upload {
@@ -297,30 +300,69 @@ pub(crate) fn poll_read_some<R: AsyncRead + Unpin + ?Sized>(
     Poll::Ready(Ok(n))
 }
 
-/// Writes the request head into `out`; says whether the body goes chunked.
-fn encode_head(out: &mut Vec<u8>, parts: &http::request::Parts, body: &Body) -> bool {
+/// A request head as it goes to the back end, written straight from the flow's head: no copy
+/// of its fields is made for an attempt.
+pub struct Outgoing<'a> {
+    pub method: &'a Method,
+    /// The request target: path and query.
+    pub target: &'a str,
+    /// The flow's fields. Those that describe one connection (RFC 9110 7.6.1), `Host`,
+    /// `Expect` (answered on the client's side) and the body's framing do not go out.
+    pub headers: &'a HeaderMap,
+    /// `Host`: the URL's authority. It goes first (RFC 9110 7.2).
+    pub host: &'a HeaderValue,
+    /// `Authorization` to add: only when the flow's head has none.
+    pub authorization: Option<&'a HeaderValue>,
+    /// `traceparent` and `tracestate` of the attempt's span: they replace the caller's, and
+    /// without a state of its own the caller's `tracestate` does not go out either.
+    pub trace: Option<(&'a HeaderValue, Option<&'a HeaderValue>)>,
+}
+
+fn push_field(out: &mut Vec<u8>, name: &str, value: &HeaderValue) {
+    out.extend_from_slice(name.as_bytes());
+    out.extend_from_slice(b": ");
+    out.extend_from_slice(value.as_bytes());
+    out.extend_from_slice(b"\r\n");
+}
+
+/// Writes `head` into `out`, with the body's framing; true when the body goes chunked.
+fn encode_head(out: &mut Vec<u8>, head: &Outgoing<'_>, body: &Body) -> bool {
     out.clear();
-    out.extend_from_slice(parts.method.as_str().as_bytes());
+    out.extend_from_slice(head.method.as_str().as_bytes());
     out.push(b' ');
-    match parts.uri.path_and_query() {
-        Some(pq) if !pq.as_str().is_empty() => out.extend_from_slice(pq.as_str().as_bytes()),
-        _ => out.push(b'/'),
+    if head.target.is_empty() {
+        out.push(b'/');
+    } else {
+        out.extend_from_slice(head.target.as_bytes());
     }
     out.extend_from_slice(b" HTTP/1.1\r\n");
-    for (name, value) in &parts.headers {
-        if name == CONTENT_LENGTH || name == TRANSFER_ENCODING {
-            continue;
+    push_field(out, "host", head.host);
+    let named = connection_named(head.headers);
+    for (name, value) in head.headers {
+        let left_out = name == CONTENT_LENGTH
+            || name == HOST
+            || name == EXPECT
+            || is_hop_by_hop(name)
+            || named.contains(name)
+            || (head.trace.is_some() && (name == TRACEPARENT || name == TRACESTATE));
+        if !left_out {
+            push_field(out, name.as_str(), value);
         }
-        out.extend_from_slice(name.as_str().as_bytes());
-        out.extend_from_slice(b": ");
-        out.extend_from_slice(value.as_bytes());
-        out.extend_from_slice(b"\r\n");
+    }
+    if let Some(auth) = head.authorization {
+        push_field(out, "authorization", auth);
+    }
+    if let Some((parent, state)) = head.trace {
+        push_field(out, "traceparent", parent);
+        if let Some(state) = state {
+            push_field(out, "tracestate", state);
+        }
     }
     let chunked = if body.is_end_stream() {
         // A request without content says so where its method usually has some (RFC 9110
         // 8.6), as browsers and hyper do.
         if !matches!(
-            parts.method,
+            *head.method,
             Method::GET | Method::HEAD | Method::DELETE | Method::OPTIONS | Method::TRACE
         ) {
             out.extend_from_slice(b"content-length: 0\r\n");
@@ -1069,6 +1111,100 @@ mod tests {
         assert_eq!(&rbuf[10..], &next[..]);
     }
 
+    /// The head `encode_head` writes for `head`, as text.
+    fn encoded(head: &Outgoing<'_>, body: &Body) -> (String, bool) {
+        let mut out = Vec::new();
+        let chunked = encode_head(&mut out, head, body);
+        (String::from_utf8(out).expect("text"), chunked)
+    }
+
+    #[test]
+    fn a_forwarded_head_leaves_out_what_describes_the_hop_and_adds_its_own_fields() {
+        let mut h = HeaderMap::new();
+        for (name, value) in [
+            ("x-a", "1"),
+            ("host", "client.example"),
+            ("connection", "keep-alive, X-Private"),
+            ("x-private", "secret"),
+            ("keep-alive", "timeout=5"),
+            ("proxy-connection", "keep-alive"),
+            ("te", "trailers"),
+            ("trailer", "x-sum"),
+            ("upgrade", "websocket"),
+            ("proxy-authorization", "Basic eA=="),
+            ("expect", "100-continue"),
+            ("content-length", "999"),
+            ("transfer-encoding", "chunked"),
+            ("x-a", "2"),
+            (
+                "traceparent",
+                "00-11111111111111111111111111111111-2222222222222222-01",
+            ),
+            ("tracestate", "caller=1"),
+            ("x-b", ""),
+        ] {
+            h.append(
+                HeaderName::from_static(name),
+                HeaderValue::from_static(value),
+            );
+        }
+        let host = HeaderValue::from_static("backend:9000");
+        let auth = HeaderValue::from_static("Basic dTpw");
+        let parent =
+            HeaderValue::from_static("00-33333333333333333333333333333333-4444444444444444-01");
+        let state = HeaderValue::from_static("busbar=2");
+        let head = |trace, authorization| Outgoing {
+            method: &Method::POST,
+            target: "/svc?q=1",
+            headers: &h,
+            host: &host,
+            authorization,
+            trace,
+        };
+        let kept = "x-a: 1\r\nx-a: 2\r\n";
+        // Untraced: the caller's trace fields pass as they came.
+        let (text, chunked) = encoded(&head(None, None), &Body::full("hello"));
+        assert!(!chunked);
+        assert_eq!(
+            text,
+            format!(
+                "POST /svc?q=1 HTTP/1.1\r\nhost: backend:9000\r\n{kept}\
+                 traceparent: 00-11111111111111111111111111111111-2222222222222222-01\r\n\
+                 tracestate: caller=1\r\nx-b: \r\ncontent-length: 5\r\n\r\n"
+            )
+        );
+        // Traced: the attempt's fields replace the caller's; an added Authorization goes last
+        // but one.
+        let (text, _) = encoded(
+            &head(Some((&parent, Some(&state))), Some(&auth)),
+            &Body::full("hello"),
+        );
+        assert_eq!(
+            text,
+            format!(
+                "POST /svc?q=1 HTTP/1.1\r\nhost: backend:9000\r\n{kept}x-b: \r\n\
+                 authorization: Basic dTpw\r\n\
+                 traceparent: 00-33333333333333333333333333333333-4444444444444444-01\r\n\
+                 tracestate: busbar=2\r\ncontent-length: 5\r\n\r\n"
+            )
+        );
+        // A span without a state of its own: the caller's tracestate does not go out either.
+        let (text, _) = encoded(&head(Some((&parent, None)), None), &Body::empty());
+        assert!(!text.contains("tracestate"), "{text}");
+        assert!(text.ends_with("content-length: 0\r\n\r\n"), "{text}");
+        // An empty target is `/`; a GET without a body says nothing of one.
+        let bare = Outgoing {
+            method: &Method::GET,
+            target: "",
+            headers: &HeaderMap::new(),
+            host: &host,
+            authorization: None,
+            trace: None,
+        };
+        let (text, _) = encoded(&bare, &Body::empty());
+        assert_eq!(text, "GET / HTTP/1.1\r\nhost: backend:9000\r\n\r\n");
+    }
+
     #[test]
     fn numbers_are_written_as_format_writes_them() {
         for n in [0, 1, 9, 10, 15, 16, 255, 4096, 65535, 1 << 40, u64::MAX] {
@@ -1409,15 +1545,15 @@ mod tests {
         });
         let tcp = TcpStream::connect(addr).await.expect("connect");
         let mut conn = Conn::new(Io::Plain(tcp));
-        let mut parts = http::Request::post("/t")
-            .body(())
-            .expect("req")
-            .into_parts()
-            .0;
-        parts
-            .headers
-            .insert(http::header::HOST, HeaderValue::from_static("h"));
-        let mut exchange = conn.exchange(&parts, body, Arc::new(Quiet));
+        let head = Outgoing {
+            method: &Method::POST,
+            target: "/t",
+            headers: &HeaderMap::new(),
+            host: &HeaderValue::from_static("h"),
+            authorization: None,
+            trace: None,
+        };
+        let mut exchange = conn.exchange(&head, body, Arc::new(Quiet));
         let answer = std::future::poll_fn(|cx| exchange.poll(&mut conn, cx))
             .await
             .expect("answer");

@@ -26,7 +26,6 @@ use busbar_core::trace::{SpanId, SpanKind, TraceContext};
 use busbar_core::{Blame, Body, BodyGone, ErrorKind, Exchange, MediationError};
 use http::{Request, Response, StatusCode};
 
-use crate::headers::copy_with_room;
 use balance::Balancer;
 use breaker::{Admit, Breaker, BreakerSettings};
 use retry::{Replay, RetryBudget};
@@ -350,22 +349,12 @@ impl Endpoint {
                     )))
                 }
             };
-            let mut req = Request::new(body);
-            *req.method_mut() = head.method.clone();
-            *req.uri_mut() = head.uri.clone();
-            // Room for what goes on for the back end: `traceparent`, `tracestate`,
-            // `Authorization`.
-            *req.headers_mut() = copy_with_room(&head.headers, 3);
-            if let Some(suffix) = head.extensions.get::<upstream::PathSuffix>() {
-                req.extensions_mut().insert(suffix.clone());
-            }
             let attempt_no = attempt;
             attempt += 1;
             let mut recording = None;
-            if let Some(trace) = trace {
-                // The attempt's client span is the back end's parent.
+            // The attempt's client span is the back end's parent.
+            let traced = trace.map(|trace| {
                 let span = SpanId::random();
-                trace.inject(req.headers_mut(), span);
                 recording = trace
                     .start_span(head.method.as_str(), SpanKind::Client, Some(span))
                     .map(|mut r| {
@@ -383,12 +372,23 @@ impl Endpoint {
                         );
                         r
                     });
-            }
+                (trace.traceparent(span), trace.tracestate.clone())
+            });
 
             self.counters.attempts.fetch_add(1, Relaxed);
             let stats = &member.upstream.stats;
             let pending = InProgress::enter(&stats.pending);
-            let outcome = member.upstream.call(req, Some(replay.probe())).await;
+            let outcome = member
+                .upstream
+                .call(
+                    head,
+                    traced
+                        .as_ref()
+                        .map(|(parent, state)| (parent, state.as_ref())),
+                    body,
+                    Some(replay.probe()),
+                )
+                .await;
             drop(pending);
             if let Some(mut r) = recording {
                 match &outcome {

@@ -23,8 +23,8 @@ use busbar_core::body::Origin;
 use busbar_core::metrics::{Counters, UpstreamCounters};
 use busbar_core::{Blame, Body, BodyError, BoxError, ErrorKind, MediationError};
 use bytes::Bytes;
-use http::header::{HeaderValue, AUTHORIZATION, CONTENT_LENGTH, EXPECT, HOST, TRANSFER_ENCODING};
-use http::{Method, Request, Response, StatusCode, Uri, Version};
+use http::header::{HeaderValue, AUTHORIZATION, CONTENT_LENGTH, TRANSFER_ENCODING};
+use http::{Method, Response, StatusCode, Uri, Version};
 use http_body::{Frame, SizeHint};
 use tokio::net::TcpStream;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
@@ -473,24 +473,45 @@ impl Upstream {
         )
     }
 
-    /// Sends `req` to this URL and returns the response head with a streaming body.
+    /// Sends the request `head` with `body` to this URL and returns the response head with a
+    /// streaming body.
     ///
     /// The request's path is replaced by the URL's, its query string appended; hop-by-hop
-    /// headers and `Expect` are removed and `Host` is the URL's authority.
+    /// headers and `Expect` are left out and `Host` is the URL's authority. `trace` is the
+    /// attempt's `traceparent` and `tracestate`, which replace the caller's.
     /// `probe` tells, when the attempt fails after its body went out, whether the body can be
     /// sent again.
     pub async fn call(
         &self,
-        req: Request<Body>,
+        head: &http::request::Parts,
+        trace: Option<(&HeaderValue, Option<&HeaderValue>)>,
+        body: Body,
         probe: Option<ReplayProbe>,
     ) -> Result<Response<Body>, MediationError> {
         let permit = self.permit().await?;
         // Past the queue of max_connections: the attempt goes to this URL.
         self.stats.attempts.fetch_add(1, Relaxed);
-        let (mut parts, body) = req.into_parts();
-        let replayable_after_send = idempotent(&parts.method)
+        let replayable_after_send = idempotent(&head.method)
             && probe.map_or_else(|| body.is_buffered(), |p| p.replayable());
-        self.prepare(&mut parts)?;
+        let built;
+        let target = match self.target_of(head)? {
+            Some(uri) => {
+                built = uri;
+                &built
+            }
+            None => &self.target,
+        };
+        let outgoing = h1::Outgoing {
+            method: &head.method,
+            target: target.path_and_query().map_or("", |pq| pq.as_str()),
+            headers: &head.headers,
+            host: &self.host_header,
+            authorization: self
+                .basic_auth
+                .as_ref()
+                .filter(|_| !head.headers.contains_key(AUTHORIZATION)),
+            trace,
+        };
         let sending = Arc::new(Sending::new(self.counters.clone()));
         let mut lease = match self.pools.take_idle() {
             Some(conn) => Lease {
@@ -503,7 +524,7 @@ impl Upstream {
         // A request that is safe to repeat and has no body goes once more on a fresh connection
         // when a reused one closes before any answer byte: the back end closed it idle as the
         // request went out (its keep-alive timeout crossing the request).
-        let mut again = idempotent(&parts.method) && http_body::Body::is_end_stream(&body);
+        let mut again = idempotent(&head.method) && http_body::Body::is_end_stream(&body);
         let mut body = Some(body);
         let (answer, exchange) = loop {
             let Some(conn) = lease.conn.as_mut() else {
@@ -514,7 +535,7 @@ impl Upstream {
             let reused = conn.used > 0;
             sending.restart();
             let mut exchange =
-                conn.exchange(&parts, body.take().unwrap_or_default(), sending.clone());
+                conn.exchange(&outgoing, body.take().unwrap_or_default(), sending.clone());
             let sent = self
                 .answer(std::future::poll_fn(|cx| exchange.poll(conn, cx)), &sending)
                 .await;
@@ -702,27 +723,15 @@ impl Upstream {
         }
     }
 
-    fn prepare(&self, parts: &mut http::request::Parts) -> Result<(), MediationError> {
-        let suffix = parts.extensions.get::<PathSuffix>();
-        let query = parts.uri.query().filter(|q| !q.is_empty());
+    /// The request target, when it is not the URL's own: a shaped `call` adds a path, or the
+    /// request has a query.
+    fn target_of(&self, head: &http::request::Parts) -> Result<Option<Uri>, MediationError> {
+        let suffix = head.extensions.get::<PathSuffix>();
+        let query = head.uri.query().filter(|q| !q.is_empty());
         if suffix.is_none() && query.is_none() {
-            parts.uri = self.target.clone();
-        } else {
-            parts.uri = self.target_with(suffix, query)?;
+            return Ok(None);
         }
-        parts.version = Version::HTTP_11;
-        let headers = &mut parts.headers;
-        strip_hop_by_hop(headers);
-        // 100-continue was answered (or not) on the client side; the back end gets the body
-        // without waiting.
-        headers.remove(EXPECT);
-        headers.insert(HOST, self.host_header.clone());
-        if let Some(auth) = &self.basic_auth {
-            if !headers.contains_key(AUTHORIZATION) {
-                headers.insert(AUTHORIZATION, auth.clone());
-            }
-        }
-        Ok(())
+        self.target_with(suffix, query).map(Some)
     }
 
     /// The request target when a shaped `call` adds a path, or the request has a query.
