@@ -13,6 +13,7 @@
 //! and chunk lines bounded. Anything else fails the exchange with what was wrong.
 
 use std::io::{self, IoSlice};
+use std::mem::MaybeUninit;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
@@ -631,9 +632,15 @@ fn parse_answer(
     head_request: bool,
 ) -> Result<Option<Answer>, Failure> {
     loop {
-        let mut fields = [httparse::EMPTY_HEADER; MAX_FIELDS];
-        let mut parsed = httparse::Response::new(&mut fields);
-        let len = match parsed.parse(buf) {
+        // Left uninitialised: httparse writes the fields it finds, and filling all of them
+        // first cost more than the parse of a short head.
+        let mut fields = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_FIELDS];
+        let mut parsed = httparse::Response::new(&mut []);
+        let len = match httparse::ParserConfig::default().parse_response_with_uninit_headers(
+            &mut parsed,
+            buf,
+            &mut fields,
+        ) {
             Ok(httparse::Status::Complete(len)) if len <= MAX_HEAD => len,
             Ok(httparse::Status::Complete(_)) => return Err(too_large()),
             Ok(httparse::Status::Partial) => return Ok(None),
