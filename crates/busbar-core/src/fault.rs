@@ -1,7 +1,7 @@
 //! Faults as clients see them: SOAP 1.1 and 1.2 faults, and JSON problem bodies (RFC 9457).
 
 use bytes::Bytes;
-use http::header::{HeaderMap, HeaderValue, CONTENT_TYPE};
+use http::header::{HeaderMap, HeaderName, HeaderValue, CONTENT_TYPE};
 
 const SOAP11_NS: &str = "http://schemas.xmlsoap.org/soap/envelope/";
 const SOAP12_NS: &str = "http://www.w3.org/2003/05/soap-envelope";
@@ -60,14 +60,20 @@ impl MessageFormat {
     /// anything else gets a JSON problem body. A step that has parsed the envelope refines this
     /// with [`SoapVersion::from_namespace`].
     pub fn from_request_headers(headers: &HeaderMap) -> Self {
+        static SOAP_ACTION: HeaderName = HeaderName::from_static("soapaction");
+        // The media type is read as bytes: only its ASCII name is compared, and a parameter
+        // with other bytes in it does not hide it.
         let ct = headers
             .get(CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("");
-        let media = ct.split(';').next().unwrap_or("").trim();
-        if media.eq_ignore_ascii_case("application/soap+xml") {
+            .map_or(&b""[..], HeaderValue::as_bytes);
+        let media = ct
+            .split(|&b| b == b';')
+            .next()
+            .unwrap_or_default()
+            .trim_ascii();
+        if media.eq_ignore_ascii_case(b"application/soap+xml") {
             MessageFormat::Soap(SoapVersion::V12)
-        } else if media.eq_ignore_ascii_case("text/xml") || headers.contains_key("soapaction") {
+        } else if media.eq_ignore_ascii_case(b"text/xml") || headers.contains_key(&SOAP_ACTION) {
             MessageFormat::Soap(SoapVersion::V11)
         } else {
             MessageFormat::Problem
@@ -381,6 +387,35 @@ mod tests {
         assert_eq!(
             MessageFormat::from_request_headers(&h),
             MessageFormat::Problem
+        );
+        // Case, blanks around the name and a parameter that is not ASCII do not matter.
+        for ct in [
+            &b" Application/SOAP+XML ;action=\"urn:x\""[..],
+            b"\tapplication/soap+xml",
+            b"application/soap+xml; title=\xe9t\xe9",
+        ] {
+            h.insert(CONTENT_TYPE, HeaderValue::from_bytes(ct).expect("value"));
+            assert_eq!(
+                MessageFormat::from_request_headers(&h),
+                MessageFormat::Soap(SoapVersion::V12),
+                "{ct:?}"
+            );
+        }
+        // No SOAP media type: a SOAPAction field, in any case, says SOAP 1.1.
+        h.insert(CONTENT_TYPE, HeaderValue::from_static("application/xml"));
+        assert_eq!(
+            MessageFormat::from_request_headers(&h),
+            MessageFormat::Problem
+        );
+        h.insert("SOAPAction", HeaderValue::from_static("\"urn:buy\""));
+        assert_eq!(
+            MessageFormat::from_request_headers(&h),
+            MessageFormat::Soap(SoapVersion::V11)
+        );
+        h.remove(CONTENT_TYPE);
+        assert_eq!(
+            MessageFormat::from_request_headers(&h),
+            MessageFormat::Soap(SoapVersion::V11)
         );
     }
 }
