@@ -19,7 +19,9 @@ use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 
 use bytes::{Buf, Bytes, BytesMut};
-use http::header::{HeaderName, HeaderValue, CONNECTION, CONTENT_LENGTH, EXPECT, HOST};
+use http::header::{
+    HeaderName, HeaderValue, AUTHORIZATION, CONNECTION, CONTENT_LENGTH, EXPECT, HOST,
+};
 use http::{HeaderMap, Method, Response, StatusCode, Version};
 use http_body::Body as _;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
@@ -312,7 +314,7 @@ pub struct Outgoing<'a> {
     pub headers: &'a HeaderMap,
     /// `Host`: the URL's authority. It goes first (RFC 9110 7.2).
     pub host: &'a HeaderValue,
-    /// `Authorization` to add: only when the flow's head has none.
+    /// `Authorization` to send when the flow's head has none that goes out.
     pub authorization: Option<&'a HeaderValue>,
     /// `traceparent` and `tracestate` of the attempt's span: they replace the caller's, and
     /// without a state of its own the caller's `tracestate` does not go out either.
@@ -344,6 +346,7 @@ fn encode_head(out: &mut Vec<u8>, head: &Outgoing<'_>, body: &Body) -> bool {
     } else {
         Vec::new()
     };
+    let mut authorized = false;
     for (name, value) in head.headers {
         let left_out = name == CONTENT_LENGTH
             || name == HOST
@@ -352,10 +355,11 @@ fn encode_head(out: &mut Vec<u8>, head: &Outgoing<'_>, body: &Body) -> bool {
             || named.contains(name)
             || (head.trace.is_some() && (name == TRACEPARENT || name == TRACESTATE));
         if !left_out {
+            authorized |= name == AUTHORIZATION;
             push_field(out, name.as_str(), value);
         }
     }
-    if let Some(auth) = head.authorization {
+    if let (Some(auth), false) = (head.authorization, authorized) {
         push_field(out, "authorization", auth);
     }
     if let Some((parent, state)) = head.trace {
@@ -1200,6 +1204,29 @@ mod tests {
                  tracestate: busbar=2\r\ncontent-length: 5\r\n\r\n"
             )
         );
+        // The caller's own Authorization goes out instead of the URL's, unless `Connection`
+        // names it: then the URL's does.
+        let mut with_auth = h.clone();
+        with_auth.append(AUTHORIZATION, HeaderValue::from_static("Bearer caller"));
+        let (text, _) = encoded(
+            &Outgoing {
+                headers: &with_auth,
+                ..head(None, Some(&auth))
+            },
+            &Body::empty(),
+        );
+        assert!(text.contains("authorization: Bearer caller\r\n"), "{text}");
+        assert!(!text.contains("dTpw"), "{text}");
+        with_auth.append(CONNECTION, HeaderValue::from_static("authorization"));
+        let (text, _) = encoded(
+            &Outgoing {
+                headers: &with_auth,
+                ..head(None, Some(&auth))
+            },
+            &Body::empty(),
+        );
+        assert!(text.contains("authorization: Basic dTpw\r\n"), "{text}");
+        assert!(!text.contains("Bearer"), "{text}");
         // A span without a state of its own: the caller's tracestate does not go out either.
         let (text, _) = encoded(&head(Some((&parent, None)), None), &Body::empty());
         assert!(!text.contains("tracestate"), "{text}");

@@ -23,7 +23,7 @@ use busbar_core::body::Origin;
 use busbar_core::metrics::{Counters, UpstreamCounters};
 use busbar_core::{Blame, Body, BodyError, BoxError, ErrorKind, MediationError};
 use bytes::Bytes;
-use http::header::{HeaderValue, AUTHORIZATION, CONTENT_LENGTH, TRANSFER_ENCODING};
+use http::header::{HeaderValue, CONTENT_LENGTH, TRANSFER_ENCODING};
 use http::{Method, Response, StatusCode, Uri, Version};
 use http_body::{Frame, SizeHint};
 use tokio::net::TcpStream;
@@ -506,10 +506,7 @@ impl Upstream {
             target: target.path_and_query().map_or("", |pq| pq.as_str()),
             headers: &head.headers,
             host: &self.host_header,
-            authorization: self
-                .basic_auth
-                .as_ref()
-                .filter(|_| !head.headers.contains_key(AUTHORIZATION)),
+            authorization: self.basic_auth.as_ref(),
             trace,
         };
         let sending = Arc::new(Sending::new(self.counters.clone()));
