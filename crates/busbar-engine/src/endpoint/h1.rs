@@ -1206,25 +1206,20 @@ mod tests {
         );
         // The caller's own Authorization goes out instead of the URL's, unless `Connection`
         // names it: then the URL's does.
+        let with_basic = |headers: &HeaderMap| {
+            let head = Outgoing {
+                headers,
+                ..head(None, Some(&auth))
+            };
+            encoded(&head, &Body::empty()).0
+        };
         let mut with_auth = h.clone();
         with_auth.append(AUTHORIZATION, HeaderValue::from_static("Bearer caller"));
-        let (text, _) = encoded(
-            &Outgoing {
-                headers: &with_auth,
-                ..head(None, Some(&auth))
-            },
-            &Body::empty(),
-        );
+        let text = with_basic(&with_auth);
         assert!(text.contains("authorization: Bearer caller\r\n"), "{text}");
         assert!(!text.contains("dTpw"), "{text}");
         with_auth.append(CONNECTION, HeaderValue::from_static("authorization"));
-        let (text, _) = encoded(
-            &Outgoing {
-                headers: &with_auth,
-                ..head(None, Some(&auth))
-            },
-            &Body::empty(),
-        );
+        let text = with_basic(&with_auth);
         assert!(text.contains("authorization: Basic dTpw\r\n"), "{text}");
         assert!(!text.contains("Bearer"), "{text}");
         // A span without a state of its own: the caller's tracestate does not go out either.
