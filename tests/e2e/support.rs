@@ -315,6 +315,23 @@ pub fn metric(admin: SocketAddr, line_prefix: &str) -> Option<f64> {
         .and_then(|v| v.parse().ok())
 }
 
+/// Runs `busbar validate` on the config file at `path` with `envs` set.
+fn validate_file<K, V>(
+    path: &std::path::Path,
+    envs: impl IntoIterator<Item = (K, V)>,
+) -> std::process::Output
+where
+    K: AsRef<std::ffi::OsStr>,
+    V: AsRef<std::ffi::OsStr>,
+{
+    std::process::Command::new(env!("CARGO_BIN_EXE_busbar"))
+        .arg("validate")
+        .arg(path)
+        .envs(envs)
+        .output()
+        .expect("run busbar validate")
+}
+
 /// Runs `busbar validate` on the config file at `path` with `envs` set, and fails the test,
 /// naming the file and what `validate` said, unless it passes.
 pub fn assert_validates<K, V>(path: &std::path::Path, envs: impl IntoIterator<Item = (K, V)>)
@@ -322,12 +339,7 @@ where
     K: AsRef<std::ffi::OsStr>,
     V: AsRef<std::ffi::OsStr>,
 {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_busbar"))
-        .arg("validate")
-        .arg(path)
-        .envs(envs)
-        .output()
-        .expect("run busbar validate");
+    let out = validate_file(path, envs);
     assert!(
         out.status.success(),
         "{}: {}",
@@ -340,11 +352,7 @@ where
 fn run_validate(dir: &std::path::Path, yaml: &str) -> std::process::Output {
     let file = dir.join("c.yaml");
     std::fs::write(&file, yaml).expect("write config");
-    std::process::Command::new(env!("CARGO_BIN_EXE_busbar"))
-        .arg("validate")
-        .arg(&file)
-        .output()
-        .expect("run busbar validate")
+    validate_file(&file, std::iter::empty::<(&str, &str)>())
 }
 
 /// `busbar validate` on `yaml` written in `dir`: (exit code, stderr).

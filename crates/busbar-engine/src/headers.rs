@@ -14,13 +14,12 @@ const HOP_BY_HOP: [HeaderName; 7] = [
 ];
 
 /// True for a name that is hop-by-hop whatever the message says (`Connection` included).
-pub(crate) fn is_hop_by_hop(name: &HeaderName) -> bool {
+fn is_hop_by_hop(name: &HeaderName) -> bool {
     HOP_BY_HOP.contains(name) || matches!(name.as_str(), "keep-alive" | "proxy-connection")
 }
 
-/// The names a message's `Connection` fields list: hop-by-hop too, for that message. Empty,
-/// and no allocation, without a `Connection` field.
-pub(crate) fn connection_named(headers: &HeaderMap) -> Vec<HeaderName> {
+/// The names a message's `Connection` fields list: hop-by-hop too, for that message.
+fn connection_named(headers: &HeaderMap) -> Vec<HeaderName> {
     headers
         .get_all(header::CONNECTION)
         .iter()
@@ -30,20 +29,45 @@ pub(crate) fn connection_named(headers: &HeaderMap) -> Vec<HeaderName> {
         .collect()
 }
 
+/// The hop-by-hop fields of one message: the fixed names and those its `Connection` fields
+/// list.
+pub(crate) struct HopByHop {
+    named: Vec<HeaderName>,
+}
+
+impl HopByHop {
+    pub(crate) fn of(headers: &HeaderMap) -> Self {
+        // A pass over the names finds no `Connection` field faster than a lookup by hash, and
+        // without one there is nothing to list (nor to allocate).
+        let named = if headers.keys().any(|name| name == header::CONNECTION) {
+            connection_named(headers)
+        } else {
+            Vec::new()
+        };
+        HopByHop { named }
+    }
+
+    /// True when fields named `name` describe the connection only.
+    pub(crate) fn contains(&self, name: &HeaderName) -> bool {
+        is_hop_by_hop(name) || self.named.contains(name)
+    }
+}
+
 /// Removes every hop-by-hop field: the fixed ones and those `Connection` names.
 pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
     // Most messages carry none: one pass over the names is cheaper than nine lookups.
     if !headers.keys().any(is_hop_by_hop) {
         return;
     }
-    for name in connection_named(headers) {
+    let hop = HopByHop::of(headers);
+    let gone: Vec<HeaderName> = headers
+        .keys()
+        .filter(|name| hop.contains(name))
+        .cloned()
+        .collect();
+    for name in gone {
         headers.remove(name);
     }
-    for name in HOP_BY_HOP {
-        headers.remove(name);
-    }
-    headers.remove("keep-alive");
-    headers.remove("proxy-connection");
 }
 
 #[cfg(test)]

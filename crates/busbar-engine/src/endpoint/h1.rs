@@ -19,9 +19,7 @@ use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 
 use bytes::{Buf, Bytes, BytesMut};
-use http::header::{
-    HeaderName, HeaderValue, AUTHORIZATION, CONNECTION, CONTENT_LENGTH, EXPECT, HOST,
-};
+use http::header::{HeaderName, HeaderValue, AUTHORIZATION, CONTENT_LENGTH, EXPECT, HOST};
 use http::{HeaderMap, Method, Response, StatusCode, Version};
 use http_body::Body as _;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
@@ -31,7 +29,7 @@ use tokio_rustls::client::TlsStream;
 use busbar_core::trace::{TRACEPARENT, TRACESTATE};
 use busbar_core::Body;
 
-use crate::headers::{connection_named, is_hop_by_hop};
+use crate::headers::HopByHop;
 
 /// Most header fields taken in an answer head.
 pub const MAX_FIELDS: usize = 100;
@@ -340,19 +338,13 @@ fn encode_head(out: &mut Vec<u8>, head: &Outgoing<'_>, body: &Body) -> bool {
     }
     out.extend_from_slice(b" HTTP/1.1\r\n");
     push_field(out, "host", head.host);
-    // A pass over the names finds no `Connection` field faster than a lookup by hash.
-    let named = if head.headers.keys().any(|name| name == CONNECTION) {
-        connection_named(head.headers)
-    } else {
-        Vec::new()
-    };
+    let hop = HopByHop::of(head.headers);
     let mut authorized = false;
     for (name, value) in head.headers {
         let left_out = name == CONTENT_LENGTH
             || name == HOST
             || name == EXPECT
-            || is_hop_by_hop(name)
-            || named.contains(name)
+            || hop.contains(name)
             || (head.trace.is_some() && (name == TRACEPARENT || name == TRACESTATE));
         if !left_out {
             authorized |= name == AUTHORIZATION;
@@ -1218,7 +1210,10 @@ mod tests {
         let text = with_basic(&with_auth);
         assert!(text.contains("authorization: Bearer caller\r\n"), "{text}");
         assert!(!text.contains("dTpw"), "{text}");
-        with_auth.append(CONNECTION, HeaderValue::from_static("authorization"));
+        with_auth.append(
+            http::header::CONNECTION,
+            HeaderValue::from_static("authorization"),
+        );
         let text = with_basic(&with_auth);
         assert!(text.contains("authorization: Basic dTpw\r\n"), "{text}");
         assert!(!text.contains("Bearer"), "{text}");

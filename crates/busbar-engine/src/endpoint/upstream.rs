@@ -12,6 +12,7 @@
 //! fails is the client's error), or the back end (it stopped reading the request, or it has
 //! the whole request and has not answered within `timeout`).
 
+use std::borrow::Cow;
 use std::pin::Pin;
 use std::sync::atomic::AtomicUsize;
 use std::sync::atomic::Ordering::Relaxed;
@@ -493,14 +494,7 @@ impl Upstream {
         self.stats.attempts.fetch_add(1, Relaxed);
         let replayable_after_send = idempotent(&head.method)
             && probe.map_or_else(|| body.is_buffered(), |p| p.replayable());
-        let built;
-        let target = match self.target_of(head)? {
-            Some(uri) => {
-                built = uri;
-                &built
-            }
-            None => &self.target,
-        };
+        let target = self.target_of(head)?;
         let outgoing = h1::Outgoing {
             method: &head.method,
             target: target.path_and_query().map_or("", |pq| pq.as_str()),
@@ -720,24 +714,14 @@ impl Upstream {
         }
     }
 
-    /// The request target, when it is not the URL's own: a shaped `call` adds a path, or the
-    /// request has a query.
-    fn target_of(&self, head: &http::request::Parts) -> Result<Option<Uri>, MediationError> {
+    /// The request target: the URL's own, unless a shaped `call` adds a path (appended to the
+    /// URL's, before the URL's own query) or the request has a query (appended last).
+    fn target_of(&self, head: &http::request::Parts) -> Result<Cow<'_, Uri>, MediationError> {
         let suffix = head.extensions.get::<PathSuffix>();
         let query = head.uri.query().filter(|q| !q.is_empty());
         if suffix.is_none() && query.is_none() {
-            return Ok(None);
+            return Ok(Cow::Borrowed(&self.target));
         }
-        self.target_with(suffix, query).map(Some)
-    }
-
-    /// The request target when a shaped `call` adds a path, or the request has a query.
-    fn target_with(
-        &self,
-        suffix: Option<&PathSuffix>,
-        query: Option<&str>,
-    ) -> Result<Uri, MediationError> {
-        // A shaped `call` appends its path to the URL's (before the URL's own query).
         let base = match suffix {
             Some(suffix) => {
                 let joined = format!("{}{}", self.target.path().trim_end_matches('/'), suffix.0);
@@ -755,7 +739,7 @@ impl Upstream {
             }
             None => base,
         };
-        uri.parse().map_err(|e| {
+        uri.parse().map(Cow::Owned).map_err(|e| {
             MediationError::internal(format!(
                 "building the request for '{}' failed",
                 self.endpoint
