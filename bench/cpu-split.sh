@@ -9,7 +9,9 @@
 # Environment: SIZE (1024), CONC ("20 320"), ROUNDS (3), BUSBAR (a busbar binary instead of
 # this tree's release build), BASE (another busbar binary, e.g. a previous commit's build, served
 # beside it on :8290 and measured in turn as `base`), BASE_ENV (environment assignments for the
-# BASE process only, e.g. `MALLOC_CONF=tcache_max:262144` with BASE set to the same binary).
+# BASE process only, e.g. `MALLOC_CONF=dirty_decay_ms:0` with BASE set to the same binary),
+# CEILING=1: also bench/ceiling's bare forwarder, as `ceiling` and, moving the bodies with
+# splice(2), as `ceiling-splice`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 secs=${1:-5}
@@ -44,6 +46,16 @@ if [ -n "${BASE:-}" ]; then
   proxies="busbar base nginx"
   for _ in $(seq 50); do curl -sf -o /dev/null -d x http://127.0.0.1:8290/service/DirectProxy && break; sleep 0.1; done
 fi
+if [ -n "${CEILING:-}" ]; then
+  (cd bench/ceiling && cargo build --release -q)
+  taskset -c 0 bench/ceiling/target/release/busbar-ceiling 127.0.0.1:8480 127.0.0.1:9000 \
+    /service/EchoService > "$tmp/ceiling.log" 2>&1 &
+  ceiling_pid=$!
+  taskset -c 0 bench/ceiling/target/release/busbar-ceiling 127.0.0.1:8481 127.0.0.1:9000 \
+    /service/EchoService splice > "$tmp/ceiling-splice.log" 2>&1 &
+  splice_pid=$!
+  proxies="$proxies ceiling ceiling-splice"
+fi
 mkdir -p /tmp/busbar-bench-nginx-body /tmp/busbar-bench-nginx-proxy
 taskset -c 0 nginx -p "$tmp" -c "$PWD/bench/peers/nginx.conf" &
 for _ in $(seq 50); do curl -sf -o /dev/null -d x http://127.0.0.1:8280/service/DirectProxy && \
@@ -64,6 +76,8 @@ for _ in $(seq "$rounds"); do
       case $proxy in
         busbar) pid=$busbar_pid port=8280 ;;
         base) pid=$base_pid port=8290 ;;
+        ceiling) pid=$ceiling_pid port=8480 ;;
+        ceiling-splice) pid=$splice_pid port=8481 ;;
         *) pid=$nginx_pid port=8380 ;;
       esac
       read -r pu0 pk0 < <(ticks "$pid")

@@ -4,7 +4,8 @@
 # Usage: bench/direct.sh [seconds per cell, default 10]
 # Environment: SIZES (default "1024 10240 102400"), CONC ("20 320"),
 # TARGETS ("echo DirectProxy nginx": echo direct, nginx, `ceiling` (bench/ceiling, a bare tokio
-# forwarder to the same echo: the floor of a tokio-based proxy), or any busbar proxy name),
+# forwarder to the same echo: the floor of a tokio-based proxy), `ceiling-splice` (the same,
+# moving the bodies from socket to socket with splice(2)), or any busbar proxy name),
 # ROUNDS (1): each cell is measured ROUNDS times, targets alternating, for medians.
 # CONFIG (examples/esb-benchmark.yaml): the config this build serves, e.g.
 # examples/resilience.yaml for BalancedProxy (two URLs, round robin) against DirectProxy.
@@ -46,10 +47,12 @@ if [ -n "${BASE:-}" ]; then
     taskset -c 0 "$BASE" run "${BASE_CONFIG:-examples/esb-benchmark.yaml}" > "$tmp/base.log" 2>&1 &
   for _ in $(seq 50); do curl -sf -o /dev/null -d x http://127.0.0.1:8290/service/DirectProxy && break; sleep 0.1; done
 fi
-if [[ " $targets " == *" ceiling "* ]]; then
+if [[ " $targets " == *" ceiling "* || " $targets " == *" ceiling-splice "* ]]; then
   (cd bench/ceiling && cargo build --release -q)
   taskset -c 0 bench/ceiling/target/release/busbar-ceiling 127.0.0.1:8480 127.0.0.1:9000 \
     /service/EchoService > "$tmp/ceiling.log" 2>&1 &
+  taskset -c 0 bench/ceiling/target/release/busbar-ceiling 127.0.0.1:8481 127.0.0.1:9000 \
+    /service/EchoService splice > "$tmp/ceiling-splice.log" 2>&1 &
 fi
 mkdir -p /tmp/busbar-bench-nginx-body /tmp/busbar-bench-nginx-proxy
 taskset -c 0 nginx -p "$tmp" -c "$PWD/bench/peers/nginx.conf" &
@@ -61,6 +64,7 @@ url_of() {
     echo) echo http://127.0.0.1:9000/service/EchoService ;;
     nginx) echo http://127.0.0.1:8380/service/DirectProxy ;;
     ceiling) echo http://127.0.0.1:8480/service/DirectProxy ;;
+    ceiling-splice) echo http://127.0.0.1:8481/service/DirectProxy ;;
     base:*) echo "http://127.0.0.1:8290/service/${1#base:}" ;;
     *) echo "http://127.0.0.1:8280/service/$1" ;;
   esac
