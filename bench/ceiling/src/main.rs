@@ -11,7 +11,7 @@
 //! the other through a pipe (splice(2)) and never enters the process: what a pass-through that
 //! leaves the body to the kernel could save.
 
-use std::io;
+use std::io::{self, IoSlice};
 use std::os::fd::{AsRawFd, RawFd};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt, Interest};
@@ -57,18 +57,11 @@ async fn serve(mut client: TcpStream, upstream: &str, path: &[u8]) -> io::Result
     let mut back: Option<TcpStream> = None;
     let mut req = Vec::with_capacity(16 * 1024);
     let mut resp = Vec::with_capacity(16 * 1024);
-    let mut out = Vec::with_capacity(16 * 1024);
+    let mut line = Vec::with_capacity(256);
     loop {
         let Some(frame) = read_message(&mut client, &mut req, true).await? else {
             return Ok(());
         };
-        // The request line with its target replaced, then the rest as it came.
-        out.clear();
-        out.extend_from_slice(&req[..frame.method_end]);
-        out.push(b' ');
-        out.extend_from_slice(path);
-        out.extend_from_slice(&req[frame.target_end..frame.len]);
-        req.drain(..frame.len);
         let b = match back.as_mut() {
             Some(b) => b,
             None => {
@@ -77,13 +70,40 @@ async fn serve(mut client: TcpStream, upstream: &str, path: &[u8]) -> io::Result
                 back.insert(s)
             }
         };
-        b.write_all(&out).await?;
+        // The request line with its target replaced, then the rest as it came.
+        new_target(&mut line, &req[..frame.method_end], path);
+        write_two(b, &line, &req[frame.target_end..frame.len]).await?;
+        req.drain(..frame.len);
         let Some(answer) = read_message(b, &mut resp, false).await? else {
             return Err(io::ErrorKind::UnexpectedEof.into());
         };
         client.write_all(&resp[..answer.len]).await?;
         resp.drain(..answer.len);
     }
+}
+
+/// The start of a request line with `path` as its target: method, space, path.
+fn new_target(line: &mut Vec<u8>, method: &[u8], path: &[u8]) {
+    line.clear();
+    line.extend_from_slice(method);
+    line.push(b' ');
+    line.extend_from_slice(path);
+}
+
+/// Writes `a` then `b` with as few system calls as the socket allows, copying neither.
+async fn write_two(s: &mut TcpStream, mut a: &[u8], mut b: &[u8]) -> io::Result<()> {
+    while !a.is_empty() || !b.is_empty() {
+        let n = s
+            .write_vectored(&[IoSlice::new(a), IoSlice::new(b)])
+            .await?;
+        if n == 0 {
+            return Err(io::ErrorKind::WriteZero.into());
+        }
+        let from_a = n.min(a.len());
+        a = &a[from_a..];
+        b = &b[n - from_a..];
+    }
+    Ok(())
 }
 
 struct Frame {
@@ -98,20 +118,15 @@ async fn read_message(
     buf: &mut Vec<u8>,
     request: bool,
 ) -> io::Result<Option<Frame>> {
-    loop {
-        if let Some(frame) = frame(buf, request)? {
-            if buf.len() >= frame.len {
-                return Ok(Some(frame));
-            }
-        }
+    let Some(frame) = read_head(s, buf, request).await? else {
+        return Ok(None);
+    };
+    while buf.len() < frame.len {
         if fill(s, buf).await? == 0 {
-            return if buf.is_empty() {
-                Ok(None)
-            } else {
-                Err(io::ErrorKind::UnexpectedEof.into())
-            };
+            return Err(io::ErrorKind::UnexpectedEof.into());
         }
     }
+    Ok(Some(frame))
 }
 
 /// Reads what `s` has into `buf`, with at least 4 KB of room.
@@ -279,19 +294,15 @@ async fn serve_spliced(mut client: TcpStream, upstream: &str, path: &[u8]) -> io
     back.set_nodelay(true)?;
     let mut req = Vec::with_capacity(16 * 1024);
     let mut resp = Vec::with_capacity(16 * 1024);
-    let mut out = Vec::with_capacity(16 * 1024);
+    let mut line = Vec::with_capacity(256);
     loop {
         let Some(frame) = read_head(&mut client, &mut req, true).await? else {
             return Ok(());
         };
         let have = req.len().min(frame.len);
-        out.clear();
-        out.extend_from_slice(&req[..frame.method_end]);
-        out.push(b' ');
-        out.extend_from_slice(path);
-        out.extend_from_slice(&req[frame.target_end..have]);
+        new_target(&mut line, &req[..frame.method_end], path);
+        write_two(&mut back, &line, &req[frame.target_end..have]).await?;
         req.drain(..have);
-        back.write_all(&out).await?;
         splice_body(&client, &back, &pipe, frame.len - have).await?;
         let Some(answer) = read_head(&mut back, &mut resp, false).await? else {
             return Err(io::ErrorKind::UnexpectedEof.into());
