@@ -1145,3 +1145,87 @@ fn transfer_codings_other_than_chunked_are_refused_both_ways() {
     let head = read_answer_head(&mut std::io::BufReader::new(s));
     assert!(head.starts_with("HTTP/1.1 501"), "{head}");
 }
+
+#[test]
+fn posts_to_a_back_end_that_closes_each_connection_after_its_answer_all_arrive_once() {
+    // The back end answers one request per connection and then closes it, without saying so
+    // (no `Connection: close`): busbar keeps the connection, and its close either is seen when
+    // the connection is taken, or crosses the next request on it. Every POST is answered with
+    // its own body, and the back end gets each body exactly once.
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let record = seen.clone();
+    let addr = scripted(move |mut r| {
+        let Some(head) = read_head(&mut r) else {
+            return;
+        };
+        let Some(body) = read_body(&mut r, &head) else {
+            return;
+        };
+        record.lock().expect("lock").push(body.clone());
+        let s = r.get_mut();
+        let head = format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n", body.len());
+        let _ = s
+            .write_all(head.as_bytes())
+            .and_then(|()| s.write_all(&body));
+    });
+    let h = engine(&proxy_yaml(&format!("    url: \"http://{addr}/e\"\n")));
+    let mut c = Client::connect(h.http());
+    let mut sent = Vec::new();
+    for i in 0..300 {
+        // Sizes on both sides of the first read and of a socket buffer's worth.
+        let body = payload([10, 16 * 1024 + 1, 70_000][i % 3], i as u64);
+        let r = c.post("/p", &[JSON], &body).expect("response");
+        assert_eq!(r.status, 200, "request {i}: {}", r.text());
+        assert!(r.body == body, "request {i}: the answer is not its body");
+        sent.push(body);
+    }
+    assert!(
+        *seen.lock().expect("lock") == sent,
+        "the back end got each body once, in order"
+    );
+}
+
+#[test]
+fn a_back_end_that_states_its_keep_alive_timeout_has_its_connections_closed_before_it() {
+    // The back end says it keeps idle connections 2 s (`Keep-Alive: timeout=2`) and never
+    // closes one itself. busbar uses a connection again after 300 ms idle, and opens a new
+    // one after 1.4 s: a second before the stated timeout, whatever its own keep_alive.
+    let connections = Arc::new(AtomicUsize::new(0));
+    let counted = connections.clone();
+    let addr = scripted(move |mut r| {
+        counted.fetch_add(1, Ordering::SeqCst);
+        while let Some(head) = read_head(&mut r) {
+            if read_body(&mut r, &head).is_none()
+                || r.get_mut()
+                    .write_all(b"HTTP/1.1 200 OK\r\nKeep-Alive: timeout=2, max=100\r\nContent-Length: 2\r\n\r\nok")
+                    .is_err()
+            {
+                return;
+            }
+        }
+    });
+    let h = engine(&proxy_yaml(&format!(
+        "    url: \"http://{addr}/e\"\n    keep_alive: 1m\n"
+    )));
+    let mut c = Client::connect(h.http());
+    let mut call = || {
+        let r = c.post("/p", &[JSON], b"{}").expect("response");
+        assert_eq!((r.status, r.text()), (200, "ok".to_owned()));
+        assert_eq!(r.header("keep-alive"), None, "a hop-by-hop field");
+    };
+    call();
+    std::thread::sleep(Duration::from_millis(300));
+    call();
+    assert_eq!(
+        connections.load(Ordering::SeqCst),
+        1,
+        "used again after 300 ms"
+    );
+    std::thread::sleep(Duration::from_millis(1400));
+    call();
+    assert_eq!(
+        connections.load(Ordering::SeqCst),
+        2,
+        "a new one after 1.4 s"
+    );
+}

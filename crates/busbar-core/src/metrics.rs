@@ -108,6 +108,9 @@ pub struct UpstreamCounters {
     pub breaker_state: BreakerGauge,
     /// Keep-alive connections to this URL waiting in the pools for a request.
     pub idle: AtomicI64,
+    /// Requests sent again on a fresh connection because the back end closed the kept-alive
+    /// one under them before any of it reached the back end.
+    pub resent: AtomicU64,
 }
 
 /// A circuit breaker's state as a scrape sees it: 0 closed, 1 open, 2 half-open. An open
@@ -439,6 +442,11 @@ impl Registry {
                 "gauge",
                 "Circuit breaker of this URL: 0 closed, 1 open, 2 half-open.",
             ),
+            (
+                "resent_total",
+                "counter",
+                "Requests sent again on a fresh connection after the back end closed a kept-alive one under them.",
+            ),
         ];
         for (suffix, kind, help) in metrics {
             let name = format!("busbar_upstream_{suffix}");
@@ -449,6 +457,7 @@ impl Registry {
                     "failures_total" => c.failures.load(Relaxed) as i64,
                     "pending" => c.pending.load(Relaxed),
                     "idle_connections" => c.idle.load(Relaxed),
+                    "resent_total" => c.resent.load(Relaxed) as i64,
                     _ => c.breaker_state.get() as i64,
                 };
                 let _ = writeln!(

@@ -14,9 +14,11 @@
 
 use std::io::{self, IoSlice};
 use std::mem::MaybeUninit;
+use std::os::fd::AsFd;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
+use std::time::Duration;
 
 use bytes::{Buf, Bytes, BytesMut};
 use http::header::{HeaderName, HeaderValue, AUTHORIZATION, CONTENT_LENGTH, EXPECT, HOST};
@@ -164,6 +166,16 @@ pub struct Conn {
     spans: Vec<Span>,
     /// Requests begun on it.
     pub used: u32,
+    /// How long the back end said it keeps the connection open while idle (the `timeout` of
+    /// its last answer's `Keep-Alive` field).
+    pub server_idle: Option<Duration>,
+    /// Bytes written to the socket since it opened (over TLS, the plain text).
+    sent: u64,
+    /// How much of the stream the back end had acknowledged, at most, when the current
+    /// request began (TCP's count: the bytes, plus one for the SYN). Over plain TCP, what was
+    /// sent before it; over TLS, known only when the connection was looked at when taken
+    /// ([`Conn::still_open`]).
+    acked_before: Option<u64>,
 }
 
 impl Conn {
@@ -176,7 +188,47 @@ impl Conn {
             read_any: false,
             spans: Vec::new(),
             used: 0,
+            server_idle: None,
+            sent: 0,
+            acked_before: None,
         }
+    }
+
+    /// For a connection that was idle a while: asks the kernel, with one system call, whether
+    /// the back end closed it (the kernel knows of a close before the event loop has seen the
+    /// socket readable), and notes how much of the stream the back end had acknowledged, for
+    /// [`Conn::never_delivered`]. False when it cannot carry a request.
+    pub fn still_open(&mut self) -> bool {
+        self.acked_before = None;
+        match busbar_os::tcp_state(self.io.tcp().as_fd()) {
+            Ok(state) if state.peer_closed => false,
+            Ok(state) => {
+                self.acked_before = Some(state.bytes_acked);
+                true
+            }
+            Err(_) => true,
+        }
+    }
+
+    /// True when the kernel says the back end closed the connection.
+    #[cfg(test)]
+    pub(crate) fn closed_by_peer(&self) -> bool {
+        busbar_os::tcp_state(self.io.tcp().as_fd()).is_ok_and(|s| s.peer_closed)
+    }
+
+    /// After a request failed on this connection with nothing read: true when the back end closed the connection before its TCP took
+    /// any byte of the request. It sent its FIN (the read saw the end of the stream, or the
+    /// reset that came after a FIN: `EPIPE`), and acknowledged nothing past what came before
+    /// the request. A server reads only what its TCP acknowledged, and one that closed its
+    /// side handles no more requests (it could not answer them), so the request was never
+    /// applied and may go again whatever its method: the back end's idle timeout crossed it.
+    pub fn never_delivered(&self, error: Option<&io::Error>) -> bool {
+        let Some(before) = self.acked_before else {
+            return false;
+        };
+        let fin = error.is_none_or(|e| e.kind() == io::ErrorKind::BrokenPipe);
+        fin && !self.read_any
+            && busbar_os::tcp_state(self.io.tcp().as_fd()).is_ok_and(|s| s.bytes_acked <= before)
     }
 
     /// Looks, without waiting, whether the back end closed the idle connection or sent
@@ -208,6 +260,7 @@ impl Conn {
 
     /// As [`Conn::poll_gone`], waking nobody.
     pub fn gone(&mut self) -> bool {
+        self.acked_before = None;
         self.poll_gone(&mut Context::from_waker(std::task::Waker::noop()))
     }
 
@@ -221,6 +274,9 @@ impl Conn {
     ) -> Exchange {
         self.used += 1;
         self.read_any = false;
+        if let Io::Plain(_) = self.io {
+            self.acked_before = Some(1 + self.sent);
+        }
         let head_request = *head.method == Method::HEAD;
         let chunked = encode_head(&mut self.wbuf, head, &body);
         let body = (!body.is_end_stream()).then_some(body);
@@ -424,7 +480,7 @@ impl Upload {
                     ready!(Pin::new(&mut conn.io).poll_write_vectored(cx, &bufs))
                 }
                 .map_err(Failure::io)?;
-                self.wrote(n)?;
+                self.wrote(conn, n)?;
                 if n >= conn.wbuf.len() {
                     let rest = n - conn.wbuf.len();
                     conn.wbuf.clear();
@@ -437,14 +493,14 @@ impl Upload {
             if !self.chunk_head.is_empty() {
                 let n = ready!(Pin::new(&mut conn.io).poll_write(cx, &self.chunk_head))
                     .map_err(Failure::io)?;
-                self.wrote(n)?;
+                self.wrote(conn, n)?;
                 self.chunk_head.drain(..n);
                 continue;
             }
             if !self.frame.is_empty() {
                 let n = ready!(Pin::new(&mut conn.io).poll_write(cx, &self.frame))
                     .map_err(Failure::io)?;
-                self.wrote(n)?;
+                self.wrote(conn, n)?;
                 self.frame.advance(n);
                 continue;
             }
@@ -479,11 +535,12 @@ impl Upload {
     }
 
     /// Counts `n` bytes the socket took; a socket that takes none has failed.
-    fn wrote(&mut self, n: usize) -> Result<(), Failure> {
+    fn wrote(&mut self, conn: &mut Conn, n: usize) -> Result<(), Failure> {
         if n == 0 {
             return Err(Failure::io(io::ErrorKind::WriteZero.into()));
         }
         self.written += n as u64;
+        conn.sent += n as u64;
         self.progress.wrote();
         Ok(())
     }
@@ -572,6 +629,9 @@ pub struct Answer {
     pub framing: Framing,
     /// The connection may carry another request after this answer's body.
     pub keep: bool,
+    /// The `timeout` of a `Keep-Alive` field: how long the back end keeps the connection
+    /// open while idle.
+    pub server_idle: Option<Duration>,
 }
 
 impl Exchange {
@@ -595,6 +655,7 @@ impl Exchange {
                 parse_answer(&mut conn.rbuf, &mut conn.spans, self.head_request)?
             {
                 answer.keep &= self.stopped.is_none();
+                conn.server_idle = answer.server_idle;
                 return Poll::Ready(Ok(answer));
             }
             if conn.rbuf.len() >= MAX_HEAD {
@@ -706,6 +767,7 @@ fn parse_answer(
             response,
             framing,
             keep,
+            server_idle: said.idle_seconds.map(Duration::from_secs),
         }));
     }
 }
@@ -740,6 +802,8 @@ struct Said {
     /// `Connection: close` and `Connection: keep-alive`.
     close: bool,
     keep_alive: bool,
+    /// The `timeout` parameter of a `Keep-Alive` field, in seconds (the smallest given).
+    idle_seconds: Option<u64>,
 }
 
 impl Said {
@@ -771,6 +835,24 @@ impl Said {
             for t in tokens() {
                 self.close |= t.eq_ignore_ascii_case(b"close");
                 self.keep_alive |= t.eq_ignore_ascii_case(b"keep-alive");
+            }
+        } else if name.eq_ignore_ascii_case(b"keep-alive") {
+            // `timeout=5, max=100` (RFC 2068 19.7.1.1, as Apache httpd and Node.js send it).
+            for t in tokens() {
+                let Some(eq) = t.iter().position(|b| *b == b'=') else {
+                    continue;
+                };
+                let (key, value) = (&t[..eq], &t[eq + 1..]);
+                if key.trim_ascii().eq_ignore_ascii_case(b"timeout") {
+                    let value = value.trim_ascii();
+                    let value = value
+                        .strip_prefix(b"\"")
+                        .and_then(|v| v.strip_suffix(b"\""))
+                        .unwrap_or(value);
+                    if let Some(n) = parse_decimal(value) {
+                        self.idle_seconds = Some(self.idle_seconds.map_or(n, |m| m.min(n)));
+                    }
+                }
             }
         }
     }
@@ -1694,6 +1776,145 @@ mod tests {
                 "chunked request of {n}"
             );
             assert_eq!(back, &data[..], "chunked answer of {n}");
+        }
+    }
+
+    /// Reads one whole request off `s` (false at the end of the stream).
+    async fn read_request(s: &mut TcpStream) -> bool {
+        let mut got = Vec::new();
+        let mut buf = [0u8; 4096];
+        while !request_complete(&got) {
+            match s.read(&mut buf).await {
+                Ok(0) | Err(_) => return false,
+                Ok(n) => got.extend_from_slice(&buf[..n]),
+            }
+        }
+        true
+    }
+
+    /// Sends a POST of `body` on `conn`: the answer, or why there is none.
+    async fn post_on(conn: &mut Conn, body: &'static [u8]) -> Result<Answer, Failure> {
+        let head = Outgoing {
+            method: &Method::POST,
+            target: "/t",
+            headers: &HeaderMap::new(),
+            host: &HeaderValue::from_static("h"),
+            authorization: None,
+            trace: None,
+        };
+        let mut exchange = conn.exchange(&head, Body::full(body), Arc::new(Quiet));
+        std::future::poll_fn(|cx| exchange.poll(conn, cx)).await
+    }
+
+    /// A connection to a back end that has answered one request on it, idle now, and the
+    /// back end's side of it.
+    async fn used_connection() -> (Conn, TcpStream) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let server = tokio::spawn(async move {
+            let (mut s, _) = listener.accept().await.expect("accept");
+            assert!(read_request(&mut s).await);
+            s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
+                .await
+                .expect("answer");
+            s
+        });
+        let tcp = TcpStream::connect(addr).await.expect("connect");
+        let mut conn = Conn::new(Io::Plain(tcp));
+        let answer = post_on(&mut conn, b"first").await.expect("first answer");
+        assert_eq!(answer.response.status(), StatusCode::OK);
+        (conn, server.await.expect("server"))
+    }
+
+    /// Waits until the kernel has the back end's FIN on `conn`.
+    async fn until_closed(conn: &Conn) {
+        for _ in 0..500 {
+            if busbar_os::tcp_state(conn.io.tcp().as_fd()).is_ok_and(|s| s.peer_closed) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        panic!("the back end's close never arrived");
+    }
+
+    #[tokio::test]
+    async fn a_request_that_an_idle_close_crossed_is_told_from_one_the_back_end_took() {
+        // The back end closes the idle connection after it was looked at and before the
+        // request reaches it (its keep-alive timeout crossing the request).
+        let (mut conn, server) = used_connection().await;
+        assert!(conn.still_open(), "a live idle connection");
+        drop(server);
+        until_closed(&conn).await;
+        match post_on(&mut conn, b"second").await {
+            Err(Failure::Closed(e)) => {
+                assert!(conn.nothing_read());
+                assert!(conn.never_delivered(e.as_ref()), "not delivered: {e:?}");
+            }
+            Err(e) => panic!("{e:?}"),
+            Ok(_) => panic!("an answer from a closed connection"),
+        }
+
+        // The back end reads the request (its TCP acknowledges it), then closes without an
+        // answer: it may have acted on the request, which must not go again.
+        let (mut conn, mut server) = used_connection().await;
+        assert!(conn.still_open());
+        let took = tokio::spawn(async move {
+            let whole = read_request(&mut server).await;
+            drop(server);
+            whole
+        });
+        match post_on(&mut conn, b"second").await {
+            Err(Failure::Closed(e)) => assert!(!conn.never_delivered(e.as_ref()), "{e:?}"),
+            Err(e) => panic!("{e:?}"),
+            Ok(_) => panic!("an answer from a closed connection"),
+        }
+        assert!(took.await.expect("server"), "the back end read the request");
+
+        // Over plain TCP, a connection in steady use, taken without a look, is judged the
+        // same way: what went before the request is counted as it is written.
+        let (mut conn, server) = used_connection().await;
+        drop(server);
+        until_closed(&conn).await;
+        match post_on(&mut conn, b"second").await {
+            Err(Failure::Closed(e)) => assert!(conn.never_delivered(e.as_ref()), "{e:?}"),
+            Err(e) => panic!("{e:?}"),
+            Ok(_) => panic!("an answer from a closed connection"),
+        }
+
+        // A back end that closed before the look: the connection is not taken.
+        let (mut conn, server) = used_connection().await;
+        drop(server);
+        until_closed(&conn).await;
+        assert!(!conn.still_open());
+    }
+
+    #[test]
+    fn a_keep_alive_timeout_is_read_from_the_answer() {
+        let idle = |fields: &str| {
+            let text = format!("HTTP/1.1 200 OK\r\n{fields}Content-Length: 0\r\n\r\n");
+            match answer(&text, false) {
+                Ok(Some(a)) => a.server_idle.map(|d| d.as_secs()),
+                _ => panic!("{text:?}"),
+            }
+        };
+        assert_eq!(idle(""), None);
+        assert_eq!(idle("Keep-Alive: timeout=5\r\n"), Some(5));
+        assert_eq!(idle("keep-alive: max=100, Timeout = 15\r\n"), Some(15));
+        assert_eq!(idle("Keep-Alive: timeout=\"7\"\r\n"), Some(7));
+        assert_eq!(
+            idle("Keep-Alive: timeout=9\r\nKeep-Alive: timeout=4\r\n"),
+            Some(4)
+        );
+        assert_eq!(idle("Keep-Alive: timeout=0\r\n"), Some(0));
+        for junk in [
+            "timeout=",
+            "timeout=-1",
+            "timeout=5s",
+            "timeouts=5",
+            "max=5",
+            "5",
+        ] {
+            assert_eq!(idle(&format!("Keep-Alive: {junk}\r\n")), None, "{junk}");
         }
     }
 }

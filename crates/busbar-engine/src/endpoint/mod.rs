@@ -808,6 +808,88 @@ mod tests {
         assert_eq!(metrics.endpoint("svc").attempts.load(Relaxed), 1);
     }
 
+    /// Reads one request with a Content-Length body off `r`: its body, or `None` at the end.
+    fn read_post(r: &mut BufReader<std::net::TcpStream>) -> Option<Vec<u8>> {
+        let mut len = 0;
+        loop {
+            let mut h = String::new();
+            if r.read_line(&mut h).unwrap_or(0) == 0 {
+                return None;
+            }
+            if h.trim().is_empty() {
+                break;
+            }
+            if let Some((k, v)) = h.split_once(':') {
+                if k.eq_ignore_ascii_case("content-length") {
+                    len = v.trim().parse().unwrap_or(0);
+                }
+            }
+        }
+        let mut body = vec![0; len];
+        r.read_exact(&mut body).ok()?;
+        Some(body)
+    }
+
+    #[tokio::test]
+    async fn a_post_the_back_ends_idle_close_crossed_goes_again_on_a_new_connection() {
+        // The back end closes a kept-alive connection just as the next request goes out on
+        // it, before the event loop saw the close: the request meets the end of the stream.
+        // The kernel shows that the back end acknowledged none of it, so the POST goes once
+        // more, whole, on a new connection, and the back end gets each body once.
+        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let addr = l.local_addr().expect("addr");
+        let bodies = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let (close, closing) = std::sync::mpsc::channel::<()>();
+        let seen = bodies.clone();
+        std::thread::spawn(move || {
+            for (n, s) in l.incoming().flatten().enumerate() {
+                let mut r = BufReader::new(s);
+                while let Some(body) = read_post(&mut r) {
+                    seen.lock().expect("lock").push(body.clone());
+                    let head = format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n", body.len());
+                    let _ = r.get_mut().write_all(head.as_bytes());
+                    let _ = r.get_mut().write_all(&body);
+                    if n == 0 {
+                        // The first connection closes when told, as an idle timeout would.
+                        let _ = closing.recv();
+                        break;
+                    }
+                }
+            }
+        });
+        let metrics = Registry::default();
+        let ep = endpoint(&format!("    url: \"http://{addr}/e\"\n"), &metrics).expect("endpoint");
+        let post = |body: &'static str| Request::post("/").body(Body::full(body)).expect("request");
+        let resp = ep.send(post("one")).await.expect("first");
+        let text = resp.into_body().collect().await.expect("body").to_bytes();
+        assert_eq!(&text[..], b"one");
+        // The pool's sweeper looks at the connection once (the event loop then waits for its
+        // socket to be readable).
+        for _ in 0..10 {
+            tokio::task::yield_now().await;
+        }
+        // The close arrives while the event loop does not run (this thread is busy).
+        close.send(()).expect("close");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+        let upstream = &ep.members[0].upstream;
+        while std::time::Instant::now() < deadline && !upstream.idle_closed_by_peer() {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        assert!(
+            upstream.idle_closed_by_peer(),
+            "the back end's close arrived"
+        );
+        let resp = ep.send(post("two")).await.expect("second");
+        let text = resp.into_body().collect().await.expect("body").to_bytes();
+        assert_eq!(&text[..], b"two");
+        assert_eq!(upstream.stats.resent.load(Relaxed), 1, "sent again once");
+        assert_eq!(
+            *bodies.lock().expect("lock"),
+            vec![b"one".to_vec(), b"two".to_vec()],
+            "the back end got each body once"
+        );
+    }
+
     #[test]
     fn tried_urls_are_kept_one_bit_each_at_any_count() {
         for n in [1, 2, 63, 64, 65, 130] {

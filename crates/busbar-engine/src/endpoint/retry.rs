@@ -63,6 +63,11 @@ impl ReplayProbe {
     pub fn replayable(&self) -> bool {
         !self.0.lock().overflow
     }
+
+    /// The body for another attempt ([`Replay::body`]).
+    pub async fn body(&self) -> Result<Body, String> {
+        self.0.body().await
+    }
 }
 
 impl Replay {

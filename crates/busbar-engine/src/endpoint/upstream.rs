@@ -144,11 +144,17 @@ struct IdleList {
 struct Idle {
     conn: Box<Conn>,
     since: Instant,
+    /// When it is closed: `keep_alive` after `since`, or sooner when the back end said it
+    /// keeps idle connections for less.
+    until: Instant,
 }
 
 impl std::fmt::Debug for Idle {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Idle").field("since", &self.since).finish()
+        f.debug_struct("Idle")
+            .field("since", &self.since)
+            .field("until", &self.until)
+            .finish()
     }
 }
 
@@ -159,6 +165,22 @@ const MIN_SWEEP: Duration = Duration::from_millis(100);
 /// The longest a connection put back waits for the sweeper's first look: a back end that
 /// closes it before then is noticed when the connection is taken, or at that look.
 const LOOK_AGAIN: Duration = Duration::from_secs(1);
+
+/// A connection idle for longer than this is asked of its socket when taken
+/// ([`Conn::still_open`]): a back end's idle timeout may have closed it a moment ago, before
+/// the event loop saw it. Connections in steady use are taken sooner and cost nothing.
+const PEEK_AFTER: Duration = Duration::from_millis(100);
+
+/// How long a connection may stay idle in the pool when the back end said (`Keep-Alive:
+/// timeout=N`) that it keeps idle connections `said`: a second less, so that its close does
+/// not cross a request on the way; half of it when it is under two seconds.
+fn short_of(said: Duration) -> Duration {
+    if said >= Duration::from_secs(2) {
+        said - Duration::from_secs(1)
+    } else {
+        said / 2
+    }
+}
 
 impl Pools {
     fn new(
@@ -187,14 +209,22 @@ impl Pools {
         if self.pool_size == 0 {
             return;
         }
+        let keep = conn
+            .server_idle
+            .map_or(self.keep_alive, |said| self.keep_alive.min(short_of(said)));
+        if keep.is_zero() {
+            return;
+        }
         let index = self.index();
         let mut pool = self.lock(index);
         if pool.idle.len() >= self.pool_size {
             return;
         }
+        let since = Instant::now();
         pool.idle.push(Idle {
             conn,
-            since: Instant::now(),
+            since,
+            until: since + keep,
         });
         self.stats.idle.fetch_add(1, Relaxed);
         if !pool.swept {
@@ -209,7 +239,11 @@ impl Pools {
         let mut pool = self.lock(self.index());
         while let Some(mut idle) = pool.idle.pop() {
             self.stats.idle.fetch_sub(1, Relaxed);
-            if idle.since.elapsed() < self.keep_alive && !idle.conn.gone() {
+            let now = Instant::now();
+            if now < idle.until
+                && !idle.conn.gone()
+                && (now - idle.since < PEEK_AFTER || idle.conn.still_open())
+            {
                 return Some(idle.conn);
             }
         }
@@ -222,14 +256,13 @@ impl Pools {
         let now = Instant::now();
         let mut pool = self.lock(index);
         let before = pool.idle.len();
-        pool.idle.retain_mut(|idle| {
-            now.saturating_duration_since(idle.since) < self.keep_alive && !idle.conn.poll_gone(cx)
-        });
+        pool.idle
+            .retain_mut(|idle| now < idle.until && !idle.conn.poll_gone(cx));
         let closed = before - pool.idle.len();
         if closed > 0 {
             self.stats.idle.fetch_sub(closed as i64, Relaxed);
         }
-        pool.idle.iter().map(|i| i.since + self.keep_alive).min()
+        pool.idle.iter().map(|i| i.until).min()
     }
 }
 
@@ -461,6 +494,15 @@ impl Upstream {
         })
     }
 
+    /// True when the kernel says the back end closed an idle connection of the pools.
+    #[cfg(test)]
+    pub(crate) fn idle_closed_by_peer(&self) -> bool {
+        self.pools.lists.iter().any(|list| {
+            let list = list.lock().unwrap_or_else(|p| p.into_inner());
+            list.idle.iter().any(|i| i.conn.closed_by_peer())
+        })
+    }
+
     /// True when the endpoint counts an answer with `status` as a failure of its URL.
     pub fn fails_on(&self, status: StatusCode) -> bool {
         self.body_cx.health.fails_on.contains(&status)
@@ -493,7 +535,9 @@ impl Upstream {
         // Past the queue of max_connections: the attempt goes to this URL.
         self.stats.attempts.fetch_add(1, Relaxed);
         let replayable_after_send = idempotent(&head.method)
-            && probe.map_or_else(|| body.is_buffered(), |p| p.replayable());
+            && probe
+                .as_ref()
+                .map_or_else(|| body.is_buffered(), |p| p.replayable());
         let target = self.target_of(head)?;
         let outgoing = h1::Outgoing {
             method: &head.method,
@@ -512,10 +556,13 @@ impl Upstream {
             },
             None => self.connect(permit).await?,
         };
-        // A request that is safe to repeat and has no body goes once more on a fresh connection
-        // when a reused one closes before any answer byte: the back end closed it idle as the
-        // request went out (its keep-alive timeout crossing the request).
-        let mut again = idempotent(&head.method) && http_body::Body::is_end_stream(&body);
+        // A request goes once more on a fresh connection when a reused one closes before any
+        // answer byte (the back end's keep-alive timeout crossing the request): a request that
+        // is safe to repeat and has no body, and any request shown never to have reached the
+        // back end ([`Conn::never_delivered`]) whose body can be sent again.
+        let bodyless = http_body::Body::is_end_stream(&body);
+        let repeatable = idempotent(&head.method) && bodyless;
+        let mut again = true;
         let mut body = Some(body);
         let (answer, exchange) = loop {
             let Some(conn) = lease.conn.as_mut() else {
@@ -530,8 +577,32 @@ impl Upstream {
             let sent = self
                 .answer(std::future::poll_fn(|cx| exchange.poll(conn, cx)), &sending)
                 .await;
-            if let Ok(Err(h1::Failure::Closed(_))) = &sent {
-                if reused && conn.nothing_read() && std::mem::take(&mut again) {
+            if let Ok(Err(h1::Failure::Closed(error))) = &sent {
+                let resend = again
+                    && reused
+                    && conn.nothing_read()
+                    && (repeatable
+                        || (conn.never_delivered(error.as_ref())
+                            && (bodyless || probe.as_ref().is_some_and(|p| p.replayable()))));
+                if resend {
+                    again = false;
+                    self.stats.resent.fetch_add(1, Relaxed);
+                    if !bodyless {
+                        // The attempt's body gives back what it did not send.
+                        drop(exchange);
+                        let replay = probe.as_ref().map(|p| p.body());
+                        match replay {
+                            Some(replay) => match replay.await {
+                                Ok(b) => body = Some(b),
+                                Err(why) => return Err(self.error(ErrorKind::UpstreamReset, why)),
+                            },
+                            None => {
+                                return Err(MediationError::internal(
+                                    "a request body to send again without its copy",
+                                ))
+                            }
+                        }
+                    }
                     let permit = lease._permit.take();
                     lease = self.connect(permit).await?;
                     continue;
@@ -576,6 +647,7 @@ impl Upstream {
             response,
             framing,
             keep,
+            ..
         } = answer;
         // RFC 9110 15: a status is 100 to 599, and a 101 switches to the protocol an `Upgrade`
         // asked for, which busbar never sends (hop-by-hop). Forwarded, either would leave the
