@@ -216,12 +216,13 @@ impl Conn {
         busbar_os::tcp_state(self.io.tcp().as_fd()).is_ok_and(|s| s.peer_closed)
     }
 
-    /// After a request failed on this connection with nothing read: true when the back end closed the connection before its TCP took
-    /// any byte of the request. It sent its FIN (the read saw the end of the stream, or the
-    /// reset that came after a FIN: `EPIPE`), and acknowledged nothing past what came before
-    /// the request. A server reads only what its TCP acknowledged, and one that closed its
-    /// side handles no more requests (it could not answer them), so the request was never
-    /// applied and may go again whatever its method: the back end's idle timeout crossed it.
+    /// After a request failed on this connection with nothing read: true when the back end
+    /// closed the connection before its TCP took any byte of the request. It sent its FIN (the
+    /// read saw the end of the stream, or the reset that came after a FIN: `EPIPE`), and
+    /// acknowledged nothing past what came before the request. A server reads only what its
+    /// TCP acknowledged, and one that closed its side handles no more requests (it could not
+    /// answer them), so the request was never applied and may go again whatever its method:
+    /// the back end's idle timeout crossed it.
     pub fn never_delivered(&self, error: Option<&io::Error>) -> bool {
         let Some(before) = self.acked_before else {
             return false;

@@ -169,7 +169,7 @@ const LOOK_AGAIN: Duration = Duration::from_secs(1);
 /// A connection idle for longer than this is asked of its socket when taken
 /// ([`Conn::still_open`]): a back end's idle timeout may have closed it a moment ago, before
 /// the event loop saw it. Connections in steady use are taken sooner and cost nothing.
-const PEEK_AFTER: Duration = Duration::from_millis(100);
+const LOOK_AFTER: Duration = Duration::from_millis(100);
 
 /// How long a connection may stay idle in the pool when the back end said (`Keep-Alive:
 /// timeout=N`) that it keeps idle connections `said`: a second less, so that its close does
@@ -242,7 +242,7 @@ impl Pools {
             let now = Instant::now();
             if now < idle.until
                 && !idle.conn.gone()
-                && (now - idle.since < PEEK_AFTER || idle.conn.still_open())
+                && (now - idle.since < LOOK_AFTER || idle.conn.still_open())
             {
                 return Some(idle.conn);
             }
@@ -587,21 +587,12 @@ impl Upstream {
                 if resend {
                     again = false;
                     self.stats.resent.fetch_add(1, Relaxed);
-                    if !bodyless {
+                    if let (false, Some(probe)) = (bodyless, &probe) {
                         // The attempt's body gives back what it did not send.
                         drop(exchange);
-                        let replay = probe.as_ref().map(|p| p.body());
-                        match replay {
-                            Some(replay) => match replay.await {
-                                Ok(b) => body = Some(b),
-                                Err(why) => return Err(self.error(ErrorKind::UpstreamReset, why)),
-                            },
-                            None => {
-                                return Err(MediationError::internal(
-                                    "a request body to send again without its copy",
-                                ))
-                            }
-                        }
+                        let whole = probe.body().await;
+                        body =
+                            Some(whole.map_err(|why| self.error(ErrorKind::UpstreamReset, why))?);
                     }
                     let permit = lease._permit.take();
                     lease = self.connect(permit).await?;
