@@ -1657,18 +1657,7 @@ mod tests {
         });
         let tcp = TcpStream::connect(addr).await.expect("connect");
         let mut conn = Conn::new(Io::Plain(tcp));
-        let head = Outgoing {
-            method: &Method::POST,
-            target: "/t",
-            headers: &HeaderMap::new(),
-            host: &HeaderValue::from_static("h"),
-            authorization: None,
-            trace: None,
-        };
-        let mut exchange = conn.exchange(&head, body, Arc::new(Quiet));
-        let answer = std::future::poll_fn(|cx| exchange.poll(&mut conn, cx))
-            .await
-            .expect("answer");
+        let answer = post_on(&mut conn, body).await.expect("answer");
         let mut framing = answer.framing;
         let mut back = Vec::new();
         loop {
@@ -1793,8 +1782,8 @@ mod tests {
         true
     }
 
-    /// Sends a POST of `body` on `conn`: the answer, or why there is none.
-    async fn post_on(conn: &mut Conn, body: &'static [u8]) -> Result<Answer, Failure> {
+    /// Sends a POST of `body` on `conn`: the answer head, or why there is none.
+    async fn post_on(conn: &mut Conn, body: Body) -> Result<Answer, Failure> {
         let head = Outgoing {
             method: &Method::POST,
             target: "/t",
@@ -1803,7 +1792,7 @@ mod tests {
             authorization: None,
             trace: None,
         };
-        let mut exchange = conn.exchange(&head, Body::full(body), Arc::new(Quiet));
+        let mut exchange = conn.exchange(&head, body, Arc::new(Quiet));
         std::future::poll_fn(|cx| exchange.poll(conn, cx)).await
     }
 
@@ -1822,7 +1811,9 @@ mod tests {
         });
         let tcp = TcpStream::connect(addr).await.expect("connect");
         let mut conn = Conn::new(Io::Plain(tcp));
-        let answer = post_on(&mut conn, b"first").await.expect("first answer");
+        let answer = post_on(&mut conn, Body::full(&b"first"[..]))
+            .await
+            .expect("first answer");
         assert_eq!(answer.response.status(), StatusCode::OK);
         (conn, server.await.expect("server"))
     }
@@ -1846,7 +1837,7 @@ mod tests {
         assert!(conn.still_open(), "a live idle connection");
         drop(server);
         until_closed(&conn).await;
-        match post_on(&mut conn, b"second").await {
+        match post_on(&mut conn, Body::full(&b"second"[..])).await {
             Err(Failure::Closed(e)) => {
                 assert!(conn.nothing_read());
                 assert!(conn.never_delivered(e.as_ref()), "not delivered: {e:?}");
@@ -1864,7 +1855,7 @@ mod tests {
             drop(server);
             whole
         });
-        match post_on(&mut conn, b"second").await {
+        match post_on(&mut conn, Body::full(&b"second"[..])).await {
             Err(Failure::Closed(e)) => assert!(!conn.never_delivered(e.as_ref()), "{e:?}"),
             Err(e) => panic!("{e:?}"),
             Ok(_) => panic!("an answer from a closed connection"),
@@ -1876,7 +1867,7 @@ mod tests {
         let (mut conn, server) = used_connection().await;
         drop(server);
         until_closed(&conn).await;
-        match post_on(&mut conn, b"second").await {
+        match post_on(&mut conn, Body::full(&b"second"[..])).await {
             Err(Failure::Closed(e)) => assert!(conn.never_delivered(e.as_ref()), "{e:?}"),
             Err(e) => panic!("{e:?}"),
             Ok(_) => panic!("an answer from a closed connection"),
