@@ -229,6 +229,18 @@ pub struct SendTimeout<S> {
     stalled: Option<Pin<Box<tokio::time::Sleep>>>,
 }
 
+impl h1::Stream for SendTimeout<tokio::net::TcpStream> {
+    fn tcp(&self) -> &tokio::net::TcpStream {
+        &self.inner
+    }
+}
+
+impl h1::Stream for tokio_rustls::server::TlsStream<SendTimeout<tokio::net::TcpStream>> {
+    fn tcp(&self) -> &tokio::net::TcpStream {
+        &self.get_ref().0.inner
+    }
+}
+
 impl<S> SendTimeout<S> {
     /// Wraps `inner`.
     pub fn new(inner: S, limit: Duration) -> Self {
@@ -718,7 +730,7 @@ async fn serve_connection<S, H>(
     settings: ConnSettings,
     shutdown: watch::Receiver<bool>,
 ) where
-    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    S: h1::Stream + 'static,
     H: Handler,
 {
     h1::serve(Box::new(stream), &*handler, &info, &settings, &shutdown).await;

@@ -218,7 +218,8 @@ impl Conn {
 
     /// After a request failed on this connection with nothing read: true when the back end
     /// closed the connection before its TCP took any byte of the request. It sent its FIN (the
-    /// read saw the end of the stream, or the reset that came after a FIN: `EPIPE`), and
+    /// read saw the end of the stream, over TLS with or without `close_notify`, or the reset
+    /// that came after a FIN: `EPIPE`), and
     /// acknowledged nothing past what came before the request. A server reads only what its
     /// TCP acknowledged, and one that closed its side handles no more requests (it could not
     /// answer them), so the request was never applied and may go again whatever its method:
@@ -227,7 +228,12 @@ impl Conn {
         let Some(before) = self.acked_before else {
             return false;
         };
-        let fin = error.is_none_or(|e| e.kind() == io::ErrorKind::BrokenPipe);
+        let fin = error.is_none_or(|e| {
+            matches!(
+                e.kind(),
+                io::ErrorKind::BrokenPipe | io::ErrorKind::UnexpectedEof
+            )
+        });
         fin && !self.read_any
             && busbar_os::tcp_state(self.io.tcp().as_fd()).is_ok_and(|s| s.bytes_acked <= before)
     }

@@ -30,6 +30,7 @@ use http::header::{
 use http::{HeaderMap, Method, Request, StatusCode, Uri, Version};
 use http_body::{Body as _, Frame, SizeHint};
 use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::TcpStream;
 use tokio::sync::watch;
 
 use super::{ConnInfo, ConnSettings, Handler, ResponseBody};
@@ -59,9 +60,25 @@ const CONTINUE: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
 const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n";
 
 /// A client connection's byte stream (TCP, or TLS over it).
-pub trait Stream: AsyncRead + AsyncWrite + Send + Unpin {}
+pub trait Stream: AsyncRead + AsyncWrite + Send + Unpin {
+    /// The TCP socket under the stream.
+    fn tcp(&self) -> &TcpStream;
+}
 
-impl<T: AsyncRead + AsyncWrite + Send + Unpin> Stream for T {}
+impl Stream for TcpStream {
+    fn tcp(&self) -> &TcpStream {
+        self
+    }
+}
+
+/// True when the client's bytes wait in the kernel (asked with one system call, since the
+/// event loop may not have seen them yet); false when nothing does, or the client closed.
+fn bytes_waiting(tcp: &TcpStream) -> bool {
+    let mut byte = [std::mem::MaybeUninit::<u8>::uninit(); 1];
+    socket2::SockRef::from(tcp)
+        .peek(&mut byte)
+        .is_ok_and(|n| n > 0)
+}
 
 /// A connection's socket and what was read from it and not yet used.
 struct Wire {
@@ -587,6 +604,8 @@ pub async fn serve<H: Handler>(
     let mut wbuf = Vec::with_capacity(512);
     // Shutdown started (the `stop` future is done and not polled again).
     let mut stopped = false;
+    // The wait for the next request was extended once: it arrived as the wait ran out.
+    let mut extended = false;
     loop {
         timer
             .as_mut()
@@ -634,11 +653,26 @@ pub async fn serve<H: Handler>(
                 draining = true;
             }
             if timer.as_mut().poll(cx).is_ready() {
+                // Idle past header_read_timeout, unless the next request arrived just now: the
+                // kernel has its bytes and the event loop has not reported them. Closing then
+                // would drop a request the client sent in time (a client's pool crossing this
+                // idle close); it gets the time a head gets, once.
+                if w.rbuf.is_empty() && !stopped && !extended && bytes_waiting(w.io.tcp()) {
+                    extended = true;
+                    timer
+                        .as_mut()
+                        .reset(tokio::time::Instant::now() + settings.header_read_timeout);
+                    if timer.as_mut().poll(cx).is_pending() {
+                        // Woken by the socket once the event loop sees its bytes.
+                        return Poll::Pending;
+                    }
+                }
                 return Poll::Ready(None);
             }
             Poll::Pending
         })
         .await;
+        extended = false;
         let served = match head {
             None => Served::Close { unread: false },
             Some(Err(refusal)) => {
@@ -1074,7 +1108,7 @@ mod tests {
     use http::Response;
     use std::sync::atomic::{AtomicUsize, Ordering};
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    use tokio::net::{TcpListener, TcpStream};
+    use tokio::net::TcpListener;
 
     fn head(text: &str) -> Result<Option<Head>, Refusal> {
         let mut buf = BytesMut::from(text.as_bytes());
@@ -1609,6 +1643,33 @@ mod tests {
         );
         assert_eq!((code, &body[..]), (413, &b"too big"[..]));
         assert_eq!(header(&headers, "connection"), Some("close"));
+    }
+
+    #[tokio::test]
+    async fn bytes_waiting_in_the_kernel_are_seen_before_the_event_loop_sees_them() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let mut client =
+            std::net::TcpStream::connect(listener.local_addr().expect("addr")).expect("connect");
+        let (server, _) = listener.accept().await.expect("accept");
+        assert!(!bytes_waiting(&server), "nothing sent yet");
+        std::io::Write::write_all(&mut client, b"GET / HTTP/1.1\r\n").expect("write");
+        // This thread does not yield: the event loop cannot have seen the bytes.
+        let mut seen = false;
+        for _ in 0..500 {
+            seen = bytes_waiting(&server);
+            if seen {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        assert!(seen, "the bytes in the kernel are seen");
+        assert!(bytes_waiting(&server), "and left there (a peek)");
+        let leaving =
+            std::net::TcpStream::connect(listener.local_addr().expect("addr")).expect("connect");
+        let (other, _) = listener.accept().await.expect("accept");
+        drop(leaving);
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(!bytes_waiting(&other), "a client that closed sent nothing");
     }
 
     #[tokio::test]
