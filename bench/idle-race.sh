@@ -9,7 +9,7 @@
 # Environment: BUSBAR (a busbar binary instead of this tree's release build), BASE (another
 # binary, e.g. a previous commit's build, run the same way after it), SIZE (request body bytes,
 # 10240), C (connections, 200), BURST (seconds of load per burst, 1), LULL (seconds between
-# bursts, 0.99).
+# bursts, 0.99), TLS=1 (the back end speaks HTTPS, with a certificate made for the run).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bursts=${1:-10}
@@ -23,23 +23,36 @@ fi
 tmp=$(mktemp -d)
 cleanup() { kill $(jobs -p) 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$tmp"; }
 trap cleanup EXIT
-cat > "$tmp/back.yaml" <<'YAML'
+scheme=http tls_listener="" tls_endpoint=""
+if [ -n "${TLS:-}" ]; then
+  openssl req -x509 -newkey rsa:2048 -nodes -keyout "$tmp/ca.key" -out "$tmp/ca.pem" -days 1 \
+    -subj "/CN=idle-race CA" 2>/dev/null
+  openssl req -newkey rsa:2048 -nodes -keyout "$tmp/back.key" -out "$tmp/back.csr" \
+    -subj "/CN=127.0.0.1" 2>/dev/null
+  printf "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\n" > "$tmp/ext"
+  openssl x509 -req -in "$tmp/back.csr" -CA "$tmp/ca.pem" -CAkey "$tmp/ca.key" \
+    -CAcreateserial -out "$tmp/back.pem" -days 1 -extfile "$tmp/ext" 2>/dev/null
+  scheme=https
+  tls_listener=", tls: { cert: \"$tmp/back.pem\", key: \"$tmp/back.key\" }"
+  tls_endpoint=", tls: { ca: \"$tmp/ca.pem\" }"
+fi
+cat > "$tmp/back.yaml" <<YAML
 workers: 1
 log: { level: warn }
 admin: { enabled: false }
-listeners: { http: { bind: "127.0.0.1:20602", header_read_timeout: 1s } }
+listeners: { back: { bind: "127.0.0.1:20602", header_read_timeout: 1s$tls_listener } }
 proxies:
   Echo:
     path: /echo
     in:
       - respond: {}
 YAML
-cat > "$tmp/front.yaml" <<'YAML'
+cat > "$tmp/front.yaml" <<YAML
 workers: 1
 log: { level: warn }
 admin: { bind: "127.0.0.1:20603" }
 listeners: { http: { bind: "127.0.0.1:20601" } }
-endpoints: { back: { url: "http://127.0.0.1:20602/echo" } }
+endpoints: { back: { url: "$scheme://127.0.0.1:20602/echo"$tls_endpoint } }
 proxies:
   P:
     path: /p
