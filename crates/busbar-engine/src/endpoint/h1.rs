@@ -173,9 +173,11 @@ pub struct Conn {
     sent: u64,
     /// How much of the stream the back end had acknowledged, at most, when the current
     /// request began (TCP's count: the bytes, plus one for the SYN). Over plain TCP, what was
-    /// sent before it; over TLS, known only when the connection was looked at when taken
-    /// ([`Conn::still_open`]).
+    /// sent before it; over TLS, known only when the connection was looked at when taken.
     acked_before: Option<u64>,
+    /// What the kernel said was acknowledged when [`Conn::still_open`] last looked, for the
+    /// next request.
+    looked: Option<u64>,
 }
 
 impl Conn {
@@ -191,6 +193,7 @@ impl Conn {
             server_idle: None,
             sent: 0,
             acked_before: None,
+            looked: None,
         }
     }
 
@@ -199,15 +202,9 @@ impl Conn {
     /// socket readable), and notes how much of the stream the back end had acknowledged, for
     /// [`Conn::never_delivered`]. False when it cannot carry a request.
     pub fn still_open(&mut self) -> bool {
-        self.acked_before = None;
-        match busbar_os::tcp_state(self.io.tcp().as_fd()) {
-            Ok(state) if state.peer_closed => false,
-            Ok(state) => {
-                self.acked_before = Some(state.bytes_acked);
-                true
-            }
-            Err(_) => true,
-        }
+        let state = busbar_os::tcp_state(self.io.tcp().as_fd());
+        self.looked = state.as_ref().ok().map(|s| s.bytes_acked);
+        !state.is_ok_and(|s| s.peer_closed)
     }
 
     /// True when the kernel says the back end closed the connection.
@@ -267,7 +264,6 @@ impl Conn {
 
     /// As [`Conn::poll_gone`], waking nobody.
     pub fn gone(&mut self) -> bool {
-        self.acked_before = None;
         self.poll_gone(&mut Context::from_waker(std::task::Waker::noop()))
     }
 
@@ -281,9 +277,11 @@ impl Conn {
     ) -> Exchange {
         self.used += 1;
         self.read_any = false;
-        if let Io::Plain(_) = self.io {
-            self.acked_before = Some(1 + self.sent);
-        }
+        let looked = self.looked.take();
+        self.acked_before = match self.io {
+            Io::Plain(_) => Some(1 + self.sent),
+            Io::Tls(_) => looked,
+        };
         let head_request = *head.method == Method::HEAD;
         let chunked = encode_head(&mut self.wbuf, head, &body);
         let body = (!body.is_end_stream()).then_some(body);
