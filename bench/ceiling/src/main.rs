@@ -3,13 +3,14 @@
 //! header map, no pool, no hand-off between tasks, no limits, no timeouts: what is left is the
 //! least a tokio-based proxy pays per exchange, to tell how far a leaner HTTP path could go.
 //!
-//! Usage: busbar-ceiling LISTEN UPSTREAM PATH [splice], e.g.
+//! Usage: busbar-ceiling LISTEN UPSTREAM PATH [splice|splice-answers], e.g.
 //! `busbar-ceiling 127.0.0.1:8480 127.0.0.1:9000 /service/EchoService`; every request's target
 //! is replaced by PATH. Not a proxy to deploy: it refuses chunked bodies and trusts its peers.
 //!
 //! With `splice`, the part of a body that did not come with its head goes from one socket to
 //! the other through a pipe (splice(2)) and never enters the process: what a pass-through that
-//! leaves the body to the kernel could save.
+//! leaves the body to the kernel could save. With `splice-answers`, only the answers' bodies are
+//! spliced; each request is read whole and written on, as without `splice`.
 
 use std::io::{self, IoSlice};
 use std::os::fd::{AsRawFd, RawFd};
@@ -20,10 +21,11 @@ use tokio::net::{TcpListener, TcpStream};
 fn main() -> io::Result<()> {
     let args: Vec<String> = std::env::args().collect();
     let (listen, upstream, path, splice) = match args.as_slice() {
-        [_, l, u, p] => (l, u, p, false),
-        [_, l, u, p, s] if s == "splice" => (l, u, p, true),
+        [_, l, u, p] => (l, u, p, None),
+        [_, l, u, p, s] if s == "splice" => (l, u, p, Some(true)),
+        [_, l, u, p, s] if s == "splice-answers" => (l, u, p, Some(false)),
         _ => {
-            eprintln!("usage: busbar-ceiling LISTEN UPSTREAM PATH [splice]");
+            eprintln!("usage: busbar-ceiling LISTEN UPSTREAM PATH [splice|splice-answers]");
             std::process::exit(2);
         }
     };
@@ -38,10 +40,9 @@ fn main() -> io::Result<()> {
             let (client, _) = listener.accept().await?;
             client.set_nodelay(true)?;
             tokio::spawn(async move {
-                let served = if splice {
-                    serve_spliced(client, upstream, path).await
-                } else {
-                    serve(client, upstream, path).await
+                let served = match splice {
+                    Some(requests) => serve_spliced(client, upstream, path, requests).await,
+                    None => serve(client, upstream, path).await,
                 };
                 if let Err(e) = served {
                     if e.kind() != io::ErrorKind::UnexpectedEof {
@@ -288,7 +289,14 @@ async fn read_head(
     }
 }
 
-async fn serve_spliced(mut client: TcpStream, upstream: &str, path: &[u8]) -> io::Result<()> {
+/// Serves `client` with answers' bodies spliced, and requests' bodies too when `requests`;
+/// otherwise each request is read whole into memory and written on.
+async fn serve_spliced(
+    mut client: TcpStream,
+    upstream: &str,
+    path: &[u8],
+    requests: bool,
+) -> io::Result<()> {
     let pipe = Pipe::new()?;
     let mut back = TcpStream::connect(upstream).await?;
     back.set_nodelay(true)?;
@@ -296,7 +304,12 @@ async fn serve_spliced(mut client: TcpStream, upstream: &str, path: &[u8]) -> io
     let mut resp = Vec::with_capacity(16 * 1024);
     let mut line = Vec::with_capacity(256);
     loop {
-        let Some(frame) = read_head(&mut client, &mut req, true).await? else {
+        let head = if requests {
+            read_head(&mut client, &mut req, true).await?
+        } else {
+            read_message(&mut client, &mut req, true).await?
+        };
+        let Some(frame) = head else {
             return Ok(());
         };
         let have = req.len().min(frame.len);
