@@ -195,6 +195,20 @@ fn json_to_soap_round_trips_every_order_through_a_soap_back_end() {
             "{n} orders\n busbar: {got}\n sent:   {want}"
         );
     }
+    // A document as deep as the proxy accepts (64 levels) comes back from its envelope, three
+    // elements deeper; one level more is refused before anything is sent.
+    for (levels, status) in [(64usize, 200), (65, 400)] {
+        let doc = format!("{}1{}", r#"{"a":"#.repeat(levels), "}".repeat(levels));
+        let r = c
+            .post("/api/soap", &[JSON], doc.as_bytes())
+            .expect("answer");
+        assert_eq!(r.status, status, "{levels} levels: {}", r.text());
+        if status == 200 {
+            let got: Value = serde_json::from_slice(&r.body).expect("JSON");
+            let want: Value = serde_json::from_str(&doc).expect("JSON");
+            assert_eq!(got, want, "{levels} levels");
+        }
+    }
     // What went to the back end is SOAP 1.1: check through a recording back end.
     let (back, seen) = recording_back_end();
     let example = std::fs::read_to_string(concat!(

@@ -23,6 +23,12 @@ use super::{json, Apply, BuildCx, Failed, StepCx};
 
 const XSI: &str = "http://www.w3.org/2001/XMLSchema-instance";
 const SOAP11: &str = "http://schemas.xmlsoap.org/soap/envelope/";
+
+/// The deepest XML `xml_to_json` reads: the deepest `json_to_xml` writes, so that a document a
+/// proxy accepted comes back from the same conversion. A JSON document is read whole to
+/// [`busbar_json::WHOLE_MAX_DEPTH`] levels; the root element and a SOAP Envelope and Body add
+/// three. The walk that converts the tree recurses once per level, well within a stack.
+const XML_TO_JSON_MAX_DEPTH: usize = busbar_json::WHOLE_MAX_DEPTH + 3;
 const SOAP12: &str = "http://www.w3.org/2003/05/soap-envelope";
 
 /// A built `json_to_xml`.
@@ -368,7 +374,11 @@ impl XmlToJsonStep {
     }
 
     fn convert(&self, bytes: &[u8]) -> Result<Vec<u8>, String> {
-        let doc = Document::parse(bytes, &Limits::default()).map_err(|e| e.to_string())?;
+        let limits = Limits {
+            max_depth: XML_TO_JSON_MAX_DEPTH,
+            ..Limits::default()
+        };
+        let doc = Document::parse(bytes, &limits).map_err(|e| e.to_string())?;
         let mut top = doc.root();
         if self.unwrap_soap {
             let is_env = doc.is(top, SOAP11, "Envelope") || doc.is(top, SOAP12, "Envelope");
@@ -432,6 +442,7 @@ impl Apply for XmlToJsonStep {
 #[cfg(test)]
 mod tests {
     use super::super::testing::*;
+    use super::SOAP11;
 
     const ROUND: &str = "sequences:\n  s:\n    - json_to_xml: { root: buyStocks, namespace: 'http://services.samples', soap: '1.1' }\n    - xml_to_json: { soap: unwrap, arrays: [order] }\n";
 
@@ -455,6 +466,28 @@ mod tests {
             // "007" stays a string: leading zeros never make a number.
             assert!(same_json(&got, doc), "{doc}\n -> {got}");
         }
+    }
+
+    #[test]
+    fn a_document_as_deep_as_a_proxy_accepts_comes_back_from_its_soap_envelope() {
+        // 64 objects, the default `json_max_depth`: 65 elements in the Body, 67 in all.
+        let deep = format!("{}1{}", r#"{"a":"#.repeat(64), "}".repeat(64));
+        let got = run(ROUND, &deep).unwrap_or_else(|e| panic!("64 levels: {e}"));
+        assert!(same_json(&got, &deep), "{got}");
+        // The deepest XML that `json_to_xml` writes (a whole document is read to 127 levels):
+        // read back; one level more is refused, naming the limit.
+        let yaml = "sequences:\n  s:\n    - xml_to_json: { soap: unwrap }\n";
+        let envelope = |levels: usize| {
+            format!(
+                "<e:Envelope xmlns:e=\"{SOAP11}\"><e:Body>{}1{}</e:Body></e:Envelope>",
+                "<a>".repeat(levels),
+                "</a>".repeat(levels)
+            )
+        };
+        let back = run(yaml, &envelope(128)).unwrap_or_else(|e| panic!("130 levels: {e}"));
+        assert_eq!(back.matches('{').count(), 127, "{back}");
+        let e = run(yaml, &envelope(129)).err().unwrap_or_default();
+        assert!(e.contains("deeper than 130 levels"), "{e}");
     }
 
     #[test]
