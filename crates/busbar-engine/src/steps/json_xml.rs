@@ -23,13 +23,13 @@ use super::{json, Apply, BuildCx, Failed, StepCx};
 
 const XSI: &str = "http://www.w3.org/2001/XMLSchema-instance";
 const SOAP11: &str = "http://schemas.xmlsoap.org/soap/envelope/";
+const SOAP12: &str = "http://www.w3.org/2003/05/soap-envelope";
 
 /// The deepest XML `xml_to_json` reads: the deepest `json_to_xml` writes, so that a document a
 /// proxy accepted comes back from the same conversion. A JSON document is read whole to
 /// [`busbar_json::WHOLE_MAX_DEPTH`] levels; the root element and a SOAP Envelope and Body add
 /// three. The walk that converts the tree recurses once per level, well within a stack.
 const XML_TO_JSON_MAX_DEPTH: usize = busbar_json::WHOLE_MAX_DEPTH + 3;
-const SOAP12: &str = "http://www.w3.org/2003/05/soap-envelope";
 
 /// A built `json_to_xml`.
 #[derive(Debug)]
