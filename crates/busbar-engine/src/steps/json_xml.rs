@@ -490,6 +490,127 @@ mod tests {
         assert!(e.contains("deeper than 130 levels"), "{e}");
     }
 
+    /// A small generator of JSON documents inside the convention's round-trip class: objects
+    /// of XML names, arrays of two or more items (or of any number under a name listed in
+    /// `arrays`), strings that read back as strings, integers, booleans and `null`.
+    struct Docs(u64);
+
+    impl Docs {
+        fn next(&mut self) -> u64 {
+            // xorshift64*
+            self.0 ^= self.0 >> 12;
+            self.0 ^= self.0 << 25;
+            self.0 ^= self.0 >> 27;
+            self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+        }
+
+        fn below(&mut self, n: u64) -> u64 {
+            self.next() % n
+        }
+
+        fn name(&mut self) -> &'static str {
+            const NAMES: [&str; 8] = [
+                "a",
+                "order",
+                "b-c",
+                "_x.1",
+                "Ωμέγα",
+                "e\u{301}",
+                "item",
+                "z",
+            ];
+            NAMES[self.below(NAMES.len() as u64) as usize]
+        }
+
+        fn scalar(&mut self) -> serde_json::Value {
+            use serde_json::Value;
+            match self.below(6) {
+                0 => Value::Null,
+                1 => Value::Bool(self.below(2) == 0),
+                2 => Value::from(self.next() as i64 / 7),
+                3 => Value::String(String::new()),
+                _ => {
+                    const PARTS: [&str; 8] = [
+                        "x",
+                        "A&B",
+                        "<c>",
+                        "'q'",
+                        "\"",
+                        "line\nbreak",
+                        "é中😀",
+                        "]]>",
+                    ];
+                    let n = 1 + self.below(3);
+                    let text: String = (0..n)
+                        .map(|_| PARTS[self.below(PARTS.len() as u64) as usize])
+                        .collect::<Vec<_>>()
+                        .join(" ");
+                    Value::String(text)
+                }
+            }
+        }
+
+        /// A value whose containers nest at most `depth` deep (an object is one level).
+        fn value(&mut self, depth: usize) -> serde_json::Value {
+            if depth == 0 || self.below(3) == 0 {
+                return self.scalar();
+            }
+            self.object(depth)
+        }
+
+        fn object(&mut self, depth: usize) -> serde_json::Value {
+            let mut map = serde_json::Map::new();
+            let members = 1 + self.below(3);
+            for _ in 0..members {
+                let name = self.name();
+                let v = if name == "item" || (self.below(4) == 0 && depth > 1) {
+                    // `item` is listed in `arrays`: any length; other names need two or more.
+                    let min = if name == "item" { 1 } else { 2 };
+                    let n = min + self.below(3);
+                    serde_json::Value::Array((0..n).map(|_| self.value(depth - 1)).collect())
+                } else {
+                    self.value(depth - 1)
+                };
+                map.insert(name.to_owned(), v);
+            }
+            serde_json::Value::Object(map)
+        }
+
+        /// An object whose deepest chain of objects is exactly `depth` levels.
+        fn deep(&mut self, depth: usize) -> serde_json::Value {
+            let mut v = serde_json::json!({ "z": self.scalar() });
+            for _ in 1..depth {
+                let mut outer = match self.object(1) {
+                    serde_json::Value::Object(m) => m,
+                    _ => serde_json::Map::new(),
+                };
+                outer.insert("a".into(), v);
+                v = serde_json::Value::Object(outer);
+            }
+            v
+        }
+    }
+
+    #[test]
+    fn every_generated_document_a_proxy_accepts_comes_back_the_same_from_soap() {
+        let yaml = "sequences:\n  s:\n    - json_to_xml: { root: r, soap: '1.2' }\n    - xml_to_json: { soap: unwrap, arrays: [item] }\n";
+        let mut docs = Docs(0x9e37_79b9_7f4a_7c15);
+        for case in 0..2_000 {
+            let doc = if case % 10 == 0 {
+                // The deepest a proxy accepts by default, and just under it.
+                docs.deep(64 - (case / 10) % 3)
+            } else {
+                let depth = 1 + docs.below(8) as usize;
+                docs.object(depth)
+            };
+            let text = doc.to_string();
+            let back = run(yaml, &text).unwrap_or_else(|e| panic!("case {case}: {e}\n{text}"));
+            let back: serde_json::Value =
+                serde_json::from_str(&back).unwrap_or_else(|e| panic!("case {case}: {e}\n{back}"));
+            assert_eq!(back, doc, "case {case}");
+        }
+    }
+
     #[test]
     fn attribute_values_keep_their_tabs_and_line_breaks_through_a_round_trip() {
         let doc = r##"{"r":{"@note":"line1\nline2\tx\r\ny","#text":"a\nb\tc"}}"##;
