@@ -1513,6 +1513,37 @@ mod tests {
     }
 
     #[test]
+    fn a_number_or_flag_of_the_wrong_kind_says_what_was_written_and_what_is_expected() {
+        for (from, to, want) in [
+            (
+                "timeout: 2s",
+                "timeout: 2s, retries: -1",
+                "invalid value '-1': expected a whole number from 0 to 4294967295",
+            ),
+            (
+                "timeout: 2s",
+                "timeout: 2s, retries: 1.5",
+                "invalid value '1.5': expected a whole number from 0 to 4294967295",
+            ),
+            (
+                "timeout: 2s",
+                "timeout: 2s, retries: \"two\"",
+                "invalid value '\"two\"': expected a whole number from 0 to 4294967295",
+            ),
+            (
+                "path: /p",
+                "path: /p\n    json_max_depth: -5 # too shallow",
+                "invalid value '-5': expected a whole number from 0 to 18446744073709551615",
+            ),
+        ] {
+            let yaml = OK.replace(from, to);
+            assert_ne!(yaml, OK, "{from}");
+            let errs = check(&yaml);
+            assert!(errs.iter().any(|e| e.contains(want)), "{to}: {errs:#?}");
+        }
+    }
+
+    #[test]
     fn every_problem_is_reported_at_once() {
         let yaml = format!(
             "{OK}  Q:\n    path: q\n    listeners: [nope]\n    in:\n      - call: missing\n      - sequence: none\n      - fault: {{ status: 200, reason: x }}\n"

@@ -111,7 +111,14 @@ pub(crate) fn parse_all(text: &str, message: impl Fn(&YamlError) -> String) -> R
             {
                 "a config is a mapping of sections like 'listeners:' and 'proxies:'".to_owned()
             }
-            _ => message(&err),
+            _ => match (scalar_type(&err), fault.offset) {
+                (Some(ty), Some(at)) => format!(
+                    "invalid value '{}': expected {}",
+                    scalar_at(&doc.text, at),
+                    expected_scalar(ty)
+                ),
+                _ => message(&err),
+            },
         };
         // The same error at the same place again means an edit did not take: stop rather
         // than report it twice.
@@ -311,6 +318,47 @@ impl Fault {
                 .or_else(|| doc.offset_of(l.line(), l.column()))
         });
         Fault { offset, line, kind }
+    }
+}
+
+/// The Rust type a scalar failed to read as, when that is the error.
+fn scalar_type(err: &YamlError) -> Option<&'static str> {
+    let mut e = err;
+    while let YamlError::WithSnippet { error, .. } = e {
+        e = error;
+    }
+    match e {
+        YamlError::InvalidScalar { ty, .. } => Some(ty),
+        _ => None,
+    }
+}
+
+/// The plain or quoted scalar that starts at byte `at`, as written (to the end of its line,
+/// or to the `,`, `}` or `]` that ends it in a flow collection).
+fn scalar_at(text: &str, at: usize) -> &str {
+    let rest = text.get(at..).unwrap_or_default();
+    let end = rest.find([',', '}', ']', '\n', '\r']).unwrap_or(rest.len());
+    let token = &rest[..end];
+    // A comment ends a plain scalar.
+    token.split(" #").next().unwrap_or(token).trim()
+}
+
+/// What a value of the Rust type `ty` must look like, in a config's terms.
+fn expected_scalar(ty: &str) -> String {
+    let max = match ty {
+        "u8" => Some(u64::from(u8::MAX)),
+        "u16" => Some(u64::from(u16::MAX)),
+        "u32" => Some(u64::from(u32::MAX)),
+        "u64" | "usize" => Some(u64::MAX),
+        _ => None,
+    };
+    match (ty, max) {
+        (_, Some(max)) => format!("a whole number from 0 to {max}"),
+        ("i8" | "i16" | "i32" | "i64" | "isize", None) => "a whole number".to_owned(),
+        ("f32" | "f64", None) => "a number".to_owned(),
+        ("bool", None) => "true or false".to_owned(),
+        ("char", None) => "one character".to_owned(),
+        _ => format!("a value of type {ty}"),
     }
 }
 
