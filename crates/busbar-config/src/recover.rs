@@ -293,11 +293,7 @@ enum FaultKind {
 
 impl Fault {
     fn of(err: &YamlError, doc: &Doc) -> Fault {
-        let mut e = err;
-        while let YamlError::WithSnippet { error, .. } = e {
-            e = error;
-        }
-        let kind = match e {
+        let kind = match innermost(err) {
             YamlError::SerdeUnknownField { .. } => FaultKind::BadKey,
             YamlError::DuplicateMappingKey { key, .. } => FaultKind::Duplicate(key.clone()),
             YamlError::Eof { .. } => FaultKind::Eof,
@@ -321,13 +317,18 @@ impl Fault {
     }
 }
 
-/// The Rust type a scalar failed to read as, when that is the error.
-fn scalar_type(err: &YamlError) -> Option<&'static str> {
+/// The error itself, out of the source snippets wrapped around it.
+fn innermost(err: &YamlError) -> &YamlError {
     let mut e = err;
     while let YamlError::WithSnippet { error, .. } = e {
         e = error;
     }
-    match e {
+    e
+}
+
+/// The Rust type a scalar failed to read as, when that is the error.
+fn scalar_type(err: &YamlError) -> Option<&'static str> {
+    match innermost(err) {
         YamlError::InvalidScalar { ty, .. } => Some(ty),
         _ => None,
     }
