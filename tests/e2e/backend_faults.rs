@@ -715,6 +715,90 @@ fn an_http_1_0_back_end_does_not_change_the_clients_http_version() {
     }
 }
 
+/// An answer whose body fails before any of it came (the connection closed right after the
+/// head, a malformed first chunk, a chunked body that ends at once) has sent the client
+/// nothing yet: the client gets the error answer naming the endpoint, in its own format, not a
+/// connection closed with no status. A body that fails later is still cut.
+#[test]
+fn an_answer_that_fails_before_its_body_is_a_bad_gateway_not_a_silent_close() {
+    let addr = scripted(|mut r| {
+        let Some(head) = read_head(&mut r) else {
+            return;
+        };
+        if read_body(&mut r, &head).is_none() {
+            return;
+        }
+        let answer: &[u8] = match head.path.rsplit('/').next().unwrap_or("") {
+            "close" => b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n",
+            "chunk" => b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nZZ\r\nhello\r\n",
+            "unended" => b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n",
+            "empty" => b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n",
+            _ => b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n01234",
+        };
+        // The answer and the close in one segment (corked, then shut down), so that busbar
+        // finds the end of the connection with the head whatever the timing.
+        let w = r.get_mut();
+        let _ = socket2::SockRef::from(&*w).set_tcp_cork(true);
+        let _ = w.write_all(answer);
+        let _ = w.shutdown(std::net::Shutdown::Write);
+    });
+    let h = engine(&format!(
+        "endpoints:\n  svc:\n    url: \"http://{addr}/e\"\nproxies:\n  P:\n    path: /p/{{case}}\n    in:\n      - call: {{ endpoint: svc, path: \"/{{case}}\" }}\n"
+    ));
+    let mut c = Client::connect(h.http());
+    for (case, cause) in [
+        ("close", "the connection closed before the body's end"),
+        ("chunk", "chunk"),
+        ("unended", "the connection closed before the body's end"),
+    ] {
+        let r = c
+            .post(&format!("/p/{case}"), &[JSON], b"{}")
+            .unwrap_or_else(|e| panic!("{case}: no answer: {e}"));
+        assert_eq!(r.status, 502, "{case}: {}", r.text());
+        assert_eq!(
+            r.header("content-type"),
+            Some("application/problem+json"),
+            "{case}"
+        );
+        let text = r.text();
+        assert!(
+            text.contains("endpoint 'svc'") && text.contains(cause),
+            "{case}: {text}"
+        );
+    }
+    // A SOAP client gets a SOAP fault, on the same connection.
+    let soap = [
+        ("Content-Type", "text/xml; charset=UTF-8"),
+        ("SOAPAction", "\"\""),
+    ];
+    let r = c
+        .post("/p/close", &soap, b"<e:Envelope xmlns:e=\"http://schemas.xmlsoap.org/soap/envelope/\"><e:Body/></e:Envelope>")
+        .expect("answer");
+    assert_eq!(r.status, 500, "{}", r.text());
+    assert!(
+        r.text().contains("<faultcode>") && r.text().contains("endpoint 'svc'"),
+        "{}",
+        r.text()
+    );
+    let r = c.post("/p/empty", &[JSON], b"{}").expect("answer");
+    assert_eq!((r.status, r.body.len()), (200, 0), "{}", r.text());
+    // Part of the body came: the client's copy is cut, never completed.
+    let r = Client::connect(h.http()).post("/p/later", &[JSON], b"{}");
+    assert!(
+        !r.as_ref()
+            .is_ok_and(|r| r.status == 200 && r.body.len() == 10),
+        "a cut answer looked complete: {r:?}"
+    );
+    // Four error answers and one cut, each counted once.
+    let series = "busbar_proxy_errors_total{proxy=\"P\",kind=\"upstream_reset\"}";
+    assert!(
+        eventually(Duration::from_secs(5), || metric(h.admin(), series)
+            == Some(5.0)),
+        "{series}: {:?}",
+        metric(h.admin(), series)
+    );
+}
+
 #[test]
 fn a_response_cut_or_stalled_mid_body_is_a_failure_of_its_url_and_opens_its_breaker() {
     let requests = Arc::new(AtomicUsize::new(0));

@@ -922,7 +922,7 @@ pub type ResponseBody = Metered<Body>;
 /// malformed, stalled past `client_body_timeout`).
 /// The kind a back end's failed answer body counts as: its [`AnswerCut`]'s, anywhere in its
 /// causes, or `upstream_reset`.
-fn cut_kind(e: &BoxError) -> ErrorKind {
+pub(crate) fn cut_kind(e: &BoxError) -> ErrorKind {
     let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(e.as_ref());
     while let Some(c) = cause {
         if let Some(cut) = c.downcast_ref::<AnswerCut>() {
