@@ -41,10 +41,10 @@ struct Compiler<'a> {
 
 /// Reads and compiles `file` (its WSDL imports relative to it).
 pub fn compile(file: &Path, problems: &mut Problems) -> Option<Process> {
-    let text = match std::fs::read_to_string(file) {
+    let text = match crate::read_source(file) {
         Ok(t) => t,
-        Err(e) => {
-            problems.push(DeployError::new(file, 0, format!("cannot read: {e}")));
+        Err(why) => {
+            problems.push(DeployError::new(file, 0, why));
             return None;
         }
     };
@@ -159,7 +159,8 @@ impl<'a> Compiler<'a> {
                 if it == crate::wsdl::WSDL_NS {
                     if let Some(loc) = loc {
                         let f = self.file.parent().unwrap_or(Path::new(".")).join(loc);
-                        self.defs.read(&f, self.problems);
+                        let from = (self.file, self.doc.line(k));
+                        self.defs.read_import(&f, from, self.problems);
                     }
                 } else if it != "http://www.w3.org/2001/XMLSchema" {
                     self.err(k, format!("import of type '{it}' is not supported"));

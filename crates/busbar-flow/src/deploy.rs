@@ -37,10 +37,10 @@ pub struct DeployedProcess {
 /// Reads `dir/deploy.xml`.
 pub fn read(dir: &Path, problems: &mut Problems) -> Vec<DeployedProcess> {
     let file = dir.join("deploy.xml");
-    let text = match std::fs::read_to_string(&file) {
+    let text = match crate::read_source(&file) {
         Ok(t) => t,
-        Err(e) => {
-            problems.push(DeployError::new(&file, 0, format!("cannot read: {e}")));
+        Err(why) => {
+            problems.push(DeployError::new(&file, 0, why));
             return Vec::new();
         }
     };

@@ -55,6 +55,33 @@ impl DeployError {
 /// Problems collected while deploying.
 pub type Problems = Vec<DeployError>;
 
+/// The largest deployment file (`.bpel`, WSDL, `deploy.xml`) read: far above any real one, and
+/// low enough that a path naming a device or a huge file is refused, not read into memory.
+pub const MAX_SOURCE_BYTES: u64 = 16 * 1024 * 1024;
+
+/// Reads a deployment file as UTF-8 text: a regular file (after symbolic links) of at most
+/// [`MAX_SOURCE_BYTES`]. The error says why it cannot be read, without the file's name.
+pub fn read_source(file: &Path) -> Result<String, String> {
+    use std::io::Read;
+    let meta = std::fs::metadata(file).map_err(|e| format!("cannot read: {e}"))?;
+    if !meta.is_file() {
+        return Err("cannot read: not a regular file".into());
+    }
+    let too_large = || format!("cannot read: larger than {} MiB", MAX_SOURCE_BYTES >> 20);
+    if meta.len() > MAX_SOURCE_BYTES {
+        return Err(too_large());
+    }
+    let f = std::fs::File::open(file).map_err(|e| format!("cannot read: {e}"))?;
+    let mut text = String::new();
+    f.take(MAX_SOURCE_BYTES + 1)
+        .read_to_string(&mut text)
+        .map_err(|e| format!("cannot read: {e}"))?;
+    if text.len() as u64 > MAX_SOURCE_BYTES {
+        return Err(too_large());
+    }
+    Ok(text)
+}
+
 /// A deployed process: the compiled process and its descriptor entry.
 #[derive(Debug)]
 pub struct Deployed {

@@ -215,20 +215,37 @@ impl Definitions {
 
     /// Reads `file` (and, once each, the WSDLs it imports) into these definitions.
     pub fn read(&mut self, file: &Path, problems: &mut Problems) {
+        self.read_from(file, None, problems);
+    }
+
+    /// Reads `file`, imported at `from` (the importing file and the import's line): a file
+    /// that cannot be read is reported there, naming it.
+    pub fn read_import(&mut self, file: &Path, from: (&Path, u32), problems: &mut Problems) {
+        self.read_from(file, Some(from), problems);
+    }
+
+    fn read_from(&mut self, file: &Path, from: Option<(&Path, u32)>, problems: &mut Problems) {
         let canon = file.canonicalize().unwrap_or_else(|_| file.to_path_buf());
         if self.read.contains(&canon) {
             return;
         }
         self.read.push(canon);
-        let text = match std::fs::read_to_string(file) {
+        let text = match crate::read_source(file) {
             Ok(t) => t,
             Err(_) if crate::harness::builtin_wsdl(file).is_some() && !file.exists() => {
                 crate::harness::builtin_wsdl(file)
                     .unwrap_or_default()
                     .to_string()
             }
-            Err(e) => {
-                problems.push(DeployError::new(file, 0, format!("cannot read: {e}")));
+            Err(why) => {
+                problems.push(match from {
+                    Some((importer, line)) => DeployError::new(
+                        importer,
+                        line,
+                        format!("the imported WSDL {}: {why}", file.display()),
+                    ),
+                    None => DeployError::new(file, 0, why),
+                });
                 return;
             }
         };
@@ -275,7 +292,7 @@ impl Definitions {
                 (WSDL_NS, "import") => {
                     if let Some(loc) = doc.attr(child, "", "location") {
                         let next = file.parent().unwrap_or(Path::new(".")).join(loc);
-                        self.read(&next, problems);
+                        self.read_import(&next, (file, doc.line(child)), problems);
                     }
                 }
                 (WSDL_NS, "types") => {

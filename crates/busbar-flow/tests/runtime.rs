@@ -388,6 +388,50 @@ fn unsupported_constructs_are_refused_with_file_and_line() {
     assert!(e.contains("can never start"), "{e}");
 }
 
+/// The deployment error of a folder whose `.bpel` imports its WSDL from `location`.
+fn import_error(name: &str, location: &str) -> String {
+    let dir = folder(name, &format!("<sequence>{RECEIVE}{REPLY}</sequence>"));
+    let bpel = std::fs::read_to_string(dir.join("p.bpel")).unwrap();
+    let bpel = bpel.replace(r#"location="p.wsdl""#, &format!(r#"location="{location}""#));
+    std::fs::write(dir.join("p.bpel"), bpel).unwrap();
+    match deploy_dir(&dir) {
+        Ok(_) => panic!("deployed with the WSDL at {location}"),
+        Err(e) => e
+            .iter()
+            .map(|e| e.to_string())
+            .collect::<Vec<_>>()
+            .join("\n"),
+    }
+}
+
+#[test]
+fn an_import_that_cannot_be_read_is_refused_at_its_line_without_reading_a_device() {
+    // A device that never ends: refused before a byte is read (it was read into memory until
+    // the process ran out of it).
+    let e = import_error("zero", "/dev/zero");
+    assert!(
+        e.contains("p.bpel:4: the imported WSDL /dev/zero: cannot read: not a regular file"),
+        "{e}"
+    );
+    let e = import_error("missing", "nowhere.wsdl");
+    assert!(
+        e.contains("p.bpel:4: the imported WSDL ") && e.contains("nowhere.wsdl: cannot read: "),
+        "{e}"
+    );
+    // One byte past the limit of a deployment file.
+    let dir = std::env::temp_dir().join(format!("busbar-flow-{}-big", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let big = dir.join("big.wsdl");
+    let f = std::fs::File::create(&big).unwrap();
+    f.set_len(busbar_flow::MAX_SOURCE_BYTES + 1).unwrap();
+    let e = import_error("huge", big.to_str().unwrap());
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(
+        e.contains("big.wsdl: cannot read: larger than 16 MiB"),
+        "{e}"
+    );
+}
+
 #[test]
 fn the_xml_tree_round_trips_what_processes_copy() {
     let d = Doc::parse(r#"<a xmlns:p="urn:p"><p:b c="1">x &amp; y</p:b></a>"#).unwrap();
