@@ -181,6 +181,48 @@ fn walk(dir: &Path, out: &mut Vec<PathBuf>, depth: usize) {
     }
 }
 
+/// Checks a test file's keys: only those the runner reads, and the requests numbered from 1
+/// with no gap, each response after a request of its number. A test that would send nothing,
+/// or skip what it names, fails rather than passing unchecked.
+fn check_keys(props: &BTreeMap<String, String>) -> Result<(), String> {
+    let mut requests = Vec::new();
+    let mut responses = Vec::new();
+    for key in props.keys() {
+        let numbered = |prefix: &str| {
+            key.strip_prefix(prefix)
+                .filter(|n| !n.starts_with('0') && n.bytes().all(|b| b.is_ascii_digit()))
+                .and_then(|n| n.parse::<u32>().ok())
+        };
+        if let Some(n) = numbered("request") {
+            requests.push(n);
+        } else if let Some(n) = numbered("response") {
+            responses.push(n);
+        } else if !matches!(
+            key.as_str(),
+            "namespace" | "service" | "operation" | "sequential"
+        ) {
+            return Err(format!(
+                "unknown key '{key}' (a test has namespace, service, operation, sequential, \
+                 requestN and responseN, N from 1)"
+            ));
+        }
+    }
+    if requests.is_empty() {
+        return Err("no request1: the test sends nothing".into());
+    }
+    requests.sort_unstable();
+    for (i, n) in requests.iter().enumerate() {
+        let want = i as u32 + 1;
+        if *n != want {
+            return Err(format!("request{n} follows no request{want}"));
+        }
+    }
+    if let Some(n) = responses.iter().find(|n| !requests.contains(n)) {
+        return Err(format!("response{n} has no request{n}"));
+    }
+    Ok(())
+}
+
 /// Parses Java `.properties` text (comments, `=`/`:`/space separators, continuation lines,
 /// escapes; a later key wins).
 pub fn parse_properties(text: &str) -> BTreeMap<String, String> {
@@ -428,6 +470,9 @@ async fn run_folder(dir: &Path, durable: Option<&crate::runtime::Persistence>) -
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
+        if let Err(why) = check_keys(&props) {
+            return Verdict::Failed(format!("{file_name}: {why}"));
+        }
         if let Some(err) = &deploy_error {
             // A test that expects the deployment to fail says so with this response.
             let expects_compile_error = props
@@ -579,6 +624,42 @@ pub async fn run_all_with(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_test_that_would_check_nothing_or_skip_a_key_fails() {
+        let keys = |text: &str| check_keys(&parse_properties(text));
+        let head = "namespace=urn:x\nservice=S\noperation=op\n";
+        assert_eq!(
+            keys(&format!(
+                "{head}request1=<message/>\nresponse1=.*\nrequest2=<message/>\nsequential=true\n"
+            )),
+            Ok(())
+        );
+        assert_eq!(keys(""), Err("no request1: the test sends nothing".into()));
+        assert_eq!(
+            keys(&format!("{head}response1=x\n")),
+            Err("no request1: the test sends nothing".into())
+        );
+        assert_eq!(
+            keys(&format!("{head}request1=a\nrequest3=b\nresponse3=c\n")),
+            Err("request3 follows no request2".into())
+        );
+        assert_eq!(
+            keys(&format!("{head}request1=a\nresponse2=c\n")),
+            Err("response2 has no request2".into())
+        );
+        for odd in [
+            "request=a",
+            "response=b",
+            "reponse1=b",
+            "request01=a",
+            "request1x=a",
+        ] {
+            let e = keys(&format!("{head}request1=a\n{odd}\n")).unwrap_err();
+            let key = odd.split('=').next().unwrap();
+            assert!(e.starts_with(&format!("unknown key '{key}'")), "{odd}: {e}");
+        }
+    }
 
     #[test]
     fn properties_follow_java_rules() {

@@ -142,9 +142,14 @@ fn bpel_test(dirs: Vec<PathBuf>) -> ExitCode {
             return ExitCode::from(2);
         }
     }
-    let ((_, failed, _), _) = rt.block_on(busbar_flow::harness::run_all(&dirs, |line| {
-        println!("{line}")
-    }));
+    let ((passed, failed, skipped), _) = rt
+        .block_on(busbar_flow::harness::run_all(&dirs, |line| {
+            println!("{line}")
+        }));
+    if passed + failed + skipped == 0 {
+        eprintln!("error: no test folder (one with deploy.xml) under the folders given");
+        return ExitCode::FAILURE;
+    }
     if failed > 0 {
         ExitCode::FAILURE
     } else {
