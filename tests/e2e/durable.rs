@@ -195,11 +195,19 @@ struct Node {
 
 impl Node {
     fn start(dir: &Path, name: &str, db: &Db, recorder: SocketAddr) -> Node {
-        Node::start_with(dir, name, db, recorder, "")
+        Node::start_with(dir, name, db, recorder, "", "")
     }
 
-    /// With more settings (`key: value, …`) in the folder's `persistence`.
-    fn start_with(dir: &Path, name: &str, db: &Db, recorder: SocketAddr, more: &str) -> Node {
+    /// With more settings (`key: value, …`) in the folder's `persistence`, and more lines of
+    /// the folder's own (`    key: value\n` each).
+    fn start_with(
+        dir: &Path,
+        name: &str,
+        db: &Db,
+        recorder: SocketAddr,
+        more: &str,
+        folder: &str,
+    ) -> Node {
         let more = if more.is_empty() {
             String::new()
         } else {
@@ -216,7 +224,8 @@ impl Node {
              databases:\n  flows: {database}\n\
              endpoints:\n  recorder: {{ url: \"http://{recorder}/record\", timeout: 10s }}\n\
              processes:\n  Durable:\n    dir: {}\n    partners: {{ recorder: recorder }}\n    \
-             persistence: {{ database: flows, node: {name}, lease: 2s, completion: always{more} }}\n",
+             persistence: {{ database: flows, node: {name}, lease: 2s, completion: always{more} }}\n\
+             {folder}",
             dir.display()
         );
         let node = Node::spawn(dir, name, http, admin, &yaml);
@@ -855,7 +864,7 @@ fn finished_instances_go_after_their_retention_and_the_database_stays_small() {
     let db = dir.join("flows.db");
     let (recorder, seen) = recording_back_end();
     let config = |node: &Node| node.get("/processes/stored?limit=10000");
-    let node = Node::start_with(&dir, "n1", &Db::Sqlite(&db), recorder, "retention: 1s");
+    let node = Node::start_with(&dir, "n1", &Db::Sqlite(&db), recorder, "retention: 1s", "");
     let mut sizes = Vec::new();
     for round in 0..3 {
         let n = 1000;
@@ -954,6 +963,55 @@ fn in_memory_processes_stay_transient_and_a_changed_process_is_not_resumed() {
         "{}",
         node.log_text()
     );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// A durable instance's life counts from its first start across a restart: after a `kill -9`
+/// it is shown with its whole age, and it ends when `instance_ttl` from its start has passed,
+/// with a fault naming `instance_ttl` itself, not the part of it left at the restart.
+#[test]
+fn an_instance_resumed_after_a_restart_keeps_its_age_and_its_limit() {
+    let dir = folder("PT30S");
+    let db = dir.join("flows.db");
+    let (recorder, _) = recording_back_end();
+    let ttl = "    instance_ttl: 4s\n";
+    let mut node = Node::start_with(&dir, "n1", &Db::Sqlite(&db), recorder, "", ttl);
+    let started = std::time::Instant::now();
+    assert_eq!(
+        node.call("/durable/Sleeper", "urn:dur:sleep", "s1").status,
+        200
+    );
+    let stored: serde_json::Value =
+        serde_json::from_slice(&node.get("/processes/stored").body).expect("json");
+    let id = stored[0]["id"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("{stored}"));
+    std::thread::sleep(Duration::from_millis(1500));
+    node.kill();
+    let node = Node::start_with(&dir, "n1", &Db::Sqlite(&db), recorder, "", ttl);
+    let running: serde_json::Value =
+        serde_json::from_slice(&node.get("/processes/instances").body).expect("json");
+    let age = running[0]["age_ms"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("{running}"));
+    assert!(age >= 1500, "age counted from the restart: {running}");
+    let faulted = eventually(Duration::from_secs(10), || {
+        let d: serde_json::Value =
+            serde_json::from_slice(&node.get(&format!("/processes/instances/{id}")).body)
+                .unwrap_or_default();
+        d["state"] == "faulted"
+    });
+    let lived = started.elapsed();
+    let d: serde_json::Value =
+        serde_json::from_slice(&node.get(&format!("/processes/instances/{id}")).body)
+            .expect("json");
+    assert!(faulted, "{d}");
+    assert!(
+        lived < Duration::from_secs(10),
+        "it ran past its limit: {lived:?}"
+    );
+    assert_eq!(d["fault"]["name"], "instanceExpired", "{d}");
+    assert_eq!(d["fault"]["text"], "the instance ran longer than 4s", "{d}");
     let _ = std::fs::remove_dir_all(dir);
 }
 

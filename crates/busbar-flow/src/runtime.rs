@@ -782,13 +782,8 @@ impl Engine {
             })),
         });
         let age = durable::now_ms().saturating_sub(row.started_ms).max(0) as u64;
-        let ttl = self
-            .inner
-            .limits
-            .instance_ttl
-            .saturating_sub(Duration::from_millis(age));
         tracing::debug!(instance = row.id, process = %row.process, "instance resumed");
-        self.start(inst, Some(snapshot.at), ttl);
+        self.start(inst, Some(snapshot.at), Duration::from_millis(age));
         true
     }
 
@@ -1278,11 +1273,14 @@ impl Engine {
             dur,
         });
         live.started.fetch_add(1, Ordering::Relaxed);
-        self.start(inst, None, self.inner.limits.instance_ttl);
+        self.start(inst, None, Duration::ZERO);
     }
 
-    /// Runs an instance (from its start, or from a saved position) on its own task.
-    fn start(&self, inst: Arc<Instance>, resume: Option<Saved>, ttl: Duration) {
+    /// Runs an instance (from its start, or from a saved position) on its own task, for what
+    /// is left of `instance_ttl` when it has lived `age` already (before a restart).
+    fn start(&self, inst: Arc<Instance>, resume: Option<Saved>, age: Duration) {
+        let limit = self.inner.limits.instance_ttl;
+        let ttl = limit.saturating_sub(age);
         let live = inst.live.clone();
         let id = inst.id;
         self.inner.alive.fetch_add(1, Ordering::Relaxed);
@@ -1298,7 +1296,7 @@ impl Engine {
                     Ok(r) => r,
                     Err(_) => Err(Stop::Fault(Fault::busbar(
                         "instanceExpired",
-                        format!("the instance ran longer than {ttl:?}"),
+                        format!("the instance ran longer than {limit:?}"),
                     ))),
                 };
                 inst.finish(outcome);
@@ -1307,7 +1305,7 @@ impl Engine {
         map.insert(
             id,
             Running {
-                since: Instant::now(),
+                since: Instant::now().checked_sub(age).unwrap_or_else(Instant::now),
                 task: task.abort_handle(),
                 dur,
             },
