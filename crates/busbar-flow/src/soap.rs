@@ -18,7 +18,7 @@ use std::sync::Arc;
 
 use crate::runtime::{Fault, PartnerCall, PartnerReply, ProvidedService, BUSBAR_FAULT_NS};
 use crate::wsdl::{Binding, Definitions, Message, Operation, PortType, Style};
-use crate::xml::{Doc, Name, NodeId};
+use crate::xml::{Doc, Kind, Name, NodeId};
 
 /// SOAP 1.1 envelopes.
 pub const SOAP11_ENV: &str = "http://schemas.xmlsoap.org/soap/envelope/";
@@ -334,6 +334,15 @@ pub fn decode_request(
     let (doc, version, body) = open(bytes)?;
     check_headers(&doc, version)?;
     let elems: Vec<NodeId> = doc.child_elements(body).collect();
+    let stray = doc
+        .children(body)
+        .iter()
+        .any(|c| matches!(doc.kind(*c), Kind::Text(t) if !t.trim_ascii().is_empty()));
+    if stray {
+        return Err(invalid_message(
+            "text in the SOAP Body outside its elements",
+        ));
+    }
     let by_action = action.and_then(|a| {
         iface
             .port_type
@@ -368,7 +377,7 @@ fn choose<'a>(
 ) -> Result<&'a Operation, SoapError> {
     let pt = iface.port_type;
     let Some(first) = first else {
-        return Err(err(format!(
+        return Err(unknown_operation(format!(
             "the SOAP Body is empty: no operation of port type {} to call",
             pt.name.clark()
         )));
@@ -402,13 +411,15 @@ fn rpc_wrapper(
     local: &str,
 ) -> Result<NodeId, SoapError> {
     let Some(&w) = elems.first() else {
-        return Err(err(format!("the SOAP Body has no '{local}' element")));
+        return Err(invalid_message(format!(
+            "the SOAP Body has no '{local}' element"
+        )));
     };
     let name = doc.name(w).cloned().unwrap_or_default();
     let ns_ok = iface.rpc_ns(op).is_none_or(|ns| ns == name.ns);
     if name.local != local || !ns_ok {
         let want = Name::new(iface.rpc_ns(op).unwrap_or(""), local);
-        return Err(err(format!(
+        return Err(invalid_message(format!(
             "expected element {} in the SOAP Body, found {}",
             want.clark(),
             name.clark()
@@ -458,7 +469,7 @@ fn doc_parts(doc: &Doc, elems: &[NodeId], def: Option<&Message>) -> Result<Doc, 
     }
     if let Some(&extra) = elems.get(def.parts.len()) {
         let name = doc.name(extra).cloned().unwrap_or_default();
-        return Err(err(format!(
+        return Err(invalid_message(format!(
             "unexpected element {} in the SOAP Body (message {} has {} part(s))",
             name.clark(),
             def.name.clark(),
@@ -1159,8 +1170,21 @@ mod tests {
         let e = decode_request(&i, None, env11("<first>a</first><last/><more/>").as_bytes())
             .unwrap_err();
         assert!(e.0.starts_with("unexpected element more"), "{e}");
+        assert_eq!(e.1, Unread::Named("invalidMessage"));
         let e = decode_request(&i, None, env11("").as_bytes()).unwrap_err();
         assert!(e.0.starts_with("the SOAP Body is empty"), "{e}");
+        assert_eq!(e.1, Unread::Named("unknownOperation"));
+        let e = decode_request(&i, None, env11("<first>a</first>x<last/>").as_bytes()).unwrap_err();
+        assert_eq!(e.0, "text in the SOAP Body outside its elements");
+        assert_eq!(e.1, Unread::Named("invalidMessage"));
+        let out = String::from_utf8(unread_fault(Version::V11, &e)).unwrap();
+        assert!(
+            out.contains("<detail><bb:invalidMessage xmlns:bb=\"urn:busbar:bpel\"/></detail>"),
+            "{out}"
+        );
+        // Whitespace, comments and processing instructions between the parts are no text.
+        let ok = env11("\n  <first>a</first> <!-- c --> <?pi x?>\n<last/>\n");
+        assert!(decode_request(&i, None, ok.as_bytes()).is_ok());
         let b = binding(Style::Document, false);
         let i = iface(&d, Some(&b));
         let e = decode_request(&i, Some("urn:say"), env11("<first/>").as_bytes()).unwrap_err();
