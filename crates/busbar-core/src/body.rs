@@ -268,61 +268,6 @@ impl Body {
         }
     }
 
-    /// Takes the first chunk of a stream nobody read yet, if its source has it at hand, and
-    /// keeps it for forwarding; returns the stream's error if it failed already. Never waits:
-    /// a source with nothing yet is left as it is (the poll registers `cx` for its wake-up).
-    /// Lets an answer whose body failed before any of it was sent be answered as an error.
-    pub fn poll_failed_at_once(&mut self, cx: &mut Context<'_>) -> Option<BodyError> {
-        let Kind::Stream(s) = &mut self.kind else {
-            return None;
-        };
-        if s.finished || s.read_len > 0 || s.emitted > 0 {
-            return None;
-        }
-        loop {
-            match s.source.poll_source(cx) {
-                Poll::Pending => return None,
-                Poll::Ready(None) => {
-                    s.finished = true;
-                    if let Err(e) = s.checked(None) {
-                        return Some(e);
-                    }
-                    return match s.exact_len {
-                        Some(exact) if exact > 0 => Some(BodyError::Read {
-                            origin: s.origin,
-                            source: format!(
-                                "{} body ended after 0 of {exact} bytes",
-                                origin_name(s.origin)
-                            )
-                            .into(),
-                        }),
-                        _ => None,
-                    };
-                }
-                Poll::Ready(Some(Err(source))) => {
-                    return Some(BodyError::Read {
-                        origin: s.origin,
-                        source,
-                    })
-                }
-                Poll::Ready(Some(Ok(frame))) => {
-                    let Ok(data) = frame.into_data() else {
-                        continue;
-                    };
-                    if data.is_empty() {
-                        continue;
-                    }
-                    if let Err(e) = s.checked(Some(&data)) {
-                        return Some(e);
-                    }
-                    s.read_len += data.len() as u64;
-                    s.read.push_back(data);
-                    return None;
-                }
-            }
-        }
-    }
-
     /// Attaches a check of the part of the body not read yet. When the body is already
     /// complete, the check's end runs now and its verdict is returned.
     pub fn set_tail_check(&mut self, mut check: Box<dyn TailCheck>) -> Result<(), BodyError> {

@@ -6,15 +6,12 @@ use std::net::SocketAddr;
 use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
-use std::task::Poll;
 use std::time::{Duration, SystemTime};
 
 use crate::serve::RequestBody;
 use busbar_core::body::Origin;
 use busbar_core::trace::{TraceContext, TraceId};
-use busbar_core::{
-    Blame, Body, BodyError, ErrorKind, Exchange, Flow, MediationError, MessageFormat,
-};
+use busbar_core::{Blame, Body, ErrorKind, Exchange, Flow, MediationError, MessageFormat};
 use http::header::{HeaderValue, ALLOW, CONNECTION, CONTENT_TYPE, TRANSFER_ENCODING};
 use http::{Method, Request, Response, StatusCode};
 
@@ -202,13 +199,7 @@ pub async fn handle(
         }
         other => other,
     };
-    let result = match result {
-        Ok(mut resp) => match failed_at_once(resp.body_mut()).await {
-            Some(e) => Err(e),
-            None => Ok(resp),
-        },
-        Err(e) => Err(e),
-    };
+    meter.set_format(ex.format);
     let mut resp = match result {
         Ok(mut resp) => {
             strip_hop_by_hop(resp.headers_mut());
@@ -235,26 +226,6 @@ pub async fn handle(
         }
     }
     resp
-}
-
-/// The error of an answer whose body failed before any of it could be sent: a back end that
-/// closed the connection right after its head, or whose first chunk was malformed. Nothing has
-/// gone to the client yet, so it gets the error answer, not a connection cut with no status.
-/// Never waits: a body still on its way is sent as it comes, and a later failure cuts it.
-async fn failed_at_once(body: &mut Body) -> Option<MediationError> {
-    let e = std::future::poll_fn(|cx| Poll::Ready(body.poll_failed_at_once(cx))).await?;
-    Some(match e {
-        BodyError::Read {
-            origin: Origin::Upstream,
-            source,
-        } => MediationError::new(
-            crate::serve::cut_kind(&source),
-            Blame::Upstream,
-            format!("The back end's answer failed before its body: {source}"),
-        )
-        .with_source(source),
-        other => MediationError::from(other),
-    })
 }
 
 /// Marks an answer as the connection's last: sent while the request body is not read to its

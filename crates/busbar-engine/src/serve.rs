@@ -741,6 +741,8 @@ async fn serve_connection<S, H>(
 pub struct Meter {
     counters: Arc<Counters>,
     started: Instant,
+    /// The format the request's errors are answered in.
+    format: busbar_core::MessageFormat,
     access: Option<Box<PendingAccess>>,
     span: Option<Box<SpanEnd>>,
 }
@@ -778,6 +780,7 @@ impl Meter {
         Meter {
             counters,
             started: Instant::now(),
+            format: busbar_core::MessageFormat::Problem,
             access: None,
             span: None,
         }
@@ -836,6 +839,11 @@ impl Meter {
         if let Some(a) = &mut self.access {
             a.record.backend = backend;
         }
+    }
+
+    /// Sets the format the request's errors are answered in.
+    pub fn set_format(&mut self, format: busbar_core::MessageFormat) {
+        self.format = format;
     }
 
     /// Sets the status the access log records.
@@ -963,6 +971,37 @@ impl ResponseBody {
             _meter: None,
             own: None,
         }
+    }
+
+    /// The answer to send instead of this one, whose body failed with `e` before any of it
+    /// was sent: the error answer for a failed back end (a back end that closed the connection
+    /// right after its head, or whose first chunk was malformed), in the request's format and
+    /// counted into the same meter. `None` when the failure is the client's, or the body has
+    /// no request to answer.
+    pub fn failed_before_sending(mut self, e: &BoxError) -> Option<Response<ResponseBody>> {
+        if client_caused(e) {
+            return None;
+        }
+        let mut meter = self._meter.take()?;
+        let failure = busbar_core::MediationError::new(
+            cut_kind(e),
+            busbar_core::Blame::Upstream,
+            format!("The back end's answer failed before its body: {e}"),
+        );
+        let (status, rendered) = failure.render(meter.format);
+        meter.set_status(status.as_u16());
+        // The cut this body recorded is replaced by a whole error answer.
+        if let Some(a) = &mut meter.access {
+            a.errored = false;
+        }
+        if let Some(s) = &mut meter.span {
+            s.errored = false;
+        }
+        let mut resp = Response::new(ResponseBody::response(Body::full(rendered.body), meter));
+        *resp.status_mut() = status;
+        resp.headers_mut()
+            .insert(http::header::CONTENT_TYPE, rendered.content_type);
+        Some(resp)
     }
 
     /// A response body counted into `meter`'s counters; the meter ends when the body is done.

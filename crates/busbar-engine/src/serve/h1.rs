@@ -758,7 +758,22 @@ async fn exchange<H: Handler>(
         close = true;
     }
     close |= encode_head(wbuf, &parts, &method, out, close, version, &body);
-    let sent = send_body(wire, wbuf, body, out).await;
+    let sent = match send_body(wire, wbuf, body, out).await {
+        Ok(()) => Ok(()),
+        Err(Unsent::Cut(e)) => Err(e),
+        // Nothing went out: the client gets the error answer in its place.
+        Err(Unsent::Failed(e, body)) => match body.failed_before_sending(&e) {
+            Some(answer) => {
+                let (parts, body) = answer.into_parts();
+                let out = answer_framing(&method, version, parts.status, &parts.headers, &body);
+                close |= encode_head(wbuf, &parts, &method, out, close, version, &body);
+                send_body(wire, wbuf, body, out)
+                    .await
+                    .map_err(Unsent::into_io)
+            }
+            None => Err(io::Error::other(e)),
+        },
+    };
     let w = lock(wire);
     match sent {
         Ok(()) if !close && !w.body_held && w.body_ended => Served::Next,
@@ -886,20 +901,44 @@ fn encode_head(
     closing
 }
 
-/// Writes `head` and the answer's body framed by `out`. An error (the body failed, the
-/// client stopped reading or left) leaves the answer cut, and the connection must close.
+/// Why an answer was not sent whole.
+enum Unsent {
+    /// The answer is cut (the body failed, the client stopped reading or left): the
+    /// connection must close.
+    Cut(io::Error),
+    /// The body failed before anything was written, head included: it is given back, so
+    /// that another answer can go in its place.
+    Failed(busbar_core::BoxError, ResponseBody),
+}
+
+impl Unsent {
+    fn into_io(self) -> io::Error {
+        match self {
+            Unsent::Cut(e) => e,
+            Unsent::Failed(e, _) => io::Error::other(e),
+        }
+    }
+}
+
+impl From<io::Error> for Unsent {
+    fn from(e: io::Error) -> Self {
+        Unsent::Cut(e)
+    }
+}
+
+/// Writes `head` and the answer's body framed by `out`.
 async fn send_body(
     wire: &Mutex<Wire>,
     head: &[u8],
     mut body: ResponseBody,
     out: Out,
-) -> io::Result<()> {
+) -> Result<(), Unsent> {
     let mut head = head;
     // The body is dropped as soon as it ended, before its last bytes are written: the request
     // is over for its meter (latency, access log) when the answer is all handed over.
     if out == Out::None {
         drop(body);
-        return write_all(wire, &mut [head]).await;
+        return Ok(write_all(wire, &mut [head]).await?);
     }
     let mut sent: u64 = 0;
     let mut size_line = Vec::with_capacity(18);
@@ -927,13 +966,14 @@ async fn send_body(
                 .await;
                 match waited {
                     Some(next) => next,
-                    None => return Err(io::Error::other("the client closed the connection")),
+                    None => return Err(io::Error::other("the client closed the connection").into()),
                 }
             }
         };
         let data = match next {
             None => break,
-            Some(Err(e)) => return Err(io::Error::other(e)),
+            Some(Err(e)) if sent == 0 && !head.is_empty() => return Err(Unsent::Failed(e, body)),
+            Some(Err(e)) => return Err(io::Error::other(e).into()),
             Some(Ok(frame)) => match frame.into_data() {
                 Ok(data) => data,
                 // Trailers are not sent.
@@ -946,9 +986,9 @@ async fn send_body(
         sent += data.len() as u64;
         if let Out::Length(n) = out {
             if sent > n {
-                return Err(io::Error::other(format!(
-                    "the body is longer than its {n} bytes"
-                )));
+                return Err(
+                    io::Error::other(format!("the body is longer than its {n} bytes")).into(),
+                );
             }
         }
         if body.is_end_stream() {
@@ -971,7 +1011,7 @@ async fn send_body(
         ))
     };
     if short && last.is_none() {
-        return Err(ended_short());
+        return Err(ended_short().into());
     }
     // The last bytes and what ends the body go out together.
     match (out, &last) {
@@ -984,7 +1024,7 @@ async fn send_body(
         (_, None) => write_all(wire, &mut [head]).await?,
     }
     if short {
-        return Err(ended_short());
+        return Err(ended_short().into());
     }
     Ok(())
 }
