@@ -398,6 +398,59 @@ fn db_crud_on_postgres() {
     clients_abort(&ex);
 }
 
+/// Sends `signal` to process `pid` with kill(1).
+fn signal(pid: u32, signal: &str) {
+    let ok = std::process::Command::new("kill")
+        .args([signal, &pid.to_string()])
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(ok, "kill {signal} {pid}");
+}
+
+/// A server that accepts connections and answers nothing (its postmaster stopped with
+/// SIGSTOP, as a hung host would be) is reported down once a probe has waited
+/// `connect_timeout` for it, and up again once it answers; the probe never waits on it for
+/// good.
+#[test]
+fn a_postgres_server_that_answers_nothing_is_reported_down_then_up() {
+    let pg = TempPostgres::start().unwrap_or_else(|e| panic!("{e}"));
+    let ex = on_postgres(&pg);
+    let pid = pg.server_pid().expect("the server's pid");
+    /// Lets the server run again however the test ends.
+    struct Resume(u32);
+    impl Drop for Resume {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("kill")
+                .args(["-CONT", &self.0.to_string()])
+                .status();
+        }
+    }
+    signal(pid, "-STOP");
+    let resume = Resume(pid);
+    let readyz = || Client::connect(admin(&ex)).get("/readyz").expect("readyz");
+    // The example's connect_timeout is 5 s, and a probe runs every 2 s.
+    assert!(
+        eventually(Duration::from_secs(20), || readyz().status == 503),
+        "still ready: {}",
+        readyz().text()
+    );
+    assert!(
+        readyz().text().contains("database main"),
+        "{}",
+        readyz().text()
+    );
+    assert_eq!(
+        metric(admin(&ex), "busbar_database_up{database=\"main\"}"),
+        Some(0.0)
+    );
+    drop(resume);
+    assert!(
+        eventually(Duration::from_secs(20), || readyz().status == 200),
+        "not ready again: {}",
+        readyz().text()
+    );
+}
+
 /// The server stops under load: requests fail fast with 503 while it is down, and succeed
 /// again once it is back; no request hangs and no connection is lost from the pool.
 #[test]
@@ -846,6 +899,10 @@ proxies:
         "0.1",
         "-2.5e-3",
         "0.10000000000000000001",
+        // More digits than a double holds, where a parser that rounds loosely found the
+        // double it reads back as, so the digits were dropped for a wrong double.
+        "57537.54751533645048055",
+        "1.7976931348623157e308",
     ] {
         let body = format!(r#"{{"note": "1.5 \" 7", "list": [1, 2.5], "v": {v}}}"#);
         let answer = eventually(Duration::from_secs(30), || {
@@ -870,11 +927,13 @@ fn sqlite_refuses_numbers_it_cannot_hold_exactly() {
         (0, r#"{"v":9223372036854775807}"#),
         (3, r#"{"v":0.1}"#),
         (4, r#"{"v":-0.0025}"#),
+        // The largest double, written as short as it reads back (not in 309 digits).
+        (7, r#"{"v":1.7976931348623157e308}"#),
     ];
     for (i, body) in want_ok {
         assert_eq!(got[i], (200, body.to_owned()), "{got:?}");
     }
-    for i in [1, 2, 5] {
+    for i in [1, 2, 5, 6] {
         assert_eq!(got[i].0, 400, "{got:?}");
         assert!(
             got[i].1.contains("Parameter 'v'") && got[i].1.contains("send it as a string"),
@@ -897,8 +956,12 @@ fn postgres_binds_long_numbers_with_their_written_digits() {
         r#"{"v":0.1}"#,
         r#"{"v":-0.0025}"#,
         r#"{"v":0.10000000000000000001}"#,
+        r#"{"v":57537.54751533645048055}"#,
     ];
     for (i, body) in want.iter().enumerate() {
         assert_eq!(got[i], (200, (*body).to_owned()), "{got:?}");
     }
+    // PostgreSQL writes the numeric in all its digits.
+    let max = format!(r#"{{"v":17976931348623157{}}}"#, "0".repeat(292));
+    assert_eq!(got[7], (200, max), "{got:?}");
 }

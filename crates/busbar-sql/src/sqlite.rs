@@ -513,7 +513,9 @@ fn write_cell(w: &mut RowWriter, v: ValueRef<'_>, decl: Decl, column: &str) -> R
             None => w.int(i),
         },
         (ValueRef::Integer(i), _) => w.int(i),
-        (ValueRef::Real(f), Decl::Numeric) if f.is_finite() => w.numeric(&f.to_string()),
+        (ValueRef::Real(f), Decl::Numeric) if f.is_finite() => {
+            w.numeric(&crate::value::shortest(f))
+        }
         (ValueRef::Real(f), _) => w.float(f),
         (ValueRef::Text(t), Decl::Json) => {
             // SQLite does not check a JSON column's text: only valid JSON goes out as JSON.

@@ -196,10 +196,11 @@ impl RowWriter {
         self.out.extend_from_slice(i.to_string().as_bytes());
     }
 
-    /// A float; NaN and infinities, which JSON cannot hold, are null.
+    /// A float, in its shortest form that reads back as the same `f64`; NaN and infinities,
+    /// which JSON cannot hold, are null.
     pub fn float(&mut self, f: f64) {
         if f.is_finite() {
-            self.out.extend_from_slice(f.to_string().as_bytes());
+            self.out.extend_from_slice(shortest(f).as_bytes());
         } else {
             self.null();
         }
@@ -257,9 +258,36 @@ pub(crate) fn rfc3339_micros(micros: i64) -> String {
     s
 }
 
+/// `f` (finite) in the fewest digits that read back as it, with an exponent far from 1
+/// (`1e300`, `5e-324`, not 301 or 325 characters) and without a fraction when it is whole
+/// (`100`, as Rust writes it).
+pub fn shortest(f: f64) -> String {
+    let mut buf = ryu::Buffer::new();
+    let text = buf.format_finite(f);
+    text.strip_suffix(".0").unwrap_or(text).to_owned()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn floats_are_written_as_short_as_they_read_back() {
+        for (f, text) in [
+            (100.0, "100"),
+            (-0.0, "-0"),
+            (0.1, "0.1"),
+            (-2.5e-3, "-0.0025"),
+            (57537.54751533645, "57537.54751533645"),
+            (1e300, "1e300"),
+            (f64::MAX, "1.7976931348623157e308"),
+            (5e-324, "5e-324"),
+        ] {
+            assert_eq!(shortest(f), text);
+            let back: f64 = serde_json::from_str(text).expect("a JSON number");
+            assert_eq!(back.to_bits(), f.to_bits(), "{text}");
+        }
+    }
 
     #[test]
     fn timestamps_are_rfc3339_utc() {
@@ -325,6 +353,17 @@ mod tests {
         assert_eq!(
             Value::from_json(&n("-0.0"), Some("-0.0")),
             Value::Float(-0.0)
+        );
+        // Parsed exactly: a loose parse read this as 57537.547515336446, the digits then
+        // seemed to be that double's and were dropped for it.
+        let digits = "57537.54751533645048055";
+        assert_eq!(
+            Value::from_json(&n(digits), Some(digits)),
+            Value::Decimal(digits.into())
+        );
+        assert_eq!(
+            Value::from_json(&n("57537.54751533645"), Some("57537.54751533645")),
+            Value::Float(57537.54751533645)
         );
         let long = "12345678901234567890.12345";
         assert_eq!(
