@@ -797,21 +797,27 @@ impl Monitor {
         }
     }
 
+    /// Connects and asks `SELECT 1`, each within `connect_timeout`: a server that accepts
+    /// connections but answers nothing (stopped, or hung) is down, not waited for.
     async fn probe(&self) -> Result<(), String> {
+        let limit = self
+            .config
+            .get_connect_timeout()
+            .copied()
+            .unwrap_or(Duration::from_secs(10));
+        let silent = || format!("no answer within {limit:?}");
         let (client, task) = match &self.tls {
             Some(tls) => {
-                let (client, conn) = self
-                    .config
-                    .connect(tls.clone())
+                let (client, conn) = tokio::time::timeout(limit, self.config.connect(tls.clone()))
                     .await
+                    .map_err(|_| silent())?
                     .map_err(|e| classify(e).detail)?;
                 (client, tokio::spawn(async move { drop(conn.await) }))
             }
             None => {
-                let (client, conn) = self
-                    .config
-                    .connect(NoTls)
+                let (client, conn) = tokio::time::timeout(limit, self.config.connect(NoTls))
                     .await
+                    .map_err(|_| silent())?
                     .map_err(|e| classify(e).detail)?;
                 (client, tokio::spawn(async move { drop(conn.await) }))
             }
@@ -826,14 +832,18 @@ impl Monitor {
                     tracing::info!(database = %self.name, "database initialised");
                 }
             }
-            client
-                .simple_query("SELECT 1")
+            tokio::time::timeout(limit, client.simple_query("SELECT 1"))
                 .await
+                .map_err(|_| silent())?
                 .map(|_| ())
                 .map_err(|e| classify(e).detail)
         }
         .await;
         drop(client);
+        if result.is_err() {
+            // The connection may hang as the server does: it is dropped, not waited for.
+            task.abort();
+        }
         let _ = task.await;
         result
     }

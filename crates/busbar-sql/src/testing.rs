@@ -118,6 +118,12 @@ impl TempPostgres {
     }
 
     /// Starts the server again on the same port, after [`TempPostgres::stop`].
+    /// The process id of the server's postmaster, from its pid file, while it runs.
+    pub fn server_pid(&self) -> Option<u32> {
+        let text = std::fs::read_to_string(self.dir.join("data").join("postmaster.pid")).ok()?;
+        text.lines().next()?.trim().parse().ok()
+    }
+
     pub fn restart(&self) -> Result<(), String> {
         self.pg_ctl_start()
     }
