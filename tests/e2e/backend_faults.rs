@@ -728,7 +728,20 @@ fn an_answer_that_fails_before_its_body_is_a_bad_gateway_not_a_silent_close() {
         if read_body(&mut r, &head).is_none() {
             return;
         }
-        let answer: &[u8] = match head.path.rsplit('/').next().unwrap_or("") {
+        let case = head.path.rsplit('/').next().unwrap_or("").to_owned();
+        if case == "apart" || case == "slow" {
+            // The head, then the body in writes of their own (a moment later, or after the
+            // head has surely gone to the client alone).
+            let w = r.get_mut();
+            let _ = w.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n");
+            if case == "slow" {
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            let _ = w.write_all(b"01234");
+            let _ = w.write_all(b"56789");
+            return;
+        }
+        let answer: &[u8] = match case.as_str() {
             "close" => b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n",
             "chunk" => b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nZZ\r\nhello\r\n",
             "unended" => b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n",
@@ -782,6 +795,12 @@ fn an_answer_that_fails_before_its_body_is_a_bad_gateway_not_a_silent_close() {
     );
     let r = c.post("/p/empty", &[JSON], b"{}").expect("answer");
     assert_eq!((r.status, r.body.len()), (200, 0), "{}", r.text());
+    for case in ["apart", "slow"] {
+        let r = c
+            .post(&format!("/p/{case}"), &[JSON], b"{}")
+            .expect("answer");
+        assert_eq!((r.status, r.text()), (200, "0123456789".into()), "{case}");
+    }
     // Part of the body came: the client's copy is cut, never completed.
     let r = Client::connect(h.http()).post("/p/later", &[JSON], b"{}");
     assert!(

@@ -55,6 +55,13 @@ const SHUTDOWN_WAIT: Duration = Duration::from_secs(1);
 /// How long a request head under way when shutdown starts may still take.
 const STOP_HEAD_WAIT: Duration = Duration::from_secs(1);
 
+/// How long an answer's head waits for the first bytes of its body when they are not there
+/// yet. A back end that writes its head and its body apart, or closes right after the head,
+/// does so within moments: the head then goes out with the body in one write, or an answer
+/// that failed before its body is still replaced by an error answer. A body slower than this
+/// gets its head sent alone.
+const HEAD_HOLD: Duration = Duration::from_millis(1);
+
 const CONTINUE: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
 /// What an HTTP/2 connection starts with (RFC 9113 §3.4), up to where HTTP/1.1 parsing fails.
 const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n";
@@ -945,15 +952,24 @@ async fn send_body(
     // The body's last data, kept to go out with what ends the body.
     let mut last = None;
     loop {
-        // The next frame; when none is ready yet, the head goes first on its own.
+        // The next frame; when none is ready yet, the head waits for it a moment (`HEAD_HOLD`),
+        // then goes first on its own.
         let polled = poll_fn(|cx| Poll::Ready(Pin::new(&mut body).poll_frame(cx))).await;
         let next = match polled {
             Poll::Ready(next) => next,
-            Poll::Pending => {
-                if !head.is_empty() {
-                    write_all(wire, &mut [head]).await?;
-                    head = &[];
+            Poll::Pending if !head.is_empty() => {
+                let first = poll_fn(|cx| Pin::new(&mut body).poll_frame(cx));
+                // Boxed: the timer stays out of every exchange's future.
+                match Box::pin(tokio::time::timeout(HEAD_HOLD, first)).await {
+                    Ok(next) => next,
+                    Err(_) => {
+                        write_all(wire, &mut [head]).await?;
+                        head = &[];
+                        continue;
+                    }
                 }
+            }
+            Poll::Pending => {
                 let waited = poll_fn(|cx| {
                     if let Poll::Ready(next) = Pin::new(&mut body).poll_frame(cx) {
                         return Poll::Ready(Some(next));
