@@ -290,13 +290,15 @@ impl From<BodyError> for MediationError {
                 Blame::Client,
                 "Reading the request body failed",
             ),
+            // What the back end did (it names the endpoint) is the client's to know, as for
+            // an answer that never came.
             BodyError::Read {
                 origin: Origin::Upstream,
-                ..
+                source,
             } => MediationError::new(
                 ErrorKind::UpstreamReset,
                 Blame::Upstream,
-                "Reading the back-end response failed",
+                format!("Reading the back-end response failed: {source}"),
             ),
         }
         .with_source(e)
@@ -307,6 +309,21 @@ impl From<BodyError> for MediationError {
 mod tests {
     use super::*;
     use crate::SoapVersion;
+
+    #[test]
+    fn a_back_end_body_that_failed_says_what_the_back_end_did() {
+        let e = MediationError::from(BodyError::Read {
+            origin: Origin::Upstream,
+            source: "endpoint 'svc' broke off after 5 bytes of its response body".into(),
+        });
+        assert_eq!(e.kind, ErrorKind::UpstreamReset);
+        assert_eq!(
+            e.reason,
+            "Reading the back-end response failed: endpoint 'svc' broke off after 5 bytes of its \
+             response body"
+        );
+        assert_eq!(e.status(MessageFormat::Problem), 502);
+    }
 
     #[test]
     fn upstream_errors_are_500_for_soap_and_502_or_504_for_json() {
