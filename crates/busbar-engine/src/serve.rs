@@ -926,11 +926,9 @@ pub struct Metered<B> {
 /// The response body sent to clients.
 pub type ResponseBody = Metered<Body>;
 
-/// True when `e`, or an error it wraps, is the client's: its request body failed (reset,
-/// malformed, stalled past `client_body_timeout`).
 /// The kind a back end's failed answer body counts as: its [`AnswerCut`]'s, anywhere in its
 /// causes, or `upstream_reset`.
-pub(crate) fn cut_kind(e: &BoxError) -> ErrorKind {
+fn cut_kind(e: &BoxError) -> ErrorKind {
     let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(e.as_ref());
     while let Some(c) = cause {
         if let Some(cut) = c.downcast_ref::<AnswerCut>() {
@@ -941,6 +939,8 @@ pub(crate) fn cut_kind(e: &BoxError) -> ErrorKind {
     ErrorKind::UpstreamReset
 }
 
+/// True when `e`, or an error it wraps, is the client's: its request body failed (reset,
+/// malformed, stalled past `client_body_timeout`).
 fn client_caused(e: &BoxError) -> bool {
     let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(e.as_ref());
     while let Some(c) = cause {

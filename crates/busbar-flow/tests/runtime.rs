@@ -333,9 +333,13 @@ async fn instances_past_their_ttl_end_with_a_fault() {
 }
 
 fn deploy_errors(name: &str, body: &str) -> String {
-    let dir = folder(name, body);
-    match deploy_dir(&dir) {
-        Ok(_) => panic!("deployed"),
+    errors_of(&folder(name, body))
+}
+
+/// The deployment errors of `dir`, one per line; it must not deploy.
+fn errors_of(dir: &Path) -> String {
+    match deploy_dir(dir) {
+        Ok(_) => panic!("{} deployed", dir.display()),
         Err(e) => e
             .iter()
             .map(|e| e.to_string())
@@ -394,14 +398,7 @@ fn import_error(name: &str, location: &str) -> String {
     let bpel = std::fs::read_to_string(dir.join("p.bpel")).unwrap();
     let bpel = bpel.replace(r#"location="p.wsdl""#, &format!(r#"location="{location}""#));
     std::fs::write(dir.join("p.bpel"), bpel).unwrap();
-    match deploy_dir(&dir) {
-        Ok(_) => panic!("deployed with the WSDL at {location}"),
-        Err(e) => e
-            .iter()
-            .map(|e| e.to_string())
-            .collect::<Vec<_>>()
-            .join("\n"),
-    }
+    errors_of(&dir)
 }
 
 #[test]
