@@ -1254,7 +1254,10 @@ fn posts_to_a_back_end_that_closes_each_connection_after_its_answer_all_arrive_o
     // The back end answers one request per connection and then closes it, without saying so
     // (no `Connection: close`): busbar keeps the connection, and its close either is seen when
     // the connection is taken, or crosses the next request on it. Every POST is answered with
-    // its own body, and the back end gets each body exactly once.
+    // its own body, and the back end gets each body exactly once. The close (FIN) goes out with
+    // the answer, so it always comes before a next request: a back end that closes only once
+    // that request has reached its socket resets the connection with the request taken by its
+    // TCP, and whether it read it no one can tell (busbar answers 502 then, as it must).
     let seen = Arc::new(Mutex::new(Vec::new()));
     let record = seen.clone();
     let addr = scripted(move |mut r| {
@@ -1267,9 +1270,11 @@ fn posts_to_a_back_end_that_closes_each_connection_after_its_answer_all_arrive_o
         record.lock().expect("lock").push(body.clone());
         let s = r.get_mut();
         let head = format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n", body.len());
+        let _ = socket2::SockRef::from(&*s).set_tcp_cork(true);
         let _ = s
             .write_all(head.as_bytes())
-            .and_then(|()| s.write_all(&body));
+            .and_then(|()| s.write_all(&body))
+            .and_then(|()| s.shutdown(std::net::Shutdown::Write));
     });
     let h = engine(&proxy_yaml(&format!("    url: \"http://{addr}/e\"\n")));
     let mut c = Client::connect(h.http());
