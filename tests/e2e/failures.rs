@@ -48,6 +48,24 @@ fn back_end_down_gives_a_json_problem_with_502_to_json_clients() {
     assert!(r.text().contains("\"status\":502"));
 }
 
+/// A back end whose name does not resolve: the answer says why it could not be reached, not
+/// only that it could not.
+#[test]
+fn a_back_end_name_that_does_not_resolve_is_a_502_that_says_so() {
+    let h = engine(
+        "endpoints:\n  gone:\n    url: \"http://no-such-host.invalid:9/x\"\nproxies:\n  P:\n    path: /p\n    in:\n      - call: gone\n",
+    );
+    let r = Client::connect(h.http())
+        .post("/p", &[("Content-Type", "application/json")], b"{}")
+        .expect("response");
+    assert_eq!(r.status, 502, "{}", r.text());
+    let text = r.text();
+    assert!(
+        text.contains("Endpoint 'gone' could not be reached (") && text.contains("lookup"),
+        "{text}"
+    );
+}
+
 #[test]
 fn slow_back_end_times_out_within_the_configured_timeout() {
     let echo = echo(EchoOptions {

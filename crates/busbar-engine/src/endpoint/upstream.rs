@@ -850,10 +850,15 @@ impl Upstream {
     /// Opens a connection: TCP, then TLS for https.
     async fn open(&self) -> Result<Box<Conn>, MediationError> {
         let stream = TcpStream::connect(&self.connect_addr).await.map_err(|e| {
+            // Refused says it all; otherwise the reason (a name that does not resolve, a
+            // network that is unreachable) is the client's to know, as in the log.
             let (kind, what) = if e.kind() == std::io::ErrorKind::ConnectionRefused {
-                (ErrorKind::ConnectRefused, "refused the connection")
+                (
+                    ErrorKind::ConnectRefused,
+                    "refused the connection".to_owned(),
+                )
             } else {
-                (ErrorKind::Connect, "could not be reached")
+                (ErrorKind::Connect, format!("could not be reached ({e})"))
             };
             self.error(kind, what).retryable(true).with_source(e)
         })?;
