@@ -542,7 +542,7 @@ fn write_cell(
         Type::OID => w.int(i64::from(be(4)? as u32)),
         Type::FLOAT4 => {
             let v: [u8; 4] = b.try_into().map_err(|_| bad())?;
-            w.float(f64::from(f32::from_be_bytes(v)));
+            w.float32(f32::from_be_bytes(v));
         }
         Type::FLOAT8 => {
             let v: [u8; 8] = b.try_into().map_err(|_| bad())?;

@@ -206,6 +206,19 @@ impl RowWriter {
         }
     }
 
+    /// A single-precision float (PostgreSQL's `real`) in the fewest digits that read back as
+    /// it (`0.1`, not the `0.10000000149011612` of its value as a double).
+    pub fn float32(&mut self, f: f32) {
+        if f.is_finite() {
+            let mut buf = ryu::Buffer::new();
+            let text = buf.format_finite(f);
+            self.out
+                .extend_from_slice(text.strip_suffix(".0").unwrap_or(text).as_bytes());
+        } else {
+            self.null();
+        }
+    }
+
     pub fn string(&mut self, s: &str) {
         // Writing a &str into a Vec cannot fail.
         let _ = serde_json::to_writer(&mut self.out, s);

@@ -365,6 +365,23 @@ async fn postgres_suite() {
     let pg = TempPostgres::start().unwrap_or_else(|e| panic!("{e}"));
     let db = postgres(&pg, |_| {}).await;
     suite(&db, true).await;
+    // Floats in the fewest digits that read back as them, a `real` as a single-precision one.
+    let floats = raw(run(
+        &db,
+        &[
+            "SELECT CAST(0.1 AS real) AS r, CAST(0.1 AS double precision) AS d, \
+               CAST(1e300 AS double precision) AS big, CAST(-2 AS real) AS whole",
+        ],
+        vec![vec![]],
+        Shape::Row,
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}")))
+    .await;
+    assert_eq!(
+        String::from_utf8_lossy(&floats),
+        r#"{"r":0.1,"d":0.1,"big":1e300,"whole":-2}"#
+    );
     // Without server-side prepared statements (PgBouncer), the server infers the types.
     let db = postgres(&pg, |o| o.statement_cache = false).await;
     let row = json(
