@@ -95,7 +95,20 @@ fn two_proxies_on_one_pattern_split_by_method_and_others_get_405_with_allow() {
     assert_eq!((r.status, r.text().as_str()), (200, "put"));
     let r = request(h.http(), "DELETE", "/api/customers/1");
     assert_eq!(r.status, 405);
-    assert_eq!(r.header("allow"), Some("GET, PUT"));
+    assert_eq!(r.header("allow"), Some("GET, HEAD, PUT"));
+    // HEAD is answered where GET is (RFC 9110 §9.3.2), without the body: the whole answer is
+    // its head.
+    let mut s = std::net::TcpStream::connect(h.http()).expect("connect");
+    std::io::Write::write_all(
+        &mut s,
+        b"HEAD /api/customers/1 HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n",
+    )
+    .expect("send");
+    let mut answer = String::new();
+    std::io::Read::read_to_string(&mut s, &mut answer).expect("answer");
+    assert!(answer.starts_with("HTTP/1.1 200 "), "{answer}");
+    assert!(answer.ends_with("\r\n\r\n"), "a body came: {answer}");
+    assert!(!answer.contains("got"), "{answer}");
     assert_eq!(r.header("content-type"), Some("application/problem+json"));
     let r = request(h.http(), "DELETE", "/api/customers");
     assert_eq!(r.status, 404);

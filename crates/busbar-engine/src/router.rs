@@ -119,8 +119,23 @@ impl<T> Router<T> {
         Ok(())
     }
 
-    /// Finds the route for `method` and `path` (the path without its query).
+    /// Finds the route for `method` and `path` (the path without its query). A `HEAD` no
+    /// route names goes where a `GET` would (RFC 9110 §9.3.2: the same answer without its
+    /// body), and `Allow` lists `HEAD` wherever `GET` is.
     pub fn find(&self, method: &Method, path: &str) -> Match<'_, T> {
+        let found = self.find_named(method, path);
+        if *method == Method::HEAD {
+            if let Match::MethodNotAllowed { .. } = found {
+                if let get @ Match::Found { .. } = self.find_named(&Method::GET, path) {
+                    return get;
+                }
+            }
+        }
+        found
+    }
+
+    /// [`Router::find`] with `method` as the routes name it.
+    fn find_named(&self, method: &Method, path: &str) -> Match<'_, T> {
         let exact: &[usize] = self.exact.get(path).map_or(&[], Vec::as_slice);
         let exact = exact.iter().map(|&i| &self.exact_routes[i]);
         if let Some(r) = exact.clone().find(|r| r.accepts(method)) {
@@ -172,6 +187,9 @@ impl<T> Router<T> {
             .chain(on_path)
             .flat_map(|r| r.methods.iter().cloned())
             .collect();
+        if allow.contains(&Method::GET) {
+            allow.push(Method::HEAD);
+        }
         allow.sort_by(|a, b| a.as_str().cmp(b.as_str()));
         allow.dedup();
         Match::MethodNotAllowed {
@@ -448,8 +466,20 @@ mod tests {
         match r.find(&Method::DELETE, "/c/1") {
             Match::MethodNotAllowed { target, allow } => {
                 assert_eq!(*target, "get");
-                assert_eq!(allow, vec![Method::GET, Method::PUT]);
+                assert_eq!(allow, vec![Method::GET, Method::HEAD, Method::PUT]);
             }
+            other => panic!("{other:?}"),
+        }
+        // HEAD goes where GET does, unless a route names it.
+        assert_eq!(found(&r, Method::HEAD, "/c/1").map(|f| f.0), Some("get"));
+        let named = router(&[
+            ("/h", &[Method::GET], "get"),
+            ("/h", &[Method::HEAD], "head"),
+        ]);
+        assert_eq!(found(&named, Method::HEAD, "/h").map(|f| f.0), Some("head"));
+        assert_eq!(found(&named, Method::GET, "/h").map(|f| f.0), Some("get"));
+        match r.find(&Method::HEAD, "/x") {
+            Match::MethodNotAllowed { allow, .. } => assert_eq!(allow, vec![Method::POST]),
             other => panic!("{other:?}"),
         }
         match r.find(&Method::GET, "/x") {
