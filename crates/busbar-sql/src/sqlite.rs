@@ -514,7 +514,7 @@ fn write_cell(w: &mut RowWriter, v: ValueRef<'_>, decl: Decl, column: &str) -> R
         },
         (ValueRef::Integer(i), _) => w.int(i),
         (ValueRef::Real(f), Decl::Numeric) if f.is_finite() => {
-            w.numeric(&crate::value::shortest(f))
+            w.numeric(crate::value::shortest(&mut ryu::Buffer::new(), f))
         }
         (ValueRef::Real(f), _) => w.float(f),
         (ValueRef::Text(t), Decl::Json) => {

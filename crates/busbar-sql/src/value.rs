@@ -199,21 +199,19 @@ impl RowWriter {
     /// A float, in its shortest form that reads back as the same `f64`; NaN and infinities,
     /// which JSON cannot hold, are null.
     pub fn float(&mut self, f: f64) {
-        if f.is_finite() {
-            self.out.extend_from_slice(shortest(f).as_bytes());
-        } else {
-            self.null();
-        }
+        self.float_of(f, f.is_finite());
     }
 
     /// A single-precision float (PostgreSQL's `real`) in the fewest digits that read back as
     /// it (`0.1`, not the `0.10000000149011612` of its value as a double).
     pub fn float32(&mut self, f: f32) {
-        if f.is_finite() {
+        self.float_of(f, f.is_finite());
+    }
+
+    fn float_of<F: ryu::Float>(&mut self, f: F, finite: bool) {
+        if finite {
             let mut buf = ryu::Buffer::new();
-            let text = buf.format_finite(f);
-            self.out
-                .extend_from_slice(text.strip_suffix(".0").unwrap_or(text).as_bytes());
+            self.out.extend_from_slice(shortest(&mut buf, f).as_bytes());
         } else {
             self.null();
         }
@@ -274,10 +272,9 @@ pub(crate) fn rfc3339_micros(micros: i64) -> String {
 /// `f` (finite) in the fewest digits that read back as it, with an exponent far from 1
 /// (`1e300`, `5e-324`, not 301 or 325 characters) and without a fraction when it is whole
 /// (`100`, as Rust writes it).
-pub fn shortest(f: f64) -> String {
-    let mut buf = ryu::Buffer::new();
+pub fn shortest<F: ryu::Float>(buf: &mut ryu::Buffer, f: F) -> &str {
     let text = buf.format_finite(f);
-    text.strip_suffix(".0").unwrap_or(text).to_owned()
+    text.strip_suffix(".0").unwrap_or(text)
 }
 
 #[cfg(test)]
@@ -296,7 +293,7 @@ mod tests {
             (f64::MAX, "1.7976931348623157e308"),
             (5e-324, "5e-324"),
         ] {
-            assert_eq!(shortest(f), text);
+            assert_eq!(shortest(&mut ryu::Buffer::new(), f), text);
             let back: f64 = serde_json::from_str(text).expect("a JSON number");
             assert_eq!(back.to_bits(), f.to_bits(), "{text}");
         }
