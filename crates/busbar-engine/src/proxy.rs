@@ -443,7 +443,7 @@ fn log_error(proxy: &Proxy, ex: &Exchange, e: &MediationError) {
 }
 
 /// The answer to an error: a SOAP fault or a JSON problem ([`MediationError::render`]).
-fn error_response(
+pub(crate) fn error_response(
     e: &MediationError,
     format: MessageFormat,
     mut meter: Option<Meter>,

@@ -988,8 +988,6 @@ impl ResponseBody {
             busbar_core::Blame::Upstream,
             format!("The back end's answer failed before its body: {e}"),
         );
-        let (status, rendered) = failure.render(meter.format);
-        meter.set_status(status.as_u16());
         // The cut this body recorded is replaced by a whole error answer.
         if let Some(a) = &mut meter.access {
             a.errored = false;
@@ -997,11 +995,8 @@ impl ResponseBody {
         if let Some(s) = &mut meter.span {
             s.errored = false;
         }
-        let mut resp = Response::new(ResponseBody::response(Body::full(rendered.body), meter));
-        *resp.status_mut() = status;
-        resp.headers_mut()
-            .insert(http::header::CONTENT_TYPE, rendered.content_type);
-        Some(resp)
+        let format = meter.format;
+        Some(crate::proxy::error_response(&failure, format, Some(meter)))
     }
 
     /// A response body counted into `meter`'s counters; the meter ends when the body is done.
