@@ -160,7 +160,7 @@ impl<'a> Compiler<'a> {
                     if let Some(loc) = loc {
                         let f = self.file.parent().unwrap_or(Path::new(".")).join(loc);
                         let from = (self.file, self.doc.line(k));
-                        self.defs.read_import(&f, from, self.problems);
+                        self.defs.read(&f, from, self.problems);
                     }
                 } else if it != "http://www.w3.org/2001/XMLSchema" {
                     self.err(k, format!("import of type '{it}' is not supported"));

@@ -213,18 +213,10 @@ impl Definitions {
         })
     }
 
-    /// Reads `file` (and, once each, the WSDLs it imports) into these definitions.
-    pub fn read(&mut self, file: &Path, problems: &mut Problems) {
-        self.read_from(file, None, problems);
-    }
-
-    /// Reads `file`, imported at `from` (the importing file and the import's line): a file
-    /// that cannot be read is reported there, naming it.
-    pub fn read_import(&mut self, file: &Path, from: (&Path, u32), problems: &mut Problems) {
-        self.read_from(file, Some(from), problems);
-    }
-
-    fn read_from(&mut self, file: &Path, from: Option<(&Path, u32)>, problems: &mut Problems) {
+    /// Reads `file` (and, once each, the WSDLs it imports) into these definitions. It is
+    /// imported at `from` (the importing file and the import's line): a file that cannot be
+    /// read is reported there, naming it.
+    pub fn read(&mut self, file: &Path, from: (&Path, u32), problems: &mut Problems) {
         let canon = file.canonicalize().unwrap_or_else(|_| file.to_path_buf());
         if self.read.contains(&canon) {
             return;
@@ -238,14 +230,9 @@ impl Definitions {
                     .to_string()
             }
             Err(why) => {
-                problems.push(match from {
-                    Some((importer, line)) => DeployError::new(
-                        importer,
-                        line,
-                        format!("the imported WSDL {}: {why}", file.display()),
-                    ),
-                    None => DeployError::new(file, 0, why),
-                });
+                let (importer, line) = from;
+                let why = format!("the imported WSDL {}: {why}", file.display());
+                problems.push(DeployError::new(importer, line, why));
                 return;
             }
         };
@@ -292,7 +279,7 @@ impl Definitions {
                 (WSDL_NS, "import") => {
                     if let Some(loc) = doc.attr(child, "", "location") {
                         let next = file.parent().unwrap_or(Path::new(".")).join(loc);
-                        self.read_import(&next, (file, doc.line(child)), problems);
+                        self.read(&next, (file, doc.line(child)), problems);
                     }
                 }
                 (WSDL_NS, "types") => {
