@@ -562,3 +562,91 @@ fn the_ws_security_bench_config_boots_and_serves_secured_messages() {
     let status = stop(&mut child);
     assert!(status.success(), "exit {status:?}");
 }
+
+/// A config, or a file it names, that is a device never ending or a file past the bound every
+/// such file has, is refused with the file's key, not read until memory runs out.
+#[test]
+fn files_a_config_names_are_read_with_a_bound() {
+    let out = busbar()
+        .args(["validate", "/dev/zero"])
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("/dev/zero: cannot read config: larger than 16 MiB"),
+        "{err}"
+    );
+
+    let dir = temp_dir("validate-bound");
+    // Sparse: 16 MiB and one byte, on disk as nothing.
+    let big = dir.join("big.xsl");
+    let f = std::fs::File::create(&big).expect("create");
+    f.set_len(16 * 1024 * 1024 + 1).expect("grow");
+    std::fs::copy(&big, dir.join("big.jq")).expect("copy");
+    let yaml = "\
+echo:
+  bind: \"127.0.0.1:0\"
+  json_file: /dev/zero
+listeners:
+  http:
+    bind: \"127.0.0.1:0\"
+    tls: { cert: /dev/zero, key: /dev/zero }
+databases:
+  db:
+    path: \":memory:\"
+    init: /dev/zero
+endpoints:
+  echo: { url: \"http://127.0.0.1:9000/e\" }
+  secure:
+    url: \"https://127.0.0.1:9443/e\"
+    tls: { ca: /dev/zero }
+proxies:
+  P:
+    path: /p
+    in:
+      - xslt: { stylesheet: /dev/zero }
+      - jq: { file: /dev/zero }
+      - call: echo
+  Q:
+    path: /q
+    in:
+      - xslt: { stylesheet: big.xsl }
+      - jq: { file: big.jq }
+";
+    let file = dir.join("c.yaml");
+    std::fs::write(&file, yaml).expect("write");
+    let out = busbar().arg("validate").arg(&file).output().expect("run");
+    let err = String::from_utf8_lossy(&out.stderr).replace(&file.display().to_string(), "c.yaml");
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    for (line, key, why) in [
+        (3, "echo.json_file", "not a regular file: /dev/zero"),
+        (
+            7,
+            "listeners.http.tls.cert",
+            "not a regular file: /dev/zero",
+        ),
+        (7, "listeners.http.tls:", "larger than 16 MiB"),
+        (11, "databases.db.init", "not a regular file: /dev/zero"),
+        (
+            16,
+            "endpoints.secure.tls.ca",
+            "not a regular file: /dev/zero",
+        ),
+        (
+            21,
+            "proxies.P.in[0].xslt.stylesheet",
+            "not a regular file: /dev/zero",
+        ),
+        (22, "proxies.P.in[1].jq.file", "larger than 16 MiB"),
+        (27, "proxies.Q.in[0].xslt.stylesheet", "larger than 16 MiB"),
+        (28, "proxies.Q.in[1].jq.file", "larger than 16 MiB"),
+    ] {
+        assert!(
+            err.lines()
+                .any(|l| l.starts_with(&format!("c.yaml:{line}: {key}")) && l.contains(why)),
+            "line {line}, {key}, {why}: {err}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

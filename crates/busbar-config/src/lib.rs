@@ -171,7 +171,7 @@ impl Attempt {
 
 /// Reads, interpolates, parses and validates `file`, going on after problems ([`Attempt`]).
 pub fn load_attempt(file: &Path) -> Attempt {
-    match std::fs::read_to_string(file) {
+    match busbar_core::file::read_to_string(file) {
         Ok(text) => attempt_text(&text, file, |k| std::env::var(k).ok()),
         Err(e) => Attempt {
             loaded: None,
@@ -449,12 +449,8 @@ pub fn validate(loaded: &LoadedConfig) -> Vec<ConfigError> {
     let named = cfg.echoes.iter().map(|(k, e)| (format!("echoes.{k}"), e));
     for (path, echo) in echoes.chain(named) {
         if let Some(file) = echo.json_file.as_deref().filter(|f| !f.is_empty()) {
-            if !loaded.resolve(file).is_file() {
-                err(
-                    None,
-                    format!("{path}.json_file"),
-                    format!("no such file: {}", loaded.resolve(file).display()),
-                );
+            if let Some(problem) = file_problem(&loaded.resolve(file)) {
+                err(None, format!("{path}.json_file"), problem);
             }
         }
         if let Some(json) = echo.json.as_deref().filter(|j| !j.is_empty()) {
@@ -501,14 +497,7 @@ pub fn validate(loaded: &LoadedConfig) -> Vec<ConfigError> {
         }
         if let Some(tls) = &l.tls {
             for (key, file) in [("cert", &tls.cert), ("key", &tls.key)] {
-                let resolved = loaded.resolve(&file.value);
-                if !resolved.is_file() {
-                    err(
-                        line_of(file),
-                        format!("{path}.tls.{key}"),
-                        format!("file not found: {}", resolved.display()),
-                    );
-                }
+                check_file(loaded, file, format!("{path}.tls.{key}"), &mut err);
             }
         }
         if l.max_header_size.0 < 1024 {
@@ -921,14 +910,7 @@ fn check_databases(loaded: &LoadedConfig, err: &mut impl FnMut(Option<u64>, Stri
             None => Vec::new(),
         };
         for f in files {
-            let file = loaded.resolve(&f.value);
-            if !file.is_file() {
-                err(
-                    line_of(f),
-                    format!("{at}.init"),
-                    format!("file not found: {}", file.display()),
-                );
-            }
+            check_file(loaded, f, format!("{at}.init"), err);
         }
     }
 }
@@ -1131,14 +1113,7 @@ fn check_steps(
             StepConfig::WsseVerify(v) => check_wsse_verify(loaded, v, &here, err),
             StepConfig::WsseSecure(w) => check_wsse_secure(loaded, w, &here, err),
             StepConfig::Xslt(x) => {
-                let file = loaded.resolve(&x.stylesheet.value);
-                if !file.is_file() {
-                    err(
-                        line_of(&x.stylesheet),
-                        format!("{here}.stylesheet"),
-                        format!("file not found: {}", file.display()),
-                    );
-                }
+                check_file(loaded, &x.stylesheet, format!("{here}.stylesheet"), err);
             }
             StepConfig::Route(cases) => {
                 for (j, case) in cases.iter().enumerate() {
@@ -1201,13 +1176,22 @@ fn check_file(
     at: String,
     err: &mut impl FnMut(Option<u64>, String, String),
 ) {
-    let path = loaded.resolve(&file.value);
-    if !path.is_file() {
-        err(
-            line_of(file),
-            at,
-            format!("file not found: {}", path.display()),
-        );
+    if let Some(problem) = file_problem(&loaded.resolve(&file.value)) {
+        err(line_of(file), at, problem);
+    }
+}
+
+/// Why `path` cannot be one of the files a config names, if it cannot: it must be a regular
+/// file (after symbolic links).
+fn file_problem(path: &Path) -> Option<String> {
+    match std::fs::metadata(path) {
+        Ok(m) if m.is_file() => None,
+        Ok(m) if m.is_dir() => Some(format!("a directory, not a file: {}", path.display())),
+        Ok(_) => Some(format!("not a regular file: {}", path.display())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            Some(format!("file not found: {}", path.display()))
+        }
+        Err(e) => Some(format!("cannot read {}: {e}", path.display())),
     }
 }
 

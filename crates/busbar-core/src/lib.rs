@@ -11,6 +11,7 @@ pub mod calendar;
 pub mod error;
 pub mod exchange;
 pub mod fault;
+pub mod file;
 pub mod metrics;
 pub mod test;
 pub mod trace;

@@ -60,7 +60,7 @@ pub fn open(
     let init = match init_file {
         Some(f) => {
             let file = loaded.resolve(&f.value);
-            Some(std::fs::read_to_string(&file).map_err(|e| {
+            Some(busbar_core::file::read_to_string(&file).map_err(|e| {
                 fail(
                     &format!("{at}.init"),
                     line_of(f),

@@ -256,7 +256,7 @@ fn echo_options(
         (Some(text), _) => Some(bytes::Bytes::from(text.to_owned())),
         (None, Some(file)) => {
             let path = loaded.resolve(file);
-            let bytes = std::fs::read(&path).map_err(|err| {
+            let bytes = busbar_core::file::read(&path).map_err(|err| {
                 ConfigErrors(vec![loaded.error(
                     None,
                     format!("{at}.json_file"),

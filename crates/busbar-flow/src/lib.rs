@@ -55,31 +55,18 @@ impl DeployError {
 /// Problems collected while deploying.
 pub type Problems = Vec<DeployError>;
 
-/// The largest deployment file (`.bpel`, WSDL, `deploy.xml`) read: far above any real one, and
-/// low enough that a path naming a device or a huge file is refused, not read into memory.
-pub const MAX_SOURCE_BYTES: u64 = 16 * 1024 * 1024;
+/// The largest deployment file (`.bpel`, WSDL, `deploy.xml`) read: the bound of every file a
+/// config names, far above any real one.
+pub const MAX_SOURCE_BYTES: u64 = busbar_core::file::MAX_FILE_BYTES;
 
 /// Reads a deployment file as UTF-8 text: a regular file (after symbolic links) of at most
 /// [`MAX_SOURCE_BYTES`]. The error says why it cannot be read, without the file's name.
 pub fn read_source(file: &Path) -> Result<String, String> {
-    use std::io::Read;
     let meta = std::fs::metadata(file).map_err(|e| format!("cannot read: {e}"))?;
     if !meta.is_file() {
         return Err("cannot read: not a regular file".into());
     }
-    let too_large = || format!("cannot read: larger than {} MiB", MAX_SOURCE_BYTES >> 20);
-    if meta.len() > MAX_SOURCE_BYTES {
-        return Err(too_large());
-    }
-    let f = std::fs::File::open(file).map_err(|e| format!("cannot read: {e}"))?;
-    let mut text = String::new();
-    f.take(MAX_SOURCE_BYTES + 1)
-        .read_to_string(&mut text)
-        .map_err(|e| format!("cannot read: {e}"))?;
-    if text.len() as u64 > MAX_SOURCE_BYTES {
-        return Err(too_large());
-    }
-    Ok(text)
+    busbar_core::file::read_to_string(file).map_err(|e| format!("cannot read: {e}"))
 }
 
 /// A deployed process: the compiled process and its descriptor entry.

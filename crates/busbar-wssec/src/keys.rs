@@ -287,7 +287,7 @@ impl fmt::Debug for Certificate {
 }
 
 fn read_file(path: &Path) -> Result<Vec<u8>, KeyError> {
-    std::fs::read(path).map_err(|source| KeyError::Unreadable {
+    busbar_core::file::read(path).map_err(|source| KeyError::Unreadable {
         path: path.to_path_buf(),
         source,
     })

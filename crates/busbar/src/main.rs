@@ -359,7 +359,7 @@ fn echo(
 ) -> ExitCode {
     init_logging("info", false);
     let json = match json {
-        Some(path) => match std::fs::read(&path) {
+        Some(path) => match busbar_core::file::read(&path) {
             Ok(b) => Some(bytes::Bytes::from(b)),
             Err(e) => {
                 eprintln!("{}: cannot read: {e}", path.display());

@@ -5,14 +5,15 @@
 use std::path::Path;
 use std::sync::{Arc, OnceLock};
 
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use rustls::pki_types::ServerName;
 use rustls::{CertificateError, ClientConfig, RootCertStore};
 use tokio::net::TcpStream;
 use tokio_rustls::client::TlsStream;
 use tokio_rustls::TlsConnector;
 
 use busbar_core::BoxError;
+
+use crate::tls::{read_certs, read_key};
 
 /// The TLS client settings of one endpoint, built once.
 #[derive(Debug, Clone)]
@@ -71,17 +72,6 @@ fn system_roots() -> Result<Arc<RootCertStore>, String> {
         .clone()
 }
 
-fn read_certs(file: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
-    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(file)
-        .map_err(|e| format!("cannot read certificates from {}: {e}", file.display()))?
-        .collect::<Result<_, _>>()
-        .map_err(|e| format!("invalid certificate in {}: {e}", file.display()))?;
-    if certs.is_empty() {
-        return Err(format!("no certificate found in {}", file.display()));
-    }
-    Ok(certs)
-}
-
 /// Which part of the `tls` section a build error is about.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TlsField {
@@ -126,12 +116,7 @@ pub fn client(
         None => builder.with_no_client_auth(),
         Some((cert, key)) => {
             let chain = read_certs(cert).map_err(|m| (TlsField::Cert, m))?;
-            let key = PrivateKeyDer::from_pem_file(key).map_err(|e| {
-                (
-                    TlsField::Key,
-                    format!("cannot read a private key from {}: {e}", key.display()),
-                )
-            })?;
+            let key = read_key(key).map_err(|m| (TlsField::Key, m))?;
             builder.with_client_auth_cert(chain, key).map_err(|e| {
                 (
                     TlsField::Cert,

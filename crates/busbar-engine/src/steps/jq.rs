@@ -49,7 +49,7 @@ impl JqStep {
                 ),
                 (None, Some(f)) => {
                     let path = cx.loaded.resolve(&f.value);
-                    match std::fs::read_to_string(&path) {
+                    match busbar_core::file::read_to_string(&path) {
                         Ok(text) => (text, line_of(f).or(step_line), format!("{here}.file")),
                         Err(e) => {
                             return Err(cx.fail(

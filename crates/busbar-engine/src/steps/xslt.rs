@@ -86,21 +86,30 @@ impl XsltStep {
             DocumentAccessConfig::ConfigDir => DocumentAccess::UnderDir(cx.loaded.base_dir.clone()),
             DocumentAccessConfig::None => DocumentAccess::Off,
         };
-        let sheet = Stylesheet::compile_file(&file, access).map_err(|e| {
-            let line = e.line.map(|l| format!(" (line {l})")).unwrap_or_default();
+        let fail = |cx: &mut BuildCx<'_>, message: &str| {
             cx.fail(
                 line_of(&cfg.stylesheet),
                 format!("{here}.stylesheet"),
-                format!("{}: {}{line}", file.display(), e.message.trim()),
+                format!("{}: {}", file.display(), message.trim()),
             )
-        })?;
+        };
+        // Read with the bound of every file a config names; libxslt resolves what the
+        // stylesheet includes or imports against its absolute path.
+        let bytes = match busbar_core::file::read(&file) {
+            Ok(bytes) => bytes,
+            Err(e) => return Err(fail(cx, &format!("cannot read stylesheet: {e}"))),
+        };
+        let absolute = std::path::absolute(&file).unwrap_or_else(|_| file.clone());
+        let sheet = Stylesheet::compile_bytes(&bytes, &absolute.display().to_string(), access)
+            .map_err(|e| {
+                let line = e.line.map(|l| format!(" (line {l})")).unwrap_or_default();
+                fail(cx, &format!("{}{line}", e.message.trim()))
+            })?;
         // Classified only once libxslt has compiled it: errors stay libxslt's.
         let fast = if !cfg.params.is_empty() {
             Err("the step passes parameters".to_owned())
         } else {
-            std::fs::read(&file)
-                .map_err(|e| format!("cannot read the stylesheet again: {e}"))
-                .and_then(|bytes| FastStylesheet::analyse(&bytes).map_err(|e| e.0))
+            FastStylesheet::analyse(&bytes).map_err(|e| e.0)
         };
         cx.engines.push(StepEngine {
             step: here.to_owned(),
