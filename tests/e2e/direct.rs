@@ -190,9 +190,9 @@ fn reload_under_load_loses_no_request() {
 }
 
 #[test]
-fn graceful_shutdown_lets_an_in_flight_request_finish() {
+fn graceful_shutdown_lets_an_in_flight_request_finish_with_connection_close() {
     let echo = echo(EchoOptions {
-        delay: Some(Duration::from_millis(500)),
+        delay: Some(Duration::from_millis(1500)),
         ..Default::default()
     });
     let mut h = engine(&direct_proxy_yaml(echo.addr, "30s"));
@@ -207,13 +207,32 @@ fn graceful_shutdown_lets_an_in_flight_request_finish() {
         metric(admin, "busbar_proxy_in_flight{proxy=\"DirectProxy\"}") == Some(1.0)
     }));
     let engine = h.engine.take().expect("engine");
-    engine.shutdown();
+    let stopping = std::thread::spawn(move || engine.shutdown());
+    // The admin answers through the drain: readiness says so, and the in-flight request is
+    // still in the metrics.
+    assert!(eventually(Duration::from_secs(10), || {
+        Client::connect(admin)
+            .get("/readyz")
+            .is_ok_and(|r| r.status == 503 && r.text() == "draining\n")
+    }));
+    assert_eq!(
+        metric(admin, "busbar_proxy_in_flight{proxy=\"DirectProxy\"}"),
+        Some(1.0)
+    );
     let r = client.join().expect("client");
+    stopping.join().expect("stopped");
     assert_eq!(r.status, 200);
     assert_eq!(r.body, b"in flight");
+    // The connection closes after this answer, and the answer says so: a client that sent its
+    // next request on it would lose it.
+    assert_eq!(r.header("connection"), Some("close"));
     assert!(
         std::net::TcpStream::connect(addr).is_err(),
         "listener must be closed"
+    );
+    assert!(
+        std::net::TcpStream::connect(admin).is_err(),
+        "the admin listener closes once the drain is over"
     );
     echo.stop();
 }

@@ -114,6 +114,10 @@ pub struct RunningEngine {
     pub workers: usize,
     control: Arc<Control>,
     threads: Vec<JoinHandle<()>>,
+    /// The admin listener's thread, stopped only once the workers' drain is over, so
+    /// `/readyz` answers `draining` and `/metrics` can be read all through it.
+    admin_threads: Vec<JoinHandle<()>>,
+    admin_stop: watch::Sender<bool>,
     drain: Duration,
 }
 
@@ -499,10 +503,12 @@ impl Engine {
             drain,
             crate::endpoint::set_worker_index,
         );
+        let (admin_stop, _) = watch::channel(false);
+        let mut admin_threads = Vec::new();
         if admin.is_some() {
-            if let Ok(t) = &mut threads {
-                match spawn_workers("busbar-admin", admin_jobs, &control.shutdown, drain, |_| {}) {
-                    Ok(more) => t.extend(more),
+            if threads.is_ok() {
+                match spawn_workers("busbar-admin", admin_jobs, &admin_stop, drain, |_| {}) {
+                    Ok(t) => admin_threads = t,
                     Err(e) => threads = Err(e),
                 }
             }
@@ -512,6 +518,7 @@ impl Engine {
             Err(e) => {
                 // Stop whatever started.
                 control.shutdown();
+                let _ = admin_stop.send(true);
                 return Err(e);
             }
         };
@@ -531,6 +538,8 @@ impl Engine {
             workers,
             control,
             threads,
+            admin_threads,
+            admin_stop,
             drain,
         })
     }
@@ -694,12 +703,15 @@ impl RunningEngine {
     pub fn wait(self) {
         let control = self.control;
         join_threads(&control, self.threads, self.drain);
+        // The admin goes last: it answers `draining` until the drain is over.
+        let _ = self.admin_stop.send(true);
+        join_until(self.admin_threads, Instant::now() + STOP_GRACE, STOP_GRACE);
         control.flush_outputs();
     }
 }
 
 /// Joins `threads` once shutdown started, until the drain timeout (and [`STOP_GRACE`]) passed.
-fn join_threads(control: &Control, mut threads: Vec<JoinHandle<()>>, drain: Duration) {
+fn join_threads(control: &Control, threads: Vec<JoinHandle<()>>, drain: Duration) {
     let started = {
         let mut stopping = control.stopping.lock().unwrap_or_else(|p| p.into_inner());
         loop {
@@ -716,7 +728,11 @@ fn join_threads(control: &Control, mut threads: Vec<JoinHandle<()>>, drain: Dura
                 .unwrap_or_else(|p| p.into_inner().0);
         }
     };
-    let deadline = started + drain + STOP_GRACE;
+    join_until(threads, started + drain + STOP_GRACE, drain);
+}
+
+/// Joins `threads` until `deadline`, then abandons (and logs) those still running.
+fn join_until(mut threads: Vec<JoinHandle<()>>, deadline: Instant, drain: Duration) {
     loop {
         let (done, running): (Vec<_>, Vec<_>) =
             threads.into_iter().partition(JoinHandle::is_finished);

@@ -692,8 +692,7 @@ pub async fn serve<H: Handler>(
                 Served::Close { unread: true }
             }
             Some(Ok(head)) => {
-                let stopping = *shutdown.borrow();
-                exchange(&wire, head, handler, info, settings, stopping, &mut wbuf).await
+                exchange(&wire, head, handler, info, settings, shutdown, &mut wbuf).await
             }
         };
         match served {
@@ -711,7 +710,7 @@ async fn exchange<H: Handler>(
     handler: &H,
     info: &ConnInfo,
     settings: &ConnSettings,
-    stopping: bool,
+    shutdown: &watch::Receiver<bool>,
     wbuf: &mut Vec<u8>,
 ) -> Served {
     let Head {
@@ -753,7 +752,9 @@ async fn exchange<H: Handler>(
         return Served::Close { unread: false };
     };
     let (parts, body) = answer.into_parts();
-    let mut close = !keep_alive || !settings.keep_alive || stopping;
+    // Shutdown that started while the handler worked closes the connection after this answer,
+    // so the answer says so: a client must not send another request on it.
+    let mut close = !keep_alive || !settings.keep_alive || *shutdown.borrow();
     {
         let w = lock(wire);
         if !w.body_held && !w.body_ended {
