@@ -223,3 +223,30 @@ fn head_on_admin_routes_answers_like_get_without_a_body() {
         );
     }
 }
+
+/// A method a route does not take gets 405 with the methods it does take (RFC 9110 §15.5.6).
+#[test]
+fn wrong_methods_on_admin_routes_get_405_with_allow() {
+    let h = engine("proxies:\n  P:\n    path: /p\n    in:\n      - respond: {}\n");
+    for (method, path, allow) in [
+        ("POST", "/healthz", "GET, HEAD"),
+        ("DELETE", "/metrics", "GET, HEAD"),
+        ("PUT", "/config", "GET, HEAD"),
+        ("POST", "/readyz", "GET, HEAD"),
+        ("GET", "/reload", "POST"),
+        ("POST", "/processes", "GET, HEAD"),
+        ("PUT", "/processes/instances/7", "GET, HEAD, DELETE"),
+        ("GET", "/processes/instances/7/retry", "POST"),
+    ] {
+        let mut c = Client::connect(h.admin());
+        c.send_raw(
+            format!("{method} {path} HTTP/1.1\r\nHost: t\r\nContent-Length: 0\r\n\r\n").as_bytes(),
+        );
+        let r = c.read_response().expect("answer");
+        assert_eq!(
+            (r.status, r.header("allow")),
+            (405, Some(allow)),
+            "{method} {path}"
+        );
+    }
+}

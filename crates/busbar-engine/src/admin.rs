@@ -401,6 +401,9 @@ async fn processes_api(
                 Err(e) => text(StatusCode::CONFLICT, "text/plain", format!("{e}\n")),
             }
         }
+        _ if path.starts_with("/processes/instances/") && path.ends_with("/retry") => {
+            not_allowed("POST")
+        }
         (&Method::GET, _) if path.starts_with("/processes/instances/") => {
             let id = &path["/processes/instances/".len()..];
             let Ok(n) = id.parse::<u64>() else {
@@ -456,16 +459,10 @@ async fn processes_api(
                 Err(e) => failed(e),
             }
         }
-        (_, "/processes" | "/processes/instances" | "/processes/stored") => text(
-            StatusCode::METHOD_NOT_ALLOWED,
-            "text/plain",
-            "method not allowed\n",
-        ),
-        _ if path.starts_with("/processes/instances/") => text(
-            StatusCode::METHOD_NOT_ALLOWED,
-            "text/plain",
-            "method not allowed\n",
-        ),
+        (_, "/processes" | "/processes/instances" | "/processes/stored") => {
+            not_allowed("GET, HEAD")
+        }
+        _ if path.starts_with("/processes/instances/") => not_allowed("GET, HEAD, DELETE"),
         _ => text(StatusCode::NOT_FOUND, "text/plain", "not found\n"),
     }
 }
@@ -476,6 +473,18 @@ fn no_such_id(id: &str) -> Response<Body> {
         "text/plain",
         format!("no instance '{id}': an instance id is a number\n"),
     )
+}
+
+/// 405 with the methods the resource takes (RFC 9110 §15.5.6).
+fn not_allowed(allow: &'static str) -> Response<Body> {
+    let mut r = text(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "text/plain",
+        format!("method not allowed: {allow}\n"),
+    );
+    r.headers_mut()
+        .insert(http::header::ALLOW, HeaderValue::from_static(allow));
+    r
 }
 
 fn text(status: StatusCode, ct: &'static str, body: impl Into<bytes::Bytes>) -> Response<Body> {
@@ -564,11 +573,8 @@ async fn handle(control: &Control, req: Request<RequestBody>) -> Response<Body> 
             let query = req.uri().query().unwrap_or("").to_owned();
             processes_api(control, m, p, &query).await
         }
-        (_, "/healthz" | "/readyz" | "/metrics" | "/config" | "/reload") => text(
-            StatusCode::METHOD_NOT_ALLOWED,
-            "text/plain",
-            "method not allowed\n",
-        ),
+        (_, "/healthz" | "/readyz" | "/metrics" | "/config") => not_allowed("GET, HEAD"),
+        (_, "/reload") => not_allowed("POST"),
         _ => text(StatusCode::NOT_FOUND, "text/plain", "not found\n"),
     }
 }
