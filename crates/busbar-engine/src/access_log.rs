@@ -290,13 +290,26 @@ pub fn format_line(out: &mut String, r: &AccessRecord, format: AccessLogFormat) 
                 _ => "-".to_owned(),
             };
             let trace_id = r.trace_id.map_or_else(|| "-".to_owned(), |t| t.to_string());
+            // The proxy's name is one unquoted field: whitespace, quotes and control
+            // characters in it would split the line or shift the fields after it.
+            let proxy: String = r
+                .proxy
+                .chars()
+                .map(|c| {
+                    if c == '"' || c.is_whitespace() || c.is_control() {
+                        '_'
+                    } else {
+                        c
+                    }
+                })
+                .collect();
             let _ = writeln!(
                 out,
                 "{client} - - [{}] \"{request}\" {} {} {} {:.3} {:.3} {} {trace_id}{}",
                 clf_time(r.time),
                 r.status,
                 r.bytes_out,
-                r.proxy,
+                proxy,
                 ms(r.total),
                 ms(r.backend),
                 r.bytes_in,
@@ -416,6 +429,19 @@ mod tests {
         assert_eq!(
             out,
             "10.0.0.7 - - [24/Nov/2026:15:49:01 +0000] \"-\" 431 0 - 0.000 0.000 0 -\n"
+        );
+    }
+
+    #[test]
+    fn common_lines_keep_a_proxy_name_one_field() {
+        let mut out = String::new();
+        let mut r = record();
+        r.proxy = "Order Service\n\"x\"\t".into();
+        r.target = "/a".into();
+        format_line(&mut out, &r, AccessLogFormat::Common);
+        assert_eq!(
+            out,
+            "10.0.0.7 - - [24/Nov/2026:15:49:01 +0000] \"POST /a HTTP/1.1\" 200 20 Order_Service__x__ 1.500 1.000 10 00000000000000000000000000000abc\n"
         );
     }
 
