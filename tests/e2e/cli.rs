@@ -650,3 +650,42 @@ proxies:
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Text a log line carries from a request (here an `xsl:message` of the request's content)
+/// cannot break the line: its line breaks and control characters are written escaped.
+#[test]
+fn request_text_in_a_log_line_cannot_forge_another_line() {
+    let dir = temp_dir("log-forge");
+    std::fs::write(
+        dir.join("msg.xsl"),
+        "<xsl:stylesheet version=\"1.0\" xmlns:xsl=\"http://www.w3.org/1999/XSL/Transform\">\
+         <xsl:template match=\"/\"><xsl:message><xsl:value-of select=\"/a\"/></xsl:message>\
+         <b/></xsl:template></xsl:stylesheet>",
+    )
+    .expect("stylesheet");
+    let yaml = |listen| {
+        format!(
+            "workers: 1\nadmin: {{ enabled: false }}\nlisteners:\n  http: {{ bind: \"127.0.0.1:{listen}\" }}\nproxies:\n  P:\n    path: /p\n    in:\n      - xslt: {{ stylesheet: msg.xsl }}\n      - respond: {{}}\n"
+        )
+    };
+    let (mut child, addr) = run_on_free_port(&dir, yaml, &[])
+        .unwrap_or_else(|log| panic!("did not start listening: {log}"));
+    let r = Client::connect(addr)
+        .post(
+            "/p",
+            &[("Content-Type", "text/xml")],
+            b"<a>hello&#10;2026-01-01T00:00:00Z ERROR forged&#13;&#9;x</a>",
+        )
+        .expect("answer");
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(stop(&mut child).success());
+    let log = std::fs::read_to_string(dir.join("busbar.log")).expect("log");
+    assert!(
+        log.lines()
+            .any(|l| l.contains("xsl:message: hello\\n2026-01-01T00:00:00Z ERROR forged\\r")),
+        "{log}"
+    );
+    assert!(!log.lines().any(|l| l.starts_with("2026-01-01")), "{log}");
+    assert!(!log.contains('\x1b') && !log.contains('\r'), "{log:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -13,6 +13,7 @@ use clap::{Parser, Subcommand};
 
 #[cfg(target_os = "linux")]
 mod health;
+mod logline;
 mod notify;
 
 #[global_allocator]
@@ -104,7 +105,7 @@ fn init_logging(level: &str, json: bool) {
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(ansi)
-        .with_writer(std::io::stderr);
+        .with_writer(logline::OneLine { ansi });
     let _ = if json {
         builder.json().try_init()
     } else {
