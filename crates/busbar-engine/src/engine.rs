@@ -505,12 +505,10 @@ impl Engine {
         );
         let (admin_stop, _) = watch::channel(false);
         let mut admin_threads = Vec::new();
-        if admin.is_some() {
-            if threads.is_ok() {
-                match spawn_workers("busbar-admin", admin_jobs, &admin_stop, drain, |_| {}) {
-                    Ok(t) => admin_threads = t,
-                    Err(e) => threads = Err(e),
-                }
+        if admin.is_some() && threads.is_ok() {
+            match spawn_workers("busbar-admin", admin_jobs, &admin_stop, drain, |_| {}) {
+                Ok(t) => admin_threads = t,
+                Err(e) => threads = Err(e),
             }
         }
         let threads = match threads {
