@@ -67,7 +67,7 @@ fn a_broken_reload_keeps_the_old_config_serving_and_says_why() {
 fn config_on_the_admin_api_shows_no_secret_of_any_kind() {
     let k = test_keys().display().to_string();
     let h = engine(&format!(
-        "endpoints:\n  e: {{ url: \"http://carol:endpoint-pw-7@127.0.0.1:9/x\" }}\nproxies:\n  S:\n    path: /s\n    in:\n      - wsse_verify:\n          require: [username_token, encryption]\n          decrypt_key: {{ pkcs12: \"{k}/server.p12\", password: server-pass }}\n          users: {{ alice: \"alice-pw-1\", bob: \"bob-pw-2\" }}\n      - call: e\n    out:\n      - wsse_secure:\n          sign: {{ key: \"{k}/client.p12\", password: client-pass }}\n"
+        "endpoints:\n  e: {{ url: \"http://carol:endpoint-pw-7@127.0.0.1:9/x\" }}\n  q: {{ url: \"http://127.0.0.1:9/q?region=eu&api_key=query-key-8\" }}\nproxies:\n  H:\n    path: /h\n    in:\n      - set_header: {{ name: x-auth, value: header-auth-9 }}\n      - set_header: {{ name: x-region, value: eu-west }}\n      - call: q\n  S:\n    path: /s\n    in:\n      - wsse_verify:\n          require: [username_token, encryption]\n          decrypt_key: {{ pkcs12: \"{k}/server.p12\", password: server-pass }}\n          users: {{ alice: \"alice-pw-1\", bob: \"bob-pw-2\" }}\n      - call: e\n    out:\n      - wsse_secure:\n          sign: {{ key: \"{k}/client.p12\", password: client-pass }}\n"
     ));
     let r = Client::connect(h.admin()).get("/config").expect("config");
     assert_eq!(r.status, 200);
@@ -79,6 +79,8 @@ fn config_on_the_admin_api_shows_no_secret_of_any_kind() {
         "bob-pw-2",
         "endpoint-pw-7",
         "carol",
+        "query-key-8",
+        "header-auth-9",
     ] {
         assert!(!cfg.contains(secret), "{secret} shows in /config:\n{cfg}");
     }
@@ -88,6 +90,9 @@ fn config_on_the_admin_api_shows_no_secret_of_any_kind() {
         "\"bob\": \"<redacted>\"",
         // The user name goes with the password: the whole user-info is replaced.
         "\"url\": \"http://<redacted>@127.0.0.1:9/x\"",
+        // A query parameter naming a credential; the others are shown.
+        "\"url\": \"http://127.0.0.1:9/q?region=eu&api_key=<redacted>\"",
+        "\"value\": \"eu-west\"",
     ] {
         assert!(cfg.contains(shown), "no {shown} in /config:\n{cfg}");
     }

@@ -1005,15 +1005,10 @@ pub struct SetHeaderConfig {
 }
 
 impl SetHeaderConfig {
-    /// True when the header carries credentials: `authorization`, `proxy-authorization`,
-    /// `cookie`, `set-cookie`, `x-api-key`, or any name containing `token` or `secret`.
+    /// True when the header carries credentials ([`crate::secret::names_a_credential`]:
+    /// `authorization`, `cookie`, `x-api-key`, `x-auth`, …).
     pub fn is_sensitive(&self) -> bool {
-        let name = self.name.trim().to_ascii_lowercase();
-        matches!(
-            name.as_str(),
-            "authorization" | "proxy-authorization" | "cookie" | "set-cookie" | "x-api-key"
-        ) || name.contains("token")
-            || name.contains("secret")
+        crate::secret::names_a_credential(&self.name)
     }
 }
 

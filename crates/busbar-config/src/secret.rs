@@ -73,17 +73,52 @@ impl SecretUrl {
     }
 }
 
-/// `url` with the user-info part, if any, replaced by `<redacted>`.
+/// `url` with the user-info part, if any, and the values of query parameters that name a
+/// credential ([`names_a_credential`]: `api_key`, `access_token`, `sig`, …) replaced by
+/// `<redacted>`.
 pub fn redact_url(url: &str) -> String {
     let Some(scheme_end) = url.find("://") else {
         return url.to_owned();
     };
     let rest = &url[scheme_end + 3..];
     let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    match rest[..authority_end].rfind('@') {
+    let mut out = match rest[..authority_end].rfind('@') {
         Some(at) => format!("{}://{REDACTED}@{}", &url[..scheme_end], &rest[at + 1..]),
         None => url.to_owned(),
-    }
+    };
+    let Some(q) = out.find('?') else {
+        return out;
+    };
+    let end = out[q..].find('#').map_or(out.len(), |h| q + h);
+    let query: Vec<String> = out[q + 1..end]
+        .split('&')
+        .map(|pair| match pair.split_once('=') {
+            Some((name, _)) if names_a_credential(name) => format!("{name}={REDACTED}"),
+            _ => pair.to_owned(),
+        })
+        .collect();
+    out.replace_range(q + 1..end, &query.join("&"));
+    out
+}
+
+/// True when a header or query parameter `name` says its value is a credential:
+/// `authorization`, `cookie`, or any name containing `auth`, `key`, `token`, `secret`,
+/// `password`, `passwd`, `session`, `credential` or `signature` (`sig` whole), in any case.
+pub fn names_a_credential(name: &str) -> bool {
+    const PARTS: [&str; 9] = [
+        "auth",
+        "key",
+        "token",
+        "secret",
+        "password",
+        "passwd",
+        "session",
+        "credential",
+        "signature",
+    ];
+    let name = name.trim().to_ascii_lowercase();
+    matches!(name.as_str(), "cookie" | "set-cookie" | "sig")
+        || PARTS.iter().any(|p| name.contains(p))
 }
 
 impl fmt::Debug for SecretUrl {
@@ -133,6 +168,11 @@ mod tests {
         );
         assert_eq!(redact_url("https://host/p@x"), "https://host/p@x");
         assert_eq!(redact_url("http://a:b@c@host/"), "http://<redacted>@host/");
+        assert_eq!(
+            redact_url("https://h/p?a=1&api_key=k&sig=s&access_token=t&b=2#api_key=f"),
+            "https://h/p?a=1&api_key=<redacted>&sig=<redacted>&access_token=<redacted>&b=2#api_key=f"
+        );
+        assert_eq!(redact_url("http://h/p?key"), "http://h/p?key");
         let u = SecretUrl::new("https://u:p@h/x");
         assert_eq!(u.to_string(), "https://<redacted>@h/x");
         assert_eq!(u.expose(), "https://u:p@h/x");

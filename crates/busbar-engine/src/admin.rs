@@ -594,18 +594,8 @@ fn redact(v: &mut Value, key: Option<&str>) {
             let k = key.unwrap_or("").to_ascii_lowercase();
             if SECRET_KEYS.iter().any(|sk| k.contains(sk)) {
                 *s = "<redacted>".into();
-            } else if let Some(rest) = s
-                .strip_prefix("http://")
-                .or_else(|| s.strip_prefix("https://"))
-            {
-                if let Some(at) = rest.find('@').filter(|at| !rest[..*at].contains('/')) {
-                    let scheme = if s.starts_with("https") {
-                        "https"
-                    } else {
-                        "http"
-                    };
-                    *s = format!("{scheme}://<redacted>@{}", &rest[at + 1..]);
-                }
+            } else if s.starts_with("http://") || s.starts_with("https://") {
+                *s = busbar_config::secret::redact_url(s);
             }
         }
         _ => {}
