@@ -1,9 +1,11 @@
 //! Small bounded caches shared by every worker: replay detection and unwrapped session keys.
 //!
-//! Both are a map plus an insertion-order queue behind one mutex; entries are a few dozen
-//! bytes and the lock is held for a lookup or an insert, never across I/O.
+//! Each is a map plus a queue behind one mutex (the replay cache's ordered by expiry, the key
+//! cache's by insertion); entries are a few dozen bytes and the lock is held for a lookup or an
+//! insert, never across I/O.
 
-use std::collections::{HashMap, VecDeque};
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
@@ -18,8 +20,14 @@ pub struct ReplayCache {
 #[derive(Debug, Default)]
 struct Seen {
     expiry: HashMap<[u8; 32], i64>,
-    order: VecDeque<([u8; 32], i64)>,
+    /// The entries by expiry, soonest first.
+    order: BinaryHeap<Reverse<(i64, [u8; 32])>>,
+    /// When a full cache was last reported.
+    warned: Option<std::time::Instant>,
 }
+
+/// How often a cache that stays full is reported.
+const WARN_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
 
 impl ReplayCache {
     /// A cache of at most `capacity` live entries.
@@ -48,24 +56,45 @@ impl ReplayCache {
             Ok(g) => g,
             Err(poisoned) => poisoned.into_inner(),
         };
-        while seen.order.front().is_some_and(|&(_, exp)| exp <= now_ms) {
-            seen.drop_oldest();
+        while seen
+            .order
+            .peek()
+            .is_some_and(|Reverse((exp, _))| *exp <= now_ms)
+        {
+            seen.drop_soonest();
         }
         if seen.expiry.get(&key).is_some_and(|&exp| exp > now_ms) {
             return false;
         }
+        if seen.order.len() >= self.capacity() {
+            // Full of entries still live: the one nearest its expiry goes, and its message could
+            // be replayed until then. The operator must hear of it.
+            let now = std::time::Instant::now();
+            if seen
+                .warned
+                .is_none_or(|at| now.duration_since(at) >= WARN_EVERY)
+            {
+                seen.warned = Some(now);
+                tracing::warn!(
+                    size = self.capacity(),
+                    "the replay cache is full of messages still fresh: those nearest their \
+                     expiry are forgotten and could be replayed until then; raise replay_cache.size to at least the messages \
+                     accepted per second times (max_age + 2 × max_skew)"
+                );
+            }
+        }
         while seen.order.len() >= self.capacity() {
-            seen.drop_oldest();
+            seen.drop_soonest();
         }
         seen.expiry.insert(key, expires_ms);
-        seen.order.push_back((key, expires_ms));
+        seen.order.push(Reverse((expires_ms, key)));
         true
     }
 }
 
 impl Seen {
-    fn drop_oldest(&mut self) {
-        if let Some((k, exp)) = self.order.pop_front() {
+    fn drop_soonest(&mut self) {
+        if let Some(Reverse((exp, k))) = self.order.pop() {
             // A key re-recorded later has a newer entry; only its own entry removes it.
             if self.expiry.get(&k) == Some(&exp) {
                 self.expiry.remove(&k);
@@ -135,14 +164,29 @@ mod tests {
     }
 
     #[test]
-    fn a_full_replay_cache_drops_its_oldest_entries() {
+    fn a_full_replay_cache_forgets_the_entry_nearest_its_expiry() {
         let c = ReplayCache::new(2);
-        assert!(c.insert([1; 32], 0, 1000));
+        assert!(c.insert([1; 32], 0, 3000));
         assert!(c.insert([2; 32], 0, 1000));
-        assert!(c.insert([3; 32], 0, 1000));
-        assert!(!c.insert([3; 32], 0, 1000));
-        assert!(!c.insert([2; 32], 0, 1000));
-        assert!(c.insert([1; 32], 0, 1000));
+        assert!(c.insert([3; 32], 0, 2000));
+        // [2] expired soonest and went; [1], inserted first, is still a replay.
+        assert!(!c.insert([1; 32], 0, 3000));
+        assert!(!c.insert([3; 32], 0, 2000));
+        assert!(c.insert([2; 32], 0, 1000));
+    }
+
+    #[test]
+    fn expired_entries_go_before_live_ones_whatever_their_order() {
+        let c = ReplayCache::new(3);
+        assert!(c.insert([1; 32], 0, 5000));
+        assert!(c.insert([2; 32], 0, 100));
+        assert!(c.insert([3; 32], 0, 200));
+        // At 300 [2] and [3] have expired though [1], inserted before them, has not: the two
+        // new entries take their room and [1] stays a replay.
+        assert!(c.insert([4; 32], 300, 6000));
+        assert!(c.insert([5; 32], 300, 6000));
+        assert!(!c.insert([1; 32], 300, 5000));
+        assert!(!c.insert([4; 32], 300, 6000));
     }
 
     #[test]

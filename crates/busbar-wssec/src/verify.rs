@@ -286,7 +286,11 @@ impl Verifier {
                 h.update(created_text.as_bytes());
                 h.update(b"\0");
                 h.update(&s.value);
-                let until = expires.unwrap_or(created + p.max_age_ms) + p.max_skew_ms;
+                // Past `Created` + max_age (+ skew) the message is refused as too old whatever
+                // its `Expires` says, so it need not be remembered longer: an `Expires` a year
+                // ahead would otherwise hold its entry, and the cache's room, for a year.
+                let oldest = created + p.max_age_ms;
+                let until = expires.map_or(oldest, |e| e.min(oldest)) + p.max_skew_ms;
                 if !cache.insert(h.finalize().into(), now_ms, until) {
                     return fail(FaultKind::InvalidSecurity, "replayed message");
                 }
