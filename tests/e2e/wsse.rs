@@ -356,6 +356,21 @@ fn attacks(keys: &Path) -> Vec<Attack> {
         wrapped.into_bytes(),
         "wsse:InvalidSecurity",
     );
+    // Unsigned content after the Body (SOAP 1.1 allows it, WS-I BP R1011 does not), each in
+    // a message of its own: a message the replay cache has seen would be refused as a replay.
+    let injected = "<x:Injected xmlns:x=\"urn:x\">UNSIGNED</x:Injected></soapenv:Envelope>";
+    add(
+        "unsigned element after the signed Body",
+        "/service/SignedProxy",
+        replace_once(&make(&signed_only), "</soapenv:Envelope>", injected),
+        "wsse:InvalidSecurity",
+    );
+    add(
+        "unsigned element after the encrypted Body",
+        "/service/SecureProxy",
+        replace_once(&fresh().0, "</soapenv:Envelope>", injected),
+        "wsse:InvalidSecurity",
+    );
     let body_id = attr_after(&signed_text, "<soapenv:Body", "wsu:Id");
     let dup = signed_text.replacen(
         "<soapenv:Header>",

@@ -190,4 +190,19 @@ mod tests {
         );
         assert!(out.contains("<a/>"), "{out}");
     }
+
+    #[test]
+    fn an_answer_with_an_element_after_its_body_is_not_secured() {
+        let l = loaded(
+            "sequences:\n  s:\n    - wsse_secure: { timestamp: { ttl: 1m } }\n",
+            &std::env::temp_dir(),
+        );
+        let steps = build(&l).unwrap_or_else(|e| panic!("{e:?}"));
+        let soap = b"<soapenv:Envelope xmlns:soapenv='http://schemas.xmlsoap.org/soap/envelope/'><soapenv:Body><a/></soapenv:Body><x:Trailer xmlns:x='urn:x'/></soapenv:Envelope>";
+        let mut ex = exchange(&[], soap);
+        ex.response = Some(http::Response::new(busbar_core::Body::full(&soap[..])));
+        let e = run_steps(&steps, &mut ex).expect_err("secured an answer with a trailer");
+        assert_eq!(e.reason, "The response could not be secured");
+        assert_eq!(e.blame, busbar_core::Blame::Upstream);
+    }
 }
