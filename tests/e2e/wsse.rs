@@ -1025,6 +1025,122 @@ fn issue_identity(keys: &Path, dir: &Path, name: &str, subject: &str) -> Arc<Ide
     Arc::new(Identity::from_pem(&dir.join(&key), &dir.join(&pem)).expect("issued identity"))
 }
 
+/// A certificate for the client's key and subject, issued by the test CA with the openssl
+/// extensions `extensions` (lines of an extensions section).
+fn client_cert_with(keys: &Path, dir: &Path, name: &str, extensions: &str) -> Arc<Identity> {
+    let (cnf, csr, pem) = (
+        dir.join(format!("{name}.cnf")),
+        dir.join(format!("{name}.csr")),
+        dir.join(format!("{name}.pem")),
+    );
+    std::fs::write(
+        &cnf,
+        format!("[req]\ndistinguished_name = dn\n[dn]\n[ext]\n{extensions}\n"),
+    )
+    .expect("write cnf");
+    let path = |p: &Path| p.to_str().expect("path").to_owned();
+    let key = path(&keys.join("client.key"));
+    openssl(
+        dir,
+        &[
+            "req",
+            "-new",
+            "-config",
+            &path(&cnf),
+            "-key",
+            &key,
+            "-subj",
+            "/O=busbar test/CN=client",
+            "-out",
+            &path(&csr),
+        ],
+    );
+    openssl(
+        dir,
+        &[
+            "x509",
+            "-req",
+            "-in",
+            &path(&csr),
+            "-CA",
+            &path(&keys.join("ca.pem")),
+            "-CAkey",
+            &path(&keys.join("ca.key")),
+            "-days",
+            "2",
+            "-sha256",
+            "-extfile",
+            &path(&cnf),
+            "-extensions",
+            "ext",
+            "-out",
+            &path(&pem),
+        ],
+    );
+    Arc::new(Identity::from_pem(&keys.join("client.key"), &pem).expect("issued identity"))
+}
+
+#[test]
+fn a_signer_whose_certificate_may_not_sign_is_refused() {
+    let keys = test_keys();
+    let dir = temp_dir("signer-usage");
+    let (backend, seen) = recording_back_end();
+    let h = engine(&yaml(backend, &keys));
+    let cases = [
+        (
+            "unknown critical extension",
+            "keyUsage = critical, digitalSignature\n1.2.3.4.5 = critical, DER:05:00",
+            "wsse:FailedAuthentication",
+        ),
+        (
+            "keyUsage keyCertSign only",
+            "keyUsage = critical, keyCertSign",
+            "wsse:FailedAuthentication",
+        ),
+        (
+            "keyUsage keyEncipherment only",
+            "keyUsage = critical, keyEncipherment",
+            "wsse:FailedAuthentication",
+        ),
+        (
+            "extendedKeyUsage codeSigning only",
+            "keyUsage = critical, digitalSignature\nextendedKeyUsage = codeSigning",
+            "wsse:FailedAuthentication",
+        ),
+        (
+            "keyUsage nonRepudiation",
+            "keyUsage = critical, nonRepudiation",
+            "200",
+        ),
+        (
+            "extendedKeyUsage clientAuth",
+            "keyUsage = critical, digitalSignature\nextendedKeyUsage = clientAuth",
+            "200",
+        ),
+    ];
+    let mut failures = Vec::new();
+    for (i, (name, extensions, want)) in cases.into_iter().enumerate() {
+        let signer = client_cert_with(&keys, &dir, &format!("usage{i}"), extensions);
+        let before = seen.lock().expect("lock").len();
+        let r = Client::connect(h.http())
+            .post("/service/SignedProxy", &[SOAP11], &signed_by(&keys, signer))
+            .expect("post");
+        let forwarded = seen.lock().expect("lock").len() - before;
+        let got = if r.status == 500 {
+            fault_code(&r.body)
+        } else {
+            r.status.to_string()
+        };
+        if got != want || forwarded != usize::from(want == "200") {
+            failures.push(format!(
+                "{name}: got {got} (want {want}), forwarded {forwarded}"
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 fn signed_by(keys: &Path, identity: Arc<Identity>) -> Vec<u8> {
     let mut signer = client(Profile::Legacy, keys, "client", false);
     if let Some(sign) = signer.sign.as_mut() {
