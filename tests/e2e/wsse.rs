@@ -851,6 +851,55 @@ fn soap12_requests_get_soap12_faults_with_a_wsse_subcode() {
 }
 
 #[test]
+fn an_answer_that_already_carries_a_security_header_gets_a_server_fault() {
+    let keys = test_keys();
+    let (backend, _seen) = recording_back_end();
+    let k = keys.display();
+    let h = engine(&format!(
+        "endpoints:\n  echo: {{ url: \"http://{backend}/service/EchoService\" }}\nproxies:\n  SignsAnswers:\n    path: /service/SignsAnswers\n    in:\n      - call: echo\n    out:\n      - wsse_secure:\n          timestamp: {{ ttl: 5m }}\n          sign: {{ key: \"{k}/server.p12\", password: server-pass }}\n"
+    ));
+    // The back end echoes the request: its answer carries the request's headers.
+    let message = |header: &str| {
+        format!(
+            "<soapenv:Envelope xmlns:soapenv=\"http://schemas.xmlsoap.org/soap/envelope/\"><soapenv:Header>{header}</soapenv:Header><soapenv:Body><m:ping xmlns:m=\"urn:m\"/></soapenv:Body></soapenv:Envelope>"
+        )
+    };
+    let post = |header: &str| {
+        Client::connect(h.http())
+            .post(
+                "/service/SignsAnswers",
+                &[SOAP11],
+                message(header).as_bytes(),
+            )
+            .expect("post")
+    };
+    let plain = post("");
+    assert_eq!(plain.status, 200, "{}", plain.text());
+    assert_eq!(plain.text().matches("<wsse:Security ").count(), 1);
+    for header in [
+        format!("<wsse:Security xmlns:wsse=\"{WSSE}\"><x:Mine xmlns:x=\"urn:x\"/></wsse:Security>"),
+        format!("<wsse:Security xmlns:wsse=\"{WSSE}\" soapenv:actor=\"http://schemas.xmlsoap.org/soap/actor/next\"/>"),
+    ] {
+        let r = post(&header);
+        assert_eq!(r.status, 500, "{header}: {}", r.text());
+        assert_eq!(fault_code(&r.body), "soapenv:Server", "{}", r.text());
+        assert!(
+            r.text().contains(
+                "<faultstring>The back end's answer already carries a Security header</faultstring>"
+            ),
+            "{}",
+            r.text()
+        );
+    }
+    // One for another actor travels on beside busbar's.
+    let r = post(&format!(
+        "<wsse:Security xmlns:wsse=\"{WSSE}\" soapenv:actor=\"urn:other\"/>"
+    ));
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.text().matches("<wsse:Security ").count(), 2);
+}
+
+#[test]
 fn wrong_key_password_fails_validate_naming_the_file() {
     let keys = test_keys();
     let dir = temp_dir("wsse-validate");

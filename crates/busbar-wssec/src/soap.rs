@@ -82,6 +82,24 @@ impl Envelope {
     }
 }
 
+impl Envelope {
+    /// The role a header block is addressed to: `actor` in SOAP 1.1, `role` in 1.2.
+    pub fn role<'d>(&self, doc: &'d Document, block: NodeId) -> Option<&'d str> {
+        match self.soap {
+            Soap::V11 => doc.attr(block, ns::SOAP11, "actor"),
+            Soap::V12 => doc.attr(block, ns::SOAP12, "role"),
+        }
+    }
+
+    /// Whether a header block is for the node that receives the message: no role (the
+    /// ultimate receiver), `next`, or SOAP 1.2's `ultimateReceiver`.
+    pub fn for_receiver(&self, doc: &Document, block: NodeId) -> bool {
+        self.role(doc, block).is_none_or(|r| {
+            r == ns::ACTOR_NEXT_11 || r == ns::ROLE_NEXT_12 || r == ns::ROLE_ULTIMATE_12
+        })
+    }
+}
+
 /// The first element child of `parent` named `{ns}local`.
 pub fn child(doc: &Document, parent: NodeId, ns: &str, local: &str) -> Option<NodeId> {
     doc.element_children(parent).find(|&c| doc.is(c, ns, local))
