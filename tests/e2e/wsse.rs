@@ -356,6 +356,21 @@ fn attacks(keys: &Path) -> Vec<Attack> {
         wrapped.into_bytes(),
         "wsse:InvalidSecurity",
     );
+    // Unsigned content after the Body (SOAP 1.1 allows it, WS-I BP R1011 does not), each in
+    // a message of its own: a message the replay cache has seen would be refused as a replay.
+    let injected = "<x:Injected xmlns:x=\"urn:x\">UNSIGNED</x:Injected></soapenv:Envelope>";
+    add(
+        "unsigned element after the signed Body",
+        "/service/SignedProxy",
+        replace_once(&make(&signed_only), "</soapenv:Envelope>", injected),
+        "wsse:InvalidSecurity",
+    );
+    add(
+        "unsigned element after the encrypted Body",
+        "/service/SecureProxy",
+        replace_once(&fresh().0, "</soapenv:Envelope>", injected),
+        "wsse:InvalidSecurity",
+    );
     let body_id = attr_after(&signed_text, "<soapenv:Body", "wsu:Id");
     let dup = signed_text.replacen(
         "<soapenv:Header>",
@@ -836,6 +851,55 @@ fn soap12_requests_get_soap12_faults_with_a_wsse_subcode() {
 }
 
 #[test]
+fn an_answer_that_already_carries_a_security_header_gets_a_server_fault() {
+    let keys = test_keys();
+    let (backend, _seen) = recording_back_end();
+    let k = keys.display();
+    let h = engine(&format!(
+        "endpoints:\n  echo: {{ url: \"http://{backend}/service/EchoService\" }}\nproxies:\n  SignsAnswers:\n    path: /service/SignsAnswers\n    in:\n      - call: echo\n    out:\n      - wsse_secure:\n          timestamp: {{ ttl: 5m }}\n          sign: {{ key: \"{k}/server.p12\", password: server-pass }}\n"
+    ));
+    // The back end echoes the request: its answer carries the request's headers.
+    let message = |header: &str| {
+        format!(
+            "<soapenv:Envelope xmlns:soapenv=\"http://schemas.xmlsoap.org/soap/envelope/\"><soapenv:Header>{header}</soapenv:Header><soapenv:Body><m:ping xmlns:m=\"urn:m\"/></soapenv:Body></soapenv:Envelope>"
+        )
+    };
+    let post = |header: &str| {
+        Client::connect(h.http())
+            .post(
+                "/service/SignsAnswers",
+                &[SOAP11],
+                message(header).as_bytes(),
+            )
+            .expect("post")
+    };
+    let plain = post("");
+    assert_eq!(plain.status, 200, "{}", plain.text());
+    assert_eq!(plain.text().matches("<wsse:Security ").count(), 1);
+    for header in [
+        format!("<wsse:Security xmlns:wsse=\"{WSSE}\"><x:Mine xmlns:x=\"urn:x\"/></wsse:Security>"),
+        format!("<wsse:Security xmlns:wsse=\"{WSSE}\" soapenv:actor=\"http://schemas.xmlsoap.org/soap/actor/next\"/>"),
+    ] {
+        let r = post(&header);
+        assert_eq!(r.status, 500, "{header}: {}", r.text());
+        assert_eq!(fault_code(&r.body), "soapenv:Server", "{}", r.text());
+        assert!(
+            r.text().contains(
+                "<faultstring>The back end's answer already carries a Security header</faultstring>"
+            ),
+            "{}",
+            r.text()
+        );
+    }
+    // One for another actor travels on beside busbar's.
+    let r = post(&format!(
+        "<wsse:Security xmlns:wsse=\"{WSSE}\" soapenv:actor=\"urn:other\"/>"
+    ));
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.text().matches("<wsse:Security ").count(), 2);
+}
+
+#[test]
 fn wrong_key_password_fails_validate_naming_the_file() {
     let keys = test_keys();
     let dir = temp_dir("wsse-validate");
@@ -1008,6 +1072,122 @@ fn issue_identity(keys: &Path, dir: &Path, name: &str, subject: &str) -> Arc<Ide
         &pem,
     ]);
     Arc::new(Identity::from_pem(&dir.join(&key), &dir.join(&pem)).expect("issued identity"))
+}
+
+/// A certificate for the client's key and subject, issued by the test CA with the openssl
+/// extensions `extensions` (lines of an extensions section).
+fn client_cert_with(keys: &Path, dir: &Path, name: &str, extensions: &str) -> Arc<Identity> {
+    let (cnf, csr, pem) = (
+        dir.join(format!("{name}.cnf")),
+        dir.join(format!("{name}.csr")),
+        dir.join(format!("{name}.pem")),
+    );
+    std::fs::write(
+        &cnf,
+        format!("[req]\ndistinguished_name = dn\n[dn]\n[ext]\n{extensions}\n"),
+    )
+    .expect("write cnf");
+    let path = |p: &Path| p.to_str().expect("path").to_owned();
+    let key = path(&keys.join("client.key"));
+    openssl(
+        dir,
+        &[
+            "req",
+            "-new",
+            "-config",
+            &path(&cnf),
+            "-key",
+            &key,
+            "-subj",
+            "/O=busbar test/CN=client",
+            "-out",
+            &path(&csr),
+        ],
+    );
+    openssl(
+        dir,
+        &[
+            "x509",
+            "-req",
+            "-in",
+            &path(&csr),
+            "-CA",
+            &path(&keys.join("ca.pem")),
+            "-CAkey",
+            &path(&keys.join("ca.key")),
+            "-days",
+            "2",
+            "-sha256",
+            "-extfile",
+            &path(&cnf),
+            "-extensions",
+            "ext",
+            "-out",
+            &path(&pem),
+        ],
+    );
+    Arc::new(Identity::from_pem(&keys.join("client.key"), &pem).expect("issued identity"))
+}
+
+#[test]
+fn a_signer_whose_certificate_may_not_sign_is_refused() {
+    let keys = test_keys();
+    let dir = temp_dir("signer-usage");
+    let (backend, seen) = recording_back_end();
+    let h = engine(&yaml(backend, &keys));
+    let cases = [
+        (
+            "unknown critical extension",
+            "keyUsage = critical, digitalSignature\n1.2.3.4.5 = critical, DER:05:00",
+            "wsse:FailedAuthentication",
+        ),
+        (
+            "keyUsage keyCertSign only",
+            "keyUsage = critical, keyCertSign",
+            "wsse:FailedAuthentication",
+        ),
+        (
+            "keyUsage keyEncipherment only",
+            "keyUsage = critical, keyEncipherment",
+            "wsse:FailedAuthentication",
+        ),
+        (
+            "extendedKeyUsage codeSigning only",
+            "keyUsage = critical, digitalSignature\nextendedKeyUsage = codeSigning",
+            "wsse:FailedAuthentication",
+        ),
+        (
+            "keyUsage nonRepudiation",
+            "keyUsage = critical, nonRepudiation",
+            "200",
+        ),
+        (
+            "extendedKeyUsage clientAuth",
+            "keyUsage = critical, digitalSignature\nextendedKeyUsage = clientAuth",
+            "200",
+        ),
+    ];
+    let mut failures = Vec::new();
+    for (i, (name, extensions, want)) in cases.into_iter().enumerate() {
+        let signer = client_cert_with(&keys, &dir, &format!("usage{i}"), extensions);
+        let before = seen.lock().expect("lock").len();
+        let r = Client::connect(h.http())
+            .post("/service/SignedProxy", &[SOAP11], &signed_by(&keys, signer))
+            .expect("post");
+        let forwarded = seen.lock().expect("lock").len() - before;
+        let got = if r.status == 500 {
+            fault_code(&r.body)
+        } else {
+            r.status.to_string()
+        };
+        if got != want || forwarded != usize::from(want == "200") {
+            failures.push(format!(
+                "{name}: got {got} (want {want}), forwarded {forwarded}"
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    let _ = std::fs::remove_dir_all(dir);
 }
 
 fn signed_by(keys: &Path, identity: Arc<Identity>) -> Vec<u8> {

@@ -76,6 +76,10 @@ struct CertificateInner {
     is_ca: bool,
     /// keyUsage is absent or includes keyCertSign.
     key_cert_sign: bool,
+    /// keyUsage is absent or includes digitalSignature or nonRepudiation.
+    key_usage_signs: bool,
+    /// extendedKeyUsage is absent or names a purpose that covers signing messages.
+    purpose_signs: bool,
     /// A critical extension this code does not act on; RFC 5280 then forbids relying on it.
     unhandled_critical: bool,
     tbs: Vec<u8>,
@@ -109,8 +113,25 @@ impl Certificate {
             Ok(None) => sha1::Sha1::digest(&spki.subject_public_key.data).to_vec(),
             Err(_) => return Err(bad("duplicate subjectKeyIdentifier")),
         };
-        let key_cert_sign = match tbs.key_usage() {
-            Ok(Some(ku)) => ku.value.key_cert_sign(),
+        let (key_cert_sign, key_usage_signs) = match tbs.key_usage() {
+            Ok(Some(ku)) => (
+                ku.value.key_cert_sign(),
+                ku.value.digital_signature() || ku.value.non_repudiation(),
+            ),
+            Ok(None) => (true, true),
+            Err(_) => (false, false),
+        };
+        let purpose_signs = match tbs.extended_key_usage() {
+            Ok(Some(eku)) => {
+                let eku = eku.value;
+                eku.any
+                    || eku.client_auth
+                    || eku.server_auth
+                    || eku
+                        .other
+                        .iter()
+                        .any(|oid| oid.to_id_string() == OID_KP_DOCUMENT_SIGNING)
+            }
             Ok(None) => true,
             Err(_) => false,
         };
@@ -143,6 +164,8 @@ impl Certificate {
             public_key,
             is_ca: tbs.is_ca(),
             key_cert_sign,
+            key_usage_signs,
+            purpose_signs,
             unhandled_critical: has_unhandled_critical(&cert),
             tbs: tbs.as_ref().to_vec(),
             signature_alg,
@@ -225,6 +248,21 @@ impl Certificate {
         self.0.is_ca && self.0.key_cert_sign && !self.0.unhandled_critical
     }
 
+    /// Whether the certificate itself lets its key sign a message (RFC 5280 §4.2): no critical
+    /// extension left unprocessed, digitalSignature or nonRepudiation when keyUsage is present,
+    /// and a purpose that covers signing messages when extendedKeyUsage is present.
+    fn may_sign(&self) -> Result<(), TrustError> {
+        if self.0.unhandled_critical {
+            Err(TrustError::UnhandledCritical)
+        } else if !self.0.key_usage_signs {
+            Err(TrustError::KeyUsage)
+        } else if !self.0.purpose_signs {
+            Err(TrustError::ExtendedKeyUsage)
+        } else {
+            Ok(())
+        }
+    }
+
     fn valid_at(&self, now: i64) -> Result<(), TrustError> {
         if now < self.0.not_before {
             Err(TrustError::NotYetValid)
@@ -261,6 +299,9 @@ const HANDLED_EXTENSIONS: [&Oid<'static>; 6] = [
     &OID_X509_EXT_SUBJECT_KEY_IDENTIFIER,
     &OID_X509_EXT_AUTHORITY_KEY_IDENTIFIER,
 ];
+
+/// id-kp-documentSigning (RFC 9336), the one registered purpose for signing documents.
+const OID_KP_DOCUMENT_SIGNING: &str = "1.3.6.1.5.5.7.3.36";
 
 fn has_unhandled_critical(cert: &X509Certificate<'_>) -> bool {
     cert.extensions()
@@ -459,6 +500,15 @@ pub enum TrustError {
     Untrusted,
     #[error("certificate subject does not match the required subject")]
     SubjectMismatch,
+    #[error("certificate has a critical extension that is not processed here")]
+    UnhandledCritical,
+    #[error("certificate keyUsage allows neither digitalSignature nor nonRepudiation")]
+    KeyUsage,
+    #[error(
+        "certificate extendedKeyUsage names no purpose for signing messages \
+         (anyExtendedKeyUsage, clientAuth, serverAuth or documentSigning)"
+    )]
+    ExtendedKeyUsage,
 }
 
 /// How many certificates above the leaf a chain may have.
@@ -498,7 +548,8 @@ impl Window {
 /// keyUsage is present); any anchor, CA or not, is trusted as itself. Path length and name
 /// constraints are not evaluated: a certificate with any critical extension other than basic
 /// constraints, key usage, extended key usage, subject alternative name and key identifiers
-/// cannot issue.
+/// cannot issue, nor sign a message. The certificate checked is the signer's: besides its
+/// chain, its own keyUsage and extendedKeyUsage must allow signing (see [`TrustError`]).
 pub struct TrustStore {
     anchors: Vec<Certificate>,
     subject: Option<SubjectRule>,
@@ -529,10 +580,11 @@ impl TrustStore {
         }
     }
 
-    /// Accepts `cert` if it is valid at `now` (unix seconds), satisfies the [`SubjectRule`]
-    /// when one is set, and either is an anchor or
-    /// chains to one through `intermediates`, every link valid at `now` and verified by
-    /// exact issuer/subject Name bytes and signature.
+    /// Accepts `cert` as a message's signer if it is valid at `now` (unix seconds), satisfies
+    /// the [`SubjectRule`] when one is set, either is an anchor or chains to one through
+    /// `intermediates`, every link valid at `now` and verified by exact issuer/subject Name
+    /// bytes and signature, and its own extensions let it sign (no unprocessed critical
+    /// extension; keyUsage and extendedKeyUsage, when present, allow signing).
     ///
     /// A certificate once accepted is remembered, parsed, with the validity window of its whole
     /// chain, so repeating it costs a lookup, intermediates or not.
@@ -582,6 +634,20 @@ impl TrustStore {
     }
 
     fn verify(
+        &self,
+        cert: &Certificate,
+        intermediates: &[Certificate],
+        now: i64,
+    ) -> Result<Window, TrustError> {
+        let window = self.chain(cert, intermediates, now)?;
+        // Asked of a certificate only once it is trusted: an untrusted one is refused as
+        // untrusted, whatever it says it may do.
+        cert.may_sign()?;
+        Ok(window)
+    }
+
+    /// The validity window of `cert`'s path to an anchor.
+    fn chain(
         &self,
         cert: &Certificate,
         intermediates: &[Certificate],

@@ -22,6 +22,6 @@ pub mod time;
 pub mod verify;
 
 pub use error::{FaultKind, WsseError};
-pub use secure::{EncryptSettings, KeyReference, Secured, Securer, SignSettings};
+pub use secure::{EncryptSettings, KeyReference, SecureError, Secured, Securer, SignSettings};
 pub use soap::Soap;
 pub use verify::{Verified, Verifier, VerifyPolicy};

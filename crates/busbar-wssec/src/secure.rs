@@ -83,6 +83,21 @@ pub struct Secured {
     pub plain: Vec<u8>,
 }
 
+/// Why a message was not secured.
+#[derive(Debug, thiserror::Error)]
+pub enum SecureError {
+    /// The message already carries a Security header for the receiver the new one would be
+    /// for (no actor or role, `next`, or `ultimateReceiver`). A second one makes the message
+    /// one its receiver must refuse (WSS 1.1 §6.1: one Security header per role); merging into
+    /// it or dropping it would change what its author secured.
+    #[error("the message already carries a Security header for its receiver")]
+    AlreadySecured,
+    /// The message is not one this code secures (not a SOAP envelope, over the limits...), or
+    /// signing or encryption failed.
+    #[error(transparent)]
+    Message(#[from] WsseError),
+}
+
 struct Edit {
     at: std::ops::Range<usize>,
     text: Vec<u8>,
@@ -109,7 +124,7 @@ impl Securer {
         input: &[u8],
         recipient: Option<&Certificate>,
         now: SystemTime,
-    ) -> Result<Vec<u8>, WsseError> {
+    ) -> Result<Vec<u8>, SecureError> {
         self.secure_keeping_plain(input, recipient, now)
             .map(|s| s.message)
     }
@@ -120,10 +135,27 @@ impl Securer {
         input: &[u8],
         recipient: Option<&Certificate>,
         now: SystemTime,
-    ) -> Result<Secured, WsseError> {
-        let now_ms = now_millis(now);
+    ) -> Result<Secured, SecureError> {
         let doc = parse(input, &self.limits)?;
         let env = Envelope::find(&doc)?;
+        let secured = env.header.is_some_and(|h| {
+            doc.element_children(h)
+                .any(|b| doc.is(b, ns::WSSE, "Security") && env.for_receiver(&doc, b))
+        });
+        if secured {
+            return Err(SecureError::AlreadySecured);
+        }
+        Ok(self.secure_envelope(&doc, env, recipient, now_millis(now))?)
+    }
+
+    /// Secures the envelope `env` of `doc`, which has no Security header for its receiver.
+    fn secure_envelope(
+        &self,
+        doc: &Document,
+        env: Envelope,
+        recipient: Option<&Certificate>,
+        now_ms: i64,
+    ) -> Result<Secured, WsseError> {
         let soap_prefix = doc.prefix(env.envelope).to_owned();
 
         // Pass 1: the Body gets an id; a Security header with only the timestamp goes first
@@ -135,7 +167,7 @@ impl Securer {
             None => {
                 let id = new_id("id");
                 let text = format!(" xmlns:wsu=\"{}\" wsu:Id=\"{id}\"", ns::WSU);
-                let at = start_tag_end(&doc, env.body);
+                let at = start_tag_end(doc, env.body);
                 edits.push(Edit {
                     at: at..at,
                     text: text.into_bytes(),

@@ -23,6 +23,10 @@ pub struct Envelope {
 
 impl Envelope {
     /// Finds the envelope's parts; anything else is an error.
+    ///
+    /// That includes an element after the Body, in SOAP 1.1 too (which allows one; WS-I Basic
+    /// Profile 1.1 R1011 does not): no signature covers it, so a message that carried one would
+    /// pass on content nobody vouched for. Comments and white space around the parts are kept.
     pub fn find(doc: &Document) -> Result<Envelope, WsseError> {
         let envelope = doc.root();
         if doc.local_name(envelope) != "Envelope" {
@@ -55,8 +59,6 @@ impl Envelope {
                         format!("misplaced or repeated {}", doc.local_name(child)),
                     )
                 }
-                // SOAP 1.1 allows trailing elements after the Body; 1.2 does not.
-                (_, _, _, true) if soap == Soap::V11 => {}
                 _ => {
                     return fail(
                         FaultKind::InvalidSecurity,
@@ -76,6 +78,24 @@ impl Envelope {
             envelope,
             header,
             body,
+        })
+    }
+}
+
+impl Envelope {
+    /// The role a header block is addressed to: `actor` in SOAP 1.1, `role` in 1.2.
+    pub fn role<'d>(&self, doc: &'d Document, block: NodeId) -> Option<&'d str> {
+        match self.soap {
+            Soap::V11 => doc.attr(block, ns::SOAP11, "actor"),
+            Soap::V12 => doc.attr(block, ns::SOAP12, "role"),
+        }
+    }
+
+    /// Whether a header block is for the node that receives the message: no role (the
+    /// ultimate receiver), `next`, or SOAP 1.2's `ultimateReceiver`.
+    pub fn for_receiver(&self, doc: &Document, block: NodeId) -> bool {
+        self.role(doc, block).is_none_or(|r| {
+            r == ns::ACTOR_NEXT_11 || r == ns::ROLE_NEXT_12 || r == ns::ROLE_ULTIMATE_12
         })
     }
 }
@@ -201,6 +221,34 @@ pub fn new_id(prefix: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::dom::Limits;
+
+    fn envelope(ns: &str, after_body: &str) -> Result<Envelope, WsseError> {
+        let src = format!(
+            "<e:Envelope xmlns:e=\"{ns}\"><e:Header/><e:Body><a/></e:Body>{after_body}</e:Envelope>"
+        );
+        let doc = Document::parse(src.as_bytes(), &Limits::default())
+            .map_err(|e| WsseError::new(FaultKind::InvalidSecurity, e.to_string()))?;
+        Envelope::find(&doc)
+    }
+
+    #[test]
+    fn an_element_after_the_body_is_refused_in_both_versions() {
+        for ns in [ns::SOAP11, ns::SOAP12] {
+            let e =
+                envelope(ns, "<x:Injected xmlns:x=\"urn:x\">UNSIGNED</x:Injected>").expect_err(ns);
+            assert_eq!(e.kind, FaultKind::InvalidSecurity, "{ns}");
+            assert_eq!(e.detail, "unexpected element 'Injected' in the envelope");
+        }
+    }
+
+    #[test]
+    fn comments_and_white_space_after_the_body_are_kept() {
+        for ns in [ns::SOAP11, ns::SOAP12] {
+            let env = envelope(ns, "\n  <!-- trailer -->\n").expect(ns);
+            assert!(env.header.is_some());
+        }
+    }
 
     #[test]
     fn dn_forms_compare_equal() {

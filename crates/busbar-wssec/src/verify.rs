@@ -384,16 +384,8 @@ impl Verifier {
         };
         let env_ns = env.soap.namespace();
         for block in doc.element_children(header) {
-            let role = match env.soap {
-                Soap::V11 => doc.attr(block, env_ns, "actor"),
-                Soap::V12 => doc.attr(block, env_ns, "role"),
-            };
-            let for_us = match role {
-                None => true,
-                Some(r) => {
-                    r == ns::ACTOR_NEXT_11 || r == ns::ROLE_NEXT_12 || r == ns::ROLE_ULTIMATE_12
-                }
-            };
+            let role = env.role(doc, block);
+            let for_us = env.for_receiver(doc, block);
             if doc.is(block, ns::WSSE, "Security") {
                 if for_us {
                     if found.security.is_some() {

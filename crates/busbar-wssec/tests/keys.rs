@@ -229,7 +229,128 @@ fn signature_checks_between_certificates() {
 fn a_certificate_issued_by_the_anchor_is_trusted() {
     let trust = store(&["ca"]);
     assert_eq!(trust.check(&cert("client"), &[], now()), Ok(()));
-    assert_eq!(trust.check(&cert("ca"), &[], now()), Ok(()));
+    // An anchor is trusted as itself, as far as its key may sign: the CA's may only issue.
+    assert_eq!(store(&["big"]).check(&cert("big"), &[], now()), Ok(()));
+    assert_eq!(
+        trust.check(&cert("ca"), &[], now()),
+        Err(TrustError::KeyUsage)
+    );
+}
+
+/// The openssl sections [`issued_with`] can give a certificate.
+const USAGE_CNF: &str = "\
+[req]
+distinguished_name = dn
+[dn]
+[unknown_critical]
+basicConstraints = CA:FALSE
+keyUsage = critical, digitalSignature
+1.2.3.4.5 = critical, DER:05:00
+[key_cert_sign]
+keyUsage = critical, keyCertSign
+[key_encipherment]
+keyUsage = critical, keyEncipherment
+[non_repudiation]
+keyUsage = critical, nonRepudiation
+[code_signing]
+keyUsage = critical, digitalSignature
+extendedKeyUsage = codeSigning
+[client_auth]
+keyUsage = critical, digitalSignature
+extendedKeyUsage = clientAuth
+[document_signing]
+extendedKeyUsage = 1.3.6.1.5.5.7.3.36
+[email_and_time]
+extendedKeyUsage = emailProtection, timeStamping
+[ca_unknown_critical]
+basicConstraints = critical, CA:TRUE
+keyUsage = critical, keyCertSign
+subjectKeyIdentifier = hash
+1.2.3.4.5 = critical, DER:05:00
+";
+
+/// A certificate for `key` (a fixture key name) issued by `issuer` (a fixture CA, or one made
+/// here) with the extensions of `section` in [`USAGE_CNF`].
+fn issued_with(section: &str, key: &str, issuer: &str) -> Certificate {
+    let dir = fixture().dir.join("usage");
+    std::fs::create_dir_all(&dir).unwrap();
+    // Names of their own: tests run side by side.
+    let name = format!("{section}-by-{issuer}");
+    let cnf = format!("{name}.cnf");
+    std::fs::write(dir.join(&cnf), USAGE_CNF).unwrap();
+    let (key, csr, pem) = (
+        format!("../{key}.key"),
+        format!("{name}.csr"),
+        format!("{name}.pem"),
+    );
+    let (ca, ca_key) = match issuer {
+        "ca" => ("../ca.pem".to_owned(), "../ca.key".to_owned()),
+        other => (format!("{other}-by-ca.pem"), "../inter.key".to_owned()),
+    };
+    let subject = format!("/O=Example/CN={section}");
+    openssl(
+        &dir,
+        &[
+            "req", "-new", "-config", &cnf, "-key", &key, "-subj", &subject, "-out", &csr,
+        ],
+    );
+    openssl(
+        &dir,
+        &[
+            "x509",
+            "-req",
+            "-in",
+            &csr,
+            "-CA",
+            &ca,
+            "-CAkey",
+            &ca_key,
+            "-days",
+            "30",
+            "-sha256",
+            "-extfile",
+            &cnf,
+            "-extensions",
+            section,
+            "-out",
+            &pem,
+        ],
+    );
+    load_pem_certificates(&dir.join(&pem)).unwrap().remove(0)
+}
+
+#[test]
+fn a_signer_whose_own_extensions_forbid_signing_is_refused() {
+    let trust = store(&["ca"]);
+    let check = |section: &str| trust.check(&issued_with(section, "client", "ca"), &[], now());
+    // RFC 5280 §4.2: a critical extension nobody here processes.
+    assert_eq!(
+        check("unknown_critical"),
+        Err(TrustError::UnhandledCritical)
+    );
+    // keyUsage without digitalSignature or nonRepudiation.
+    assert_eq!(check("key_cert_sign"), Err(TrustError::KeyUsage));
+    assert_eq!(check("key_encipherment"), Err(TrustError::KeyUsage));
+    assert_eq!(check("non_repudiation"), Ok(()));
+    // extendedKeyUsage naming only purposes that are not signing messages.
+    assert_eq!(check("code_signing"), Err(TrustError::ExtendedKeyUsage));
+    assert_eq!(check("email_and_time"), Err(TrustError::ExtendedKeyUsage));
+    assert_eq!(check("client_auth"), Ok(()));
+    assert_eq!(check("document_signing"), Ok(()));
+    // None of the refused ones is remembered.
+    assert_eq!(trust.cached_len(), 3);
+}
+
+#[test]
+fn an_intermediate_with_an_unknown_critical_extension_cannot_issue() {
+    let trust = store(&["ca"]);
+    let inter = issued_with("ca_unknown_critical", "inter", "ca");
+    let leaf = issued_with("client_auth", "client", "ca_unknown_critical");
+    assert!(leaf.is_signed_by(&inter));
+    assert_eq!(
+        trust.check(&leaf, &[inter], now()),
+        Err(TrustError::Untrusted)
+    );
 }
 
 #[test]

@@ -15,7 +15,7 @@ use busbar_config::{
 use busbar_core::{Blame, Body, ErrorKind, Exchange, Flow, MediationError};
 use busbar_wssec::crypto::{BlockCipher, DigestAlg, KeyTransport, SignatureAlg};
 use busbar_wssec::keys::Certificate;
-use busbar_wssec::{EncryptSettings, KeyReference, Securer, SignSettings};
+use busbar_wssec::{EncryptSettings, KeyReference, SecureError, Securer, SignSettings};
 
 use super::wsse_verify::{millis, RequestSigner};
 use super::{Apply, BuildCx, Failed, StepCx};
@@ -128,17 +128,26 @@ impl Apply for SecureStep {
                 }
             },
         };
+        let answer = ex.response.is_some();
         let input = ex.body_mut().bytes(cx.max_body()).await?;
         let size = input.len() as u64;
         let securer = self.securer.clone();
         let run = move || securer.secure(&input, recipient.as_deref(), SystemTime::now());
         let out = cx.offload(size, run).await?.map_err(|e| {
-            MediationError::new(
-                ErrorKind::Internal,
-                Blame::Upstream,
-                "The response could not be secured",
-            )
-            .with_source(e)
+            // Two Security headers for one receiver would be refused by it (busbar's own
+            // wsse_verify does), and dropping the back end's would drop what it secured: the
+            // answer is refused instead, saying why, since the config or the back end must
+            // change.
+            let reason = match (&e, answer) {
+                (SecureError::AlreadySecured, true) => {
+                    "The back end's answer already carries a Security header"
+                }
+                (SecureError::AlreadySecured, false) => {
+                    "The message already carries a Security header"
+                }
+                (SecureError::Message(_), _) => "The response could not be secured",
+            };
+            MediationError::new(ErrorKind::Internal, Blame::Upstream, reason).with_source(e)
         })?;
         ex.set_body(Body::full(out));
         Ok(Flow::Continue)
@@ -189,5 +198,61 @@ mod tests {
             "{out}"
         );
         assert!(out.contains("<a/>"), "{out}");
+    }
+
+    #[test]
+    fn an_answer_that_already_carries_a_security_header_is_not_secured() {
+        let l = loaded(
+            "sequences:\n  s:\n    - wsse_secure: { timestamp: { ttl: 1m } }\n",
+            &std::env::temp_dir(),
+        );
+        let steps = build(&l).unwrap_or_else(|e| panic!("{e:?}"));
+        let wsse =
+            "http://docs.oasis-open.org/wss/2004/01/oasis-200401-wss-wssecurity-secext-1.0.xsd";
+        let answer = |security: &str| {
+            format!(
+                "<soapenv:Envelope xmlns:soapenv='http://schemas.xmlsoap.org/soap/envelope/'><soapenv:Header>{security}</soapenv:Header><soapenv:Body><a/></soapenv:Body></soapenv:Envelope>"
+            )
+        };
+        let secure = |soap: &str| {
+            let mut ex = exchange(&[], soap.as_bytes());
+            ex.response = Some(http::Response::new(busbar_core::Body::full(
+                soap.as_bytes().to_vec(),
+            )));
+            run_steps(&steps, &mut ex).map(|_| body_of(&mut ex))
+        };
+        let next = "http://schemas.xmlsoap.org/soap/actor/next";
+        for security in [
+            format!("<wsse:Security xmlns:wsse='{wsse}'/>"),
+            format!("<wsse:Security xmlns:wsse='{wsse}' soapenv:actor='{next}'/>"),
+        ] {
+            let e = secure(&answer(&security)).expect_err(&security);
+            assert_eq!(
+                e.reason, "The back end's answer already carries a Security header",
+                "{security}"
+            );
+            assert_eq!(e.blame, busbar_core::Blame::Upstream);
+            assert_eq!(e.status(busbar_core::MessageFormat::Problem), 502);
+        }
+        // One for another actor is no concern of ours: it travels on beside the new one.
+        let other = format!("<wsse:Security xmlns:wsse='{wsse}' soapenv:actor='urn:other'/>");
+        let out = secure(&answer(&other)).unwrap_or_else(|e| panic!("{e}"));
+        let out = String::from_utf8_lossy(&out);
+        assert_eq!(out.matches("<wsse:Security ").count(), 2, "{out}");
+    }
+
+    #[test]
+    fn an_answer_with_an_element_after_its_body_is_not_secured() {
+        let l = loaded(
+            "sequences:\n  s:\n    - wsse_secure: { timestamp: { ttl: 1m } }\n",
+            &std::env::temp_dir(),
+        );
+        let steps = build(&l).unwrap_or_else(|e| panic!("{e:?}"));
+        let soap = b"<soapenv:Envelope xmlns:soapenv='http://schemas.xmlsoap.org/soap/envelope/'><soapenv:Body><a/></soapenv:Body><x:Trailer xmlns:x='urn:x'/></soapenv:Envelope>";
+        let mut ex = exchange(&[], soap);
+        ex.response = Some(http::Response::new(busbar_core::Body::full(&soap[..])));
+        let e = run_steps(&steps, &mut ex).expect_err("secured an answer with a trailer");
+        assert_eq!(e.reason, "The response could not be secured");
+        assert_eq!(e.blame, busbar_core::Blame::Upstream);
     }
 }
