@@ -320,10 +320,11 @@ pub struct LoadResult {
     pub successes: u64,
     /// Errors by class.
     pub errors: ErrorCounts,
-    /// Clients that got no answer at all while the measurement lasted (their one request was
-    /// still waiting when it ended): neither successes nor errors, and the sign of a server
-    /// slower than the measurement lasts. In a closed loop every client has a request waiting at
-    /// the end; this counts only those that waited the whole time.
+    /// Clients that got no answer at all while the measurement lasted (their one request, sent
+    /// during the measurement or during the warm-up, was still waiting when it ended): neither
+    /// successes nor errors, and the sign of a server slower than the measurement lasts. In a
+    /// closed loop every client has a request waiting at the end; this counts only those that
+    /// waited the whole time.
     #[serde(default)]
     pub unanswered: u64,
     /// Open loop: requests the schedule made due during the measurement that were never sent,
@@ -1074,8 +1075,11 @@ async fn client(id: usize, plan: Arc<LoadPlan>, shared: Arc<Shared>, stats: Rc<R
     let mut conn: Option<Conn> = None;
     let mut body: Vec<u8> = Vec::with_capacity(plan.body_len + 1024);
     let mut measured_here = 0u64;
-    // Answers (or errors) this client got while measuring.
-    let mut answered_here = 0u64;
+    // Answers and errors of this client counted in the measurement. A client stopped while it
+    // still waits, with none counted, is unanswered, whichever phase its request was sent in:
+    // a request sent during the warm-up and never answered belongs to no other count.
+    let mut counted_here = 0u64;
+    let mut stopped_waiting = false;
     let mut first_measured: Option<Instant> = None;
     let mut last_done: Option<Instant> = None;
     // This client's place in a rotation: clients start apart and each goes round.
@@ -1139,6 +1143,7 @@ async fn client(id: usize, plan: Arc<LoadPlan>, shared: Arc<Shared>, stats: Rc<R
                                 |e| &mut e.connect,
                                 || format!("connect {}: {e}", plan.addr),
                             );
+                            counted_here += 1;
                             last_done = Some(Instant::now());
                         }
                         // Do not spin on a refusing target: pause briefly before retrying.
@@ -1154,6 +1159,7 @@ async fn client(id: usize, plan: Arc<LoadPlan>, shared: Arc<Shared>, stats: Rc<R
                                 |e| &mut e.connect,
                                 || format!("connect {}: timed out", plan.addr),
                             );
+                            counted_here += 1;
                             last_done = Some(Instant::now());
                         }
                         continue;
@@ -1174,6 +1180,7 @@ async fn client(id: usize, plan: Arc<LoadPlan>, shared: Arc<Shared>, stats: Rc<R
                 Err(why) => {
                     if measuring {
                         stats.borrow_mut().error(|e| &mut e.write, || why);
+                        counted_here += 1;
                         last_done = Some(Instant::now());
                     }
                     continue;
@@ -1183,16 +1190,14 @@ async fn client(id: usize, plan: Arc<LoadPlan>, shared: Arc<Shared>, stats: Rc<R
         let outcome = tokio::select! {
             r = tokio::time::timeout(plan.timeout, c.exchange(&request, &mut body)) => r,
             _ = stop_rx.wait_for(|v| *v) => {
-                if measuring && answered_here == 0 {
-                    stats.borrow_mut().unanswered += 1;
-                }
+                stopped_waiting = true;
                 break;
             }
         };
         let done = Instant::now();
         let mut keep = plan.keep_alive;
         if measuring {
-            answered_here += 1;
+            counted_here += 1;
             last_done = Some(done);
         }
         let mut s = stats.borrow_mut();
@@ -1248,6 +1253,11 @@ async fn client(id: usize, plan: Arc<LoadPlan>, shared: Arc<Shared>, stats: Rc<R
         if !keep {
             conn = None;
         }
+    }
+    // A measurement cut off before it began (Ctrl-C in the warm-up) left nobody unanswered.
+    let measured = shared.measured.get().is_some_and(|&(from, to)| to > from);
+    if stopped_waiting && counted_here == 0 && measured {
+        stats.borrow_mut().unanswered += 1;
     }
     // Open loop over a duration: the requests that came due while this client was still
     // waiting for an answer, and were still not sent when the measurement ended. (With -n the

@@ -495,3 +495,35 @@ fn clients_that_never_get_an_answer_are_counted_apart() {
     assert_eq!(r.response_sizes[0].sizes[0].bytes, 1024);
     assert_eq!(r.response_sizes[0].sizes[0].count, r.successes);
 }
+
+/// A request sent during the warm-up that is still unanswered when the measurement ends leaves
+/// its client unanswered: with a warm-up as without one, a server that takes every request and
+/// answers none shows every client as never answered, not as an empty, error-free run.
+#[test]
+fn clients_whose_warm_up_request_is_never_answered_are_counted_as_unanswered() {
+    // Connections complete in the listener's queue and requests are taken into the kernel's
+    // buffers, but nothing is ever read or answered.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = silent.local_addr().expect("addr");
+    let r = execute(&[
+        &format!("http://{addr}/service/DirectProxy"),
+        "-c",
+        "3",
+        "--warmup",
+        "300ms",
+        "-d",
+        "500ms",
+    ]);
+    assert_eq!(
+        (r.requests, r.errors.total(), r.unanswered),
+        (0, 0, 3),
+        "{}",
+        r.summary()
+    );
+    assert!(
+        r.summary().contains("clients never answered 3"),
+        "{}",
+        r.summary()
+    );
+    drop(silent);
+}
