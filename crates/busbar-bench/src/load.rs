@@ -321,7 +321,8 @@ pub struct LoadResult {
     /// Errors by class.
     pub errors: ErrorCounts,
     /// Clients that got no answer at all while the measurement lasted (their one request, sent
-    /// during the measurement or during the warm-up, was still waiting when it ended): neither
+    /// during the measurement or during the warm-up, was still waiting when it ended, or their
+    /// connection was still opening): neither
     /// successes nor errors, and the sign of a server slower than the measurement lasts. In a
     /// closed loop every client has a request waiting at the end; this counts only those that
     /// waited the whole time.
@@ -1076,8 +1077,9 @@ async fn client(id: usize, plan: Arc<LoadPlan>, shared: Arc<Shared>, stats: Rc<R
     let mut body: Vec<u8> = Vec::with_capacity(plan.body_len + 1024);
     let mut measured_here = 0u64;
     // Answers and errors of this client counted in the measurement. A client stopped while it
-    // still waits, with none counted, is unanswered, whichever phase its request was sent in:
-    // a request sent during the warm-up and never answered belongs to no other count.
+    // still waits for a connection or an answer, with none counted, is unanswered, whichever
+    // phase its request was sent in: a connect still pending, or a request sent during the
+    // warm-up and never answered, belongs to no other count.
     let mut counted_here = 0u64;
     let mut stopped_waiting = false;
     let mut first_measured: Option<Instant> = None;
@@ -1095,6 +1097,8 @@ async fn client(id: usize, plan: Arc<LoadPlan>, shared: Arc<Shared>, stats: Rc<R
     loop {
         let phase = shared.phase.load(Ordering::Relaxed);
         if phase == STOP {
+            // A closed loop is never idle: this client would send now.
+            stopped_waiting = interval.is_none();
             break;
         }
         let measuring = phase == MEASURE;
@@ -1133,7 +1137,10 @@ async fn client(id: usize, plan: Arc<LoadPlan>, shared: Arc<Shared>, stats: Rc<R
             None => {
                 let opened = tokio::select! {
                     r = tokio::time::timeout(plan.timeout, Conn::connect(plan.addr)) => r,
-                    _ = stop_rx.wait_for(|v| *v) => break,
+                    _ = stop_rx.wait_for(|v| *v) => {
+                        stopped_waiting = true;
+                        break;
+                    }
                 };
                 match opened {
                     Ok(Ok(c)) => conn.insert(c),
@@ -1149,7 +1156,10 @@ async fn client(id: usize, plan: Arc<LoadPlan>, shared: Arc<Shared>, stats: Rc<R
                         // Do not spin on a refusing target: pause briefly before retrying.
                         tokio::select! {
                             _ = tokio::time::sleep(Duration::from_millis(10)) => {}
-                            _ = stop_rx.wait_for(|v| *v) => break,
+                            _ = stop_rx.wait_for(|v| *v) => {
+                                stopped_waiting = true;
+                                break;
+                            }
                         }
                         continue;
                     }

@@ -527,3 +527,43 @@ fn clients_whose_warm_up_request_is_never_answered_are_counted_as_unanswered() {
     );
     drop(silent);
 }
+
+/// A listener whose accept queue is full takes no new connection: its clients wait in connect
+/// for the whole measurement, and each is counted as never answered, not left out of every
+/// count.
+#[test]
+fn clients_still_connecting_when_the_measurement_ends_are_counted_as_unanswered() {
+    // A queue of one that nothing accepts from: once one connection sits in it, the kernel
+    // drops every further SYN, so connects neither complete nor fail within the test.
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .build()
+        .expect("runtime");
+    let full = rt
+        .block_on(async {
+            let socket = tokio::net::TcpSocket::new_v4()?;
+            socket.bind("127.0.0.1:0".parse().expect("address"))?;
+            socket.listen(0)?.into_std()
+        })
+        .expect("listener");
+    let addr = full.local_addr().expect("addr");
+    let plan = load::plan_from_args(&load_args(&[
+        &format!("http://{addr}/service/DirectProxy"),
+        "-c",
+        "4",
+        "-d",
+        "500ms",
+    ]))
+    .expect("plan");
+    // The reachability check above took the queue's one place; should it not still hold it,
+    // this does.
+    let _queued = std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(200));
+    let r = load::execute(&plan).expect("runs");
+    assert_eq!(
+        (r.requests, r.errors.total(), r.unanswered),
+        (0, 0, 4),
+        "{}",
+        r.summary()
+    );
+    drop(full);
+}
