@@ -620,6 +620,7 @@ impl Stats {
 /// Resolves `bench load` options into a plan, checking the target is reachable.
 pub fn plan_from_args(args: &LoadArgs) -> Result<LoadPlan, BenchError> {
     let url = Url::parse(&args.url).map_err(BenchError::Usage)?;
+    check_concurrency(args.concurrency)?;
     let scenario: Option<Scenario> = match &args.verify {
         Some(s) if s.trim().eq_ignore_ascii_case("bpel") => {
             Some(crate::bpel::process_for(args.x.as_deref()).map_err(BenchError::Usage)?)
@@ -790,6 +791,60 @@ pub fn plan_from_args(args: &LoadArgs) -> Result<LoadPlan, BenchError> {
     })
 }
 
+/// The most clients the kit runs at once, whatever the open-file limit allows: as many as Linux
+/// lets one process open by default (`fs.nr_open`), and about a gigabyte of client state.
+pub const MAX_CONCURRENCY: usize = 1 << 20;
+
+/// Files the kit keeps open besides its clients' connections (runtimes, standard streams,
+/// result files), a generous bound.
+const OTHER_FILES: u64 = 64;
+
+/// Refuses, as a usage error, a concurrency this process cannot hold: each client holds a
+/// connection, so the clients and the kit's own files must fit under the open-file limit
+/// (`RLIMIT_NOFILE`'s soft limit, which the kit does not raise), and never more than
+/// [`MAX_CONCURRENCY`]. Past the limit connects fail for want of a descriptor, and a count
+/// past any limit only grows the clients' memory (gigabytes) before a single one connects.
+pub fn check_concurrency(clients: usize) -> Result<(), BenchError> {
+    if clients > MAX_CONCURRENCY {
+        return Err(BenchError::Usage(format!(
+            "concurrency {clients} is more than the kit runs: {MAX_CONCURRENCY} clients at most"
+        )));
+    }
+    let Some((soft, hard)) = open_file_limits() else {
+        return Ok(());
+    };
+    let needed = clients as u64 + OTHER_FILES;
+    if needed <= soft {
+        return Ok(());
+    }
+    let at_most = soft.saturating_sub(OTHER_FILES);
+    let raise = if needed <= hard {
+        format!("raise it with `ulimit -n {needed}` (the hard limit is {hard})")
+    } else {
+        format!(
+            "the hard limit is {hard}: raise that first (as root: `ulimit -Hn`, \
+             /etc/security/limits.conf or systemd's LimitNOFILE), then `ulimit -n {needed}`"
+        )
+    };
+    Err(BenchError::Usage(format!(
+        "concurrency {clients} needs {needed} open files, more than this process may have \
+         (its open-file limit is {soft}): {raise}, or use at most {at_most} clients"
+    )))
+}
+
+/// The soft and hard open-file limits of this process (`unlimited` as `u64::MAX`), or `None`
+/// where the kernel does not say (not Linux).
+pub fn open_file_limits() -> Option<(u64, u64)> {
+    let limits = std::fs::read_to_string("/proc/self/limits").ok()?;
+    let line = limits.lines().find(|l| l.starts_with("Max open files"))?;
+    let mut fields = line.split_whitespace().skip(3);
+    let mut limit = || match fields.next()? {
+        "unlimited" => Some(u64::MAX),
+        n => n.parse().ok(),
+    };
+    Some((limit()?, limit()?))
+}
+
 /// Resolves a URL and checks it accepts connections (the clear error before any run).
 pub fn resolve(url: &Url) -> Result<SocketAddr, BenchError> {
     runtime()?
@@ -823,6 +878,7 @@ pub fn command(args: &LoadArgs) -> Result<LoadResult, BenchError> {
 
 /// Runs a plan to completion (or Ctrl-C) and returns what was measured.
 pub fn execute(plan: &LoadPlan) -> Result<LoadResult, BenchError> {
+    check_concurrency(plan.concurrency)?;
     let (stop_tx, _) = watch::channel(false);
     let shared = Arc::new(Shared {
         phase: AtomicU8::new(if plan.warmup.is_zero() {

@@ -567,3 +567,57 @@ fn clients_still_connecting_when_the_measurement_ends_are_counted_as_unanswered(
     );
     drop(full);
 }
+
+/// A concurrency the process cannot hold is a usage error (exit 2) before anything runs: more
+/// clients than the open-file limit leaves room for, naming the limit and how to raise it, and
+/// an absurd count whatever the limit, in `load` as in `run` and `verify`.
+#[test]
+fn a_concurrency_past_the_open_file_limit_is_a_usage_error_naming_the_limit() {
+    let url = "http://127.0.0.1:9/service/DirectProxy";
+    let err = load::plan_from_args(&load_args(&[url, "-c", "4294967296", "-d", "1s"]))
+        .expect_err("absurd concurrency");
+    assert_eq!(err.exit_code(), std::process::ExitCode::from(2), "{err}");
+    assert!(err.to_string().contains("1048576 clients at most"), "{err}");
+
+    let Some((soft, _)) = load::open_file_limits() else {
+        return;
+    };
+    if soft > load::MAX_CONCURRENCY as u64 {
+        return;
+    }
+    let clients = soft.to_string();
+    let err = load::plan_from_args(&load_args(&[url, "-c", &clients, "-d", "1s"]))
+        .expect_err("past the open-file limit");
+    assert_eq!(err.exit_code(), std::process::ExitCode::from(2), "{err}");
+    let message = err.to_string();
+    assert!(
+        message.contains(&format!("open-file limit is {soft}")) && message.contains("ulimit"),
+        "{message}"
+    );
+    for argv in [
+        &[
+            "bench",
+            "run",
+            "--base",
+            url,
+            "--name",
+            "x",
+            "--out",
+            "/nonexistent/x",
+        ][..],
+        &["bench", "verify", url],
+    ] {
+        let mut argv = argv.to_vec();
+        argv.extend(["--concurrency", &clients]);
+        let cmd = busbar_bench::parse_args(argv).expect("parses");
+        assert_eq!(
+            busbar_bench::run(cmd),
+            std::process::ExitCode::from(2),
+            "{clients} clients"
+        );
+    }
+    // What the limit holds is run.
+    let s = start(Behaviour::Reference);
+    let r = execute(&[&s.url("DirectProxy"), "-c", "2", "-n", "4"]);
+    assert_eq!(r.successes, 4, "{}", r.summary());
+}
