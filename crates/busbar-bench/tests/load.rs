@@ -621,3 +621,25 @@ fn a_concurrency_past_the_open_file_limit_is_a_usage_error_naming_the_limit() {
     let r = execute(&[&s.url("DirectProxy"), "-c", "2", "-n", "4"]);
     assert_eq!(r.successes, 4, "{}", r.summary());
 }
+
+/// `load --verify` fails (exit 1) when an answer fails its check, after the run; the same
+/// answers without `--verify`, and correct answers with it, exit 0.
+#[test]
+fn load_with_verify_exits_1_when_an_answer_fails_its_check() {
+    let exit = |argv: &[&str]| {
+        let mut full = vec!["bench", "load"];
+        full.extend_from_slice(argv);
+        busbar_bench::run(busbar_bench::parse_args(full).expect("parses"))
+    };
+    let flipped = start(Behaviour::FlipAfter16K);
+    let url = flipped.url("DirectProxy");
+    let argv = [&url[..], "-c", "1", "-n", "3", "--size", "20000"];
+    let verified = [&argv[..], &["--verify", "direct"]].concat();
+    assert_eq!(exit(&verified), std::process::ExitCode::from(1));
+    assert_eq!(exit(&argv), std::process::ExitCode::SUCCESS);
+    let good = start(Behaviour::Reference);
+    let url = good.url("DirectProxy");
+    let argv = [&url[..], "-c", "1", "-n", "3", "--size", "20000"];
+    let verified = [&argv[..], &["--verify", "direct"]].concat();
+    assert_eq!(exit(&verified), std::process::ExitCode::SUCCESS);
+}
