@@ -108,6 +108,10 @@ pub fn run(cmd: BenchCommand) -> ExitCode {
         BenchCommand::Load(a) => load::command(a).map(|r| {
             if r.interrupted {
                 ExitCode::from(130)
+            } else if a.verify.is_some() && r.errors.status + r.errors.verify > 0 {
+                // An answer failed its check: a verification failed. Errors with no answer to
+                // check (connect, timeout, read, write) are measured, not a failure of the run.
+                ExitCode::from(1)
             } else {
                 ExitCode::SUCCESS
             }

@@ -320,10 +320,12 @@ pub struct LoadResult {
     pub successes: u64,
     /// Errors by class.
     pub errors: ErrorCounts,
-    /// Clients that got no answer at all while the measurement lasted (their one request was
-    /// still waiting when it ended): neither successes nor errors, and the sign of a server
-    /// slower than the measurement lasts. In a closed loop every client has a request waiting at
-    /// the end; this counts only those that waited the whole time.
+    /// Clients that got no answer at all while the measurement lasted (their one request, sent
+    /// during the measurement or during the warm-up, was still waiting when it ended, or their
+    /// connection was still opening): neither
+    /// successes nor errors, and the sign of a server slower than the measurement lasts. In a
+    /// closed loop every client has a request waiting at the end; this counts only those that
+    /// waited the whole time.
     #[serde(default)]
     pub unanswered: u64,
     /// Open loop: requests the schedule made due during the measurement that were never sent,
@@ -618,6 +620,7 @@ impl Stats {
 /// Resolves `bench load` options into a plan, checking the target is reachable.
 pub fn plan_from_args(args: &LoadArgs) -> Result<LoadPlan, BenchError> {
     let url = Url::parse(&args.url).map_err(BenchError::Usage)?;
+    check_concurrency(args.concurrency)?;
     let scenario: Option<Scenario> = match &args.verify {
         Some(s) if s.trim().eq_ignore_ascii_case("bpel") => {
             Some(crate::bpel::process_for(args.x.as_deref()).map_err(BenchError::Usage)?)
@@ -788,6 +791,60 @@ pub fn plan_from_args(args: &LoadArgs) -> Result<LoadPlan, BenchError> {
     })
 }
 
+/// The most clients the kit runs at once, whatever the open-file limit allows: as many as Linux
+/// lets one process open by default (`fs.nr_open`), and about a gigabyte of client state.
+pub const MAX_CONCURRENCY: usize = 1 << 20;
+
+/// Files the kit keeps open besides its clients' connections (runtimes, standard streams,
+/// result files), a generous bound.
+const OTHER_FILES: u64 = 64;
+
+/// Refuses, as a usage error, a concurrency this process cannot hold: each client holds a
+/// connection, so the clients and the kit's own files must fit under the open-file limit
+/// (`RLIMIT_NOFILE`'s soft limit, which the kit does not raise), and never more than
+/// [`MAX_CONCURRENCY`]. Past the limit connects fail for want of a descriptor, and a count
+/// past any limit only grows the clients' memory (gigabytes) before a single one connects.
+pub fn check_concurrency(clients: usize) -> Result<(), BenchError> {
+    if clients > MAX_CONCURRENCY {
+        return Err(BenchError::Usage(format!(
+            "concurrency {clients} is more than the kit runs: {MAX_CONCURRENCY} clients at most"
+        )));
+    }
+    let Some((soft, hard)) = open_file_limits() else {
+        return Ok(());
+    };
+    let needed = clients as u64 + OTHER_FILES;
+    if needed <= soft {
+        return Ok(());
+    }
+    let at_most = soft.saturating_sub(OTHER_FILES);
+    let raise = if needed <= hard {
+        format!("raise it with `ulimit -n {needed}` (the hard limit is {hard})")
+    } else {
+        format!(
+            "the hard limit is {hard}: raise that first (as root: `ulimit -Hn`, \
+             /etc/security/limits.conf or systemd's LimitNOFILE), then `ulimit -n {needed}`"
+        )
+    };
+    Err(BenchError::Usage(format!(
+        "concurrency {clients} needs {needed} open files, more than this process may have \
+         (its open-file limit is {soft}): {raise}, or use at most {at_most} clients"
+    )))
+}
+
+/// The soft and hard open-file limits of this process (`unlimited` as `u64::MAX`), or `None`
+/// where the kernel does not say (not Linux).
+pub fn open_file_limits() -> Option<(u64, u64)> {
+    let limits = std::fs::read_to_string("/proc/self/limits").ok()?;
+    let line = limits.lines().find(|l| l.starts_with("Max open files"))?;
+    let mut fields = line.split_whitespace().skip(3);
+    let mut limit = || match fields.next()? {
+        "unlimited" => Some(u64::MAX),
+        n => n.parse().ok(),
+    };
+    Some((limit()?, limit()?))
+}
+
 /// Resolves a URL and checks it accepts connections (the clear error before any run).
 pub fn resolve(url: &Url) -> Result<SocketAddr, BenchError> {
     runtime()?
@@ -821,6 +878,7 @@ pub fn command(args: &LoadArgs) -> Result<LoadResult, BenchError> {
 
 /// Runs a plan to completion (or Ctrl-C) and returns what was measured.
 pub fn execute(plan: &LoadPlan) -> Result<LoadResult, BenchError> {
+    check_concurrency(plan.concurrency)?;
     let (stop_tx, _) = watch::channel(false);
     let shared = Arc::new(Shared {
         phase: AtomicU8::new(if plan.warmup.is_zero() {
@@ -1074,8 +1132,12 @@ async fn client(id: usize, plan: Arc<LoadPlan>, shared: Arc<Shared>, stats: Rc<R
     let mut conn: Option<Conn> = None;
     let mut body: Vec<u8> = Vec::with_capacity(plan.body_len + 1024);
     let mut measured_here = 0u64;
-    // Answers (or errors) this client got while measuring.
-    let mut answered_here = 0u64;
+    // Answers and errors of this client counted in the measurement. A client stopped while it
+    // still waits for a connection or an answer, with none counted, is unanswered, whichever
+    // phase its request was sent in: a connect still pending, or a request sent during the
+    // warm-up and never answered, belongs to no other count.
+    let mut counted_here = 0u64;
+    let mut stopped_waiting = false;
     let mut first_measured: Option<Instant> = None;
     let mut last_done: Option<Instant> = None;
     // This client's place in a rotation: clients start apart and each goes round.
@@ -1091,6 +1153,8 @@ async fn client(id: usize, plan: Arc<LoadPlan>, shared: Arc<Shared>, stats: Rc<R
     loop {
         let phase = shared.phase.load(Ordering::Relaxed);
         if phase == STOP {
+            // A closed loop is never idle: this client would send now.
+            stopped_waiting = interval.is_none();
             break;
         }
         let measuring = phase == MEASURE;
@@ -1129,7 +1193,10 @@ async fn client(id: usize, plan: Arc<LoadPlan>, shared: Arc<Shared>, stats: Rc<R
             None => {
                 let opened = tokio::select! {
                     r = tokio::time::timeout(plan.timeout, Conn::connect(plan.addr)) => r,
-                    _ = stop_rx.wait_for(|v| *v) => break,
+                    _ = stop_rx.wait_for(|v| *v) => {
+                        stopped_waiting = true;
+                        break;
+                    }
                 };
                 match opened {
                     Ok(Ok(c)) => conn.insert(c),
@@ -1139,12 +1206,16 @@ async fn client(id: usize, plan: Arc<LoadPlan>, shared: Arc<Shared>, stats: Rc<R
                                 |e| &mut e.connect,
                                 || format!("connect {}: {e}", plan.addr),
                             );
+                            counted_here += 1;
                             last_done = Some(Instant::now());
                         }
                         // Do not spin on a refusing target: pause briefly before retrying.
                         tokio::select! {
                             _ = tokio::time::sleep(Duration::from_millis(10)) => {}
-                            _ = stop_rx.wait_for(|v| *v) => break,
+                            _ = stop_rx.wait_for(|v| *v) => {
+                                stopped_waiting = true;
+                                break;
+                            }
                         }
                         continue;
                     }
@@ -1154,6 +1225,7 @@ async fn client(id: usize, plan: Arc<LoadPlan>, shared: Arc<Shared>, stats: Rc<R
                                 |e| &mut e.connect,
                                 || format!("connect {}: timed out", plan.addr),
                             );
+                            counted_here += 1;
                             last_done = Some(Instant::now());
                         }
                         continue;
@@ -1174,6 +1246,7 @@ async fn client(id: usize, plan: Arc<LoadPlan>, shared: Arc<Shared>, stats: Rc<R
                 Err(why) => {
                     if measuring {
                         stats.borrow_mut().error(|e| &mut e.write, || why);
+                        counted_here += 1;
                         last_done = Some(Instant::now());
                     }
                     continue;
@@ -1183,16 +1256,14 @@ async fn client(id: usize, plan: Arc<LoadPlan>, shared: Arc<Shared>, stats: Rc<R
         let outcome = tokio::select! {
             r = tokio::time::timeout(plan.timeout, c.exchange(&request, &mut body)) => r,
             _ = stop_rx.wait_for(|v| *v) => {
-                if measuring && answered_here == 0 {
-                    stats.borrow_mut().unanswered += 1;
-                }
+                stopped_waiting = true;
                 break;
             }
         };
         let done = Instant::now();
         let mut keep = plan.keep_alive;
         if measuring {
-            answered_here += 1;
+            counted_here += 1;
             last_done = Some(done);
         }
         let mut s = stats.borrow_mut();
@@ -1248,6 +1319,11 @@ async fn client(id: usize, plan: Arc<LoadPlan>, shared: Arc<Shared>, stats: Rc<R
         if !keep {
             conn = None;
         }
+    }
+    // A measurement cut off before it began (Ctrl-C in the warm-up) left nobody unanswered.
+    let measured = shared.measured.get().is_some_and(|&(from, to)| to > from);
+    if stopped_waiting && counted_here == 0 && measured {
+        stats.borrow_mut().unanswered += 1;
     }
     // Open loop over a duration: the requests that came due while this client was still
     // waiting for an answer, and were still not sent when the measurement ended. (With -n the

@@ -181,6 +181,8 @@ pub fn command(args: &RunArgs) -> Result<RunInfo, BenchError> {
         // One message shape: no size axis.
         Suite::Bpel => vec![0],
     });
+    // Refused before any cell runs, not when its cell comes up.
+    load::check_concurrency(args.concurrency.iter().copied().max().unwrap_or(1))?;
     let addr = load::resolve(&base)?;
     let cells_dir = args.out.join("cells");
     std::fs::create_dir_all(&cells_dir)

@@ -1179,12 +1179,6 @@ fn pin_self(cpus: &str) -> Result<(), BenchError> {
     }
 }
 
-fn open_file_limit() -> Option<u64> {
-    let limits = std::fs::read_to_string("/proc/self/limits").ok()?;
-    let line = limits.lines().find(|l| l.starts_with("Max open files"))?;
-    line.split_whitespace().nth(3)?.parse().ok()
-}
-
 /// The requests of one cell.
 #[derive(Clone)]
 struct Shot {
@@ -1470,13 +1464,7 @@ pub fn run_plan(plan: &Plan, out: &Path) -> Result<Outcome, BenchError> {
         .flat_map(|t| t.suites.iter().flat_map(|r| r.concurrency.iter().copied()))
         .max()
         .unwrap_or(1);
-    if let Some(limit) = open_file_limit() {
-        if max_c as u64 + 64 > limit {
-            return Err(BenchError::Usage(format!(
-                "concurrency {max_c} needs more open files than this process may have ({limit}): raise it with `ulimit -n`"
-            )));
-        }
-    }
+    crate::load::check_concurrency(max_c)?;
     for dir in [out.to_path_buf(), out.join("logs"), out.join("csv")] {
         std::fs::create_dir_all(&dir)
             .map_err(|e| BenchError::io(format!("cannot create {}", dir.display()), e))?;

@@ -357,6 +357,8 @@ pub fn execute(
     mut progress: impl FnMut(&CaseResult),
 ) -> Result<VerifyReport, BenchError> {
     let base = Url::parse(&args.base_url).map_err(BenchError::Usage)?;
+    // Refused before any cell runs, not when its cell comes up.
+    load::check_concurrency(args.concurrency.iter().copied().max().unwrap_or(1))?;
     let addr = load::resolve(&base)?;
     let sizes = args.sizes.clone().unwrap_or_else(|| DEFAULT_SIZES.to_vec());
     let mut scenarios = args

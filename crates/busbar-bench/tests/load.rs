@@ -495,3 +495,151 @@ fn clients_that_never_get_an_answer_are_counted_apart() {
     assert_eq!(r.response_sizes[0].sizes[0].bytes, 1024);
     assert_eq!(r.response_sizes[0].sizes[0].count, r.successes);
 }
+
+/// A request sent during the warm-up that is still unanswered when the measurement ends leaves
+/// its client unanswered: with a warm-up as without one, a server that takes every request and
+/// answers none shows every client as never answered, not as an empty, error-free run.
+#[test]
+fn clients_whose_warm_up_request_is_never_answered_are_counted_as_unanswered() {
+    // Connections complete in the listener's queue and requests are taken into the kernel's
+    // buffers, but nothing is ever read or answered.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = silent.local_addr().expect("addr");
+    let r = execute(&[
+        &format!("http://{addr}/service/DirectProxy"),
+        "-c",
+        "3",
+        "--warmup",
+        "300ms",
+        "-d",
+        "500ms",
+    ]);
+    assert_eq!(
+        (r.requests, r.errors.total(), r.unanswered),
+        (0, 0, 3),
+        "{}",
+        r.summary()
+    );
+    assert!(
+        r.summary().contains("clients never answered 3"),
+        "{}",
+        r.summary()
+    );
+    drop(silent);
+}
+
+/// A listener whose accept queue is full takes no new connection: its clients wait in connect
+/// for the whole measurement, and each is counted as never answered, not left out of every
+/// count.
+#[test]
+fn clients_still_connecting_when_the_measurement_ends_are_counted_as_unanswered() {
+    // A queue of one that nothing accepts from: once one connection sits in it, the kernel
+    // drops every further SYN, so connects neither complete nor fail within the test.
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .build()
+        .expect("runtime");
+    let full = rt
+        .block_on(async {
+            let socket = tokio::net::TcpSocket::new_v4()?;
+            socket.bind("127.0.0.1:0".parse().expect("address"))?;
+            socket.listen(0)?.into_std()
+        })
+        .expect("listener");
+    let addr = full.local_addr().expect("addr");
+    let plan = load::plan_from_args(&load_args(&[
+        &format!("http://{addr}/service/DirectProxy"),
+        "-c",
+        "4",
+        "-d",
+        "500ms",
+    ]))
+    .expect("plan");
+    // The reachability check above took the queue's one place; should it not still hold it,
+    // this does.
+    let _queued = std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(200));
+    let r = load::execute(&plan).expect("runs");
+    assert_eq!(
+        (r.requests, r.errors.total(), r.unanswered),
+        (0, 0, 4),
+        "{}",
+        r.summary()
+    );
+    drop(full);
+}
+
+/// A concurrency the process cannot hold is a usage error (exit 2) before anything runs: more
+/// clients than the open-file limit leaves room for, naming the limit and how to raise it, and
+/// an absurd count whatever the limit, in `load` as in `run` and `verify`.
+#[test]
+fn a_concurrency_past_the_open_file_limit_is_a_usage_error_naming_the_limit() {
+    let url = "http://127.0.0.1:9/service/DirectProxy";
+    let err = load::plan_from_args(&load_args(&[url, "-c", "4294967296", "-d", "1s"]))
+        .expect_err("absurd concurrency");
+    assert_eq!(err.exit_code(), std::process::ExitCode::from(2), "{err}");
+    assert!(err.to_string().contains("1048576 clients at most"), "{err}");
+
+    let Some((soft, _)) = load::open_file_limits() else {
+        return;
+    };
+    if soft > load::MAX_CONCURRENCY as u64 {
+        return;
+    }
+    let clients = soft.to_string();
+    let err = load::plan_from_args(&load_args(&[url, "-c", &clients, "-d", "1s"]))
+        .expect_err("past the open-file limit");
+    assert_eq!(err.exit_code(), std::process::ExitCode::from(2), "{err}");
+    let message = err.to_string();
+    assert!(
+        message.contains(&format!("open-file limit is {soft}")) && message.contains("ulimit"),
+        "{message}"
+    );
+    for argv in [
+        &[
+            "bench",
+            "run",
+            "--base",
+            url,
+            "--name",
+            "x",
+            "--out",
+            "/nonexistent/x",
+        ][..],
+        &["bench", "verify", url],
+    ] {
+        let mut argv = argv.to_vec();
+        argv.extend(["--concurrency", &clients]);
+        let cmd = busbar_bench::parse_args(argv).expect("parses");
+        assert_eq!(
+            busbar_bench::run(cmd),
+            std::process::ExitCode::from(2),
+            "{clients} clients"
+        );
+    }
+    // What the limit holds is run.
+    let s = start(Behaviour::Reference);
+    let r = execute(&[&s.url("DirectProxy"), "-c", "2", "-n", "4"]);
+    assert_eq!(r.successes, 4, "{}", r.summary());
+}
+
+/// `load --verify` fails (exit 1) when an answer fails its check, after the run; the same
+/// answers without `--verify`, and correct answers with it, exit 0.
+#[test]
+fn load_with_verify_exits_1_when_an_answer_fails_its_check() {
+    let exit = |argv: &[&str]| {
+        let mut full = vec!["bench", "load"];
+        full.extend_from_slice(argv);
+        busbar_bench::run(busbar_bench::parse_args(full).expect("parses"))
+    };
+    let flipped = start(Behaviour::FlipAfter16K);
+    let url = flipped.url("DirectProxy");
+    let argv = [&url[..], "-c", "1", "-n", "3", "--size", "20000"];
+    let verified = [&argv[..], &["--verify", "direct"]].concat();
+    assert_eq!(exit(&verified), std::process::ExitCode::from(1));
+    assert_eq!(exit(&argv), std::process::ExitCode::SUCCESS);
+    let good = start(Behaviour::Reference);
+    let url = good.url("DirectProxy");
+    let argv = [&url[..], "-c", "1", "-n", "3", "--size", "20000"];
+    let verified = [&argv[..], &["--verify", "direct"]].concat();
+    assert_eq!(exit(&verified), std::process::ExitCode::SUCCESS);
+}
