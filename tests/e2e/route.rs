@@ -210,6 +210,96 @@ fn bad_xpath_fails_validation_with_its_path() {
 }
 
 #[test]
+fn validate_refuses_xpath_functions_and_variables_no_message_could_evaluate() {
+    let dir = temp_dir("xpath-names");
+    let (code, err) = validate_in(
+        &dir,
+        "listeners:\n  http: { bind: \"127.0.0.1:0\" }\nproxies:\n  P:\n    path: /p\n    in:\n      - route:\n          - when: { xpath: \"nosuchfn(//a)\" }\n            then: [ { respond: {} } ]\n          - when: { xpath: \"$undefined\" }\n            then: [ { respond: {} } ]\n          - when: { xpath: \"false() and current()\" }\n            then: [ { respond: {} } ]\n          - when: { xpath: \"count(//a) > 1 and not(//b[normalize-space()])\" }\n            then: [ { respond: {} } ]\n",
+    );
+    assert_eq!(code, Some(1), "{err}");
+    for (line, what) in [
+        (
+            ":8: proxies.P.in[0].route[0].when.xpath:",
+            "unknown function 'nosuchfn()'",
+        ),
+        (
+            ":10: proxies.P.in[0].route[1].when.xpath:",
+            "undefined variable '$undefined'",
+        ),
+        (
+            ":12: proxies.P.in[0].route[2].when.xpath:",
+            "'current()' (an XSLT function",
+        ),
+    ] {
+        assert!(
+            err.lines().any(|l| l.contains(line) && l.contains(what)),
+            "{line} {what}:\n{err}"
+        );
+    }
+    assert!(
+        err.contains("3 problem(s)"),
+        "the core functions pass:\n{err}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn validate_reports_each_bad_namespace_binding_at_its_line_beside_other_errors() {
+    let dir = temp_dir("ns-bindings");
+    let (code, err) = validate_in(
+        &dir,
+        "listeners:\n  http: { bind: \"127.0.0.1:0\" }\nnamespaces:\n  ok: \"urn:ok\"\n  \"1a\": \"urn:bad\"\n  e: \"\"\nproxies:\n  A:\n    path: /a\n    namespaces:\n      xmlns: \"urn:x\"\n    in:\n      - route:\n          - when: { xpath: \"/zz:a\" }\n            then: [ { respond: {} } ]\n          - when: { xpath: \"count(/ok:a) = 1\" }\n            then: [ { respond: {} } ]\n",
+    );
+    assert_eq!(code, Some(1), "{err}");
+    for (line, what) in [
+        (":5: namespaces.1a:", "'1a'"),
+        (":6: namespaces.e:", "empty"),
+        (":11: proxies.A.namespaces.xmlns:", "'xmlns'"),
+        (":14: proxies.A.in[0].route[0].when.xpath:", "zz"),
+    ] {
+        assert!(
+            err.lines().any(|l| l.contains(line) && l.contains(what)),
+            "{line} {what}:\n{err}"
+        );
+    }
+    assert!(
+        err.contains("4 problem(s)"),
+        "the good binding serves:\n{err}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn an_xpath_that_fails_on_a_well_formed_message_is_a_server_fault() {
+    // A path step from a number compiles, but no document can evaluate it.
+    let h = engine(
+        "proxies:\n  P:\n    path: /p\n    in:\n      - route:\n          - when: { xpath: \"(1)/a\" }\n            then: [ { respond: { body: yes } } ]\n      - respond: { body: no }\n",
+    );
+    let r = Client::connect(h.http())
+        .post("/p", &[SOAP11], b"<a/>")
+        .expect("r");
+    assert_eq!(r.status, 500, "{}", r.text());
+    assert!(
+        r.text().contains("<faultcode>soapenv:Server</faultcode>"),
+        "{}",
+        r.text()
+    );
+    let r = Client::connect(h.http())
+        .post("/p", &[("Content-Type", "application/json")], b"<a/>")
+        .expect("r");
+    assert_eq!(r.status, 500, "{}", r.text());
+    // A message that is not XML is still the client's.
+    let r = Client::connect(h.http())
+        .post("/p", &[SOAP11], b"<a>")
+        .expect("r");
+    assert!(
+        r.text().contains("<faultcode>soapenv:Client</faultcode>"),
+        "{}",
+        r.text()
+    );
+}
+
+#[test]
 fn by_default_the_unread_rest_of_a_routed_document_streams_on_untouched() {
     let echo = echo(EchoOptions::default());
     let h = engine(&cbr_yaml(echo.addr));

@@ -285,3 +285,205 @@ fn validate_names_each_xslt_steps_engine_and_the_metric_counts_transforms_by_eng
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+const XSL: &str = "xmlns:xsl=\"http://www.w3.org/1999/XSL/Transform\"";
+
+#[test]
+fn validate_refuses_a_broken_parameter_xpath_and_an_unknown_instruction() {
+    let dir = temp_dir("xslt-validate");
+    std::fs::write(
+        dir.join("ok.xsl"),
+        format!("<xsl:stylesheet version=\"1.0\" {XSL}><xsl:param name=\"p\"/><xsl:template match=\"/\"><r/></xsl:template></xsl:stylesheet>"),
+    )
+    .expect("write");
+    std::fs::write(
+        dir.join("badel.xsl"),
+        format!("<xsl:stylesheet version=\"1.0\" {XSL}>\n  <xsl:template match=\"/\"><xsl:frobnicate/></xsl:template>\n</xsl:stylesheet>\n"),
+    )
+    .expect("write");
+    // In forwards-compatible mode an unknown instruction is allowed (XSLT 1.0 §2.5).
+    std::fs::write(
+        dir.join("later.xsl"),
+        format!("<xsl:stylesheet version=\"2.0\" {XSL}><xsl:template match=\"/\"><r><xsl:frobnicate><xsl:fallback>f</xsl:fallback></xsl:frobnicate></r></xsl:template></xsl:stylesheet>"),
+    )
+    .expect("write");
+    let yaml = "listeners:\n  http: { bind: \"127.0.0.1:0\" }\nproxies:\n  A:\n    path: /a\n    in:\n      - xslt:\n          stylesheet: ok.xsl\n          params:\n            p: { xpath: \"concat(\" }\n            q: { xpath: \"count(//order)\" }\n  B: { path: /b, in: [ { xslt: { stylesheet: badel.xsl } } ] }\n  C: { path: /c, in: [ { xslt: { stylesheet: later.xsl } } ] }\n";
+    let (code, err) = validate_in(&dir, yaml);
+    assert_eq!(code, Some(1), "{err}");
+    for (line, what) in [
+        (":10: proxies.A.in[0].xslt.params.p.xpath:", "concat("),
+        (
+            ":12: proxies.B.in[0].xslt.stylesheet:",
+            "unknown xsl:frobnicate",
+        ),
+    ] {
+        assert!(
+            err.lines().any(|l| l.contains(line) && l.contains(what)),
+            "{line} {what}:\n{err}"
+        );
+    }
+    assert!(err.contains("badel.xsl"), "{err}");
+    assert!(err.contains("(line 2)"), "{err}");
+    assert!(err.contains("2 problem(s)"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn an_answer_that_is_not_xml_fails_an_out_stylesheet_as_the_back_ends_fault() {
+    let dir = temp_dir("xslt-out-blame");
+    let sheet = dir.join("identity.xsl");
+    std::fs::write(&sheet, format!("<xsl:stylesheet version=\"1.0\" {XSL}><xsl:template match=\"@*|node()\"><xsl:copy><xsl:apply-templates select=\"@*|node()\"/></xsl:copy></xsl:template></xsl:stylesheet>")).expect("write");
+    let echo = echo(EchoOptions::default());
+    let h = engine(&format!(
+        "endpoints:\n  echo: {{ url: \"http://{}/e\" }}\nproxies:\n  P:\n    path: /p\n    in: [ {{ call: echo }} ]\n    out: [ {{ xslt: {{ stylesheet: \"{}\" }} }} ]\n",
+        echo.addr,
+        sheet.display()
+    ));
+    let r = Client::connect(h.http())
+        .post(
+            "/p",
+            &[("Content-Type", "application/json")],
+            b"{\"not\":\"xml\"}",
+        )
+        .expect("resp");
+    assert_eq!(r.status, 502, "{}", r.text());
+    assert!(r.text().contains("the back end's answer"), "{}", r.text());
+    let r = Client::connect(h.http())
+        .post("/p", &[SOAP11], b"not xml")
+        .expect("resp");
+    assert_eq!(r.status, 500, "{}", r.text());
+    assert!(
+        r.text().contains("<faultcode>soapenv:Server</faultcode>"),
+        "{}",
+        r.text()
+    );
+    // An answer that is XML goes through.
+    let r = Client::connect(h.http())
+        .post("/p", &[SOAP11], b"<a>x</a>")
+        .expect("resp");
+    assert_eq!(r.status, 200, "{}", r.text());
+    echo.stop();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_stylesheet_failing_on_its_own_is_a_server_fault_that_keeps_libxslts_text_to_the_log() {
+    let dir = temp_dir("xslt-own-fault");
+    let write = |name: &str, body: &str| {
+        let path = dir.join(name);
+        std::fs::write(
+            &path,
+            format!("<xsl:stylesheet version=\"1.0\" {XSL}>{body}</xsl:stylesheet>"),
+        )
+        .expect("write");
+        path.display().to_string()
+    };
+    let recurse = write("recurse.xsl", "<xsl:template name=\"r\"><xsl:param name=\"n\" select=\"0\"/><xsl:call-template name=\"r\"><xsl:with-param name=\"n\" select=\"$n+1\"/></xsl:call-template></xsl:template><xsl:template match=\"/\"><r><xsl:call-template name=\"r\"/></r></xsl:template>");
+    let passwd = write(
+        "passwd.xsl",
+        "<xsl:template match=\"/\"><r><xsl:copy-of select=\"document('/etc/passwd')\"/></r></xsl:template>",
+    );
+    let stop = write(
+        "stop.xsl",
+        "<xsl:template match=\"/\"><xsl:message terminate=\"yes\">no orders\ntoday</xsl:message></xsl:template>",
+    );
+    let h = engine(&format!(
+        "proxies:\n  R: {{ path: /r, in: [ {{ xslt: {{ stylesheet: \"{recurse}\" }} }}, {{ respond: {{}} }} ] }}\n  D: {{ path: /d, in: [ {{ xslt: {{ stylesheet: \"{passwd}\" }} }}, {{ respond: {{}} }} ] }}\n  S: {{ path: /s, in: [ {{ xslt: {{ stylesheet: \"{stop}\" }} }}, {{ respond: {{}} }} ] }}\n"
+    ));
+    for (path, name) in [
+        ("/r", "recurse.xsl"),
+        ("/d", "passwd.xsl"),
+        ("/s", "stop.xsl"),
+    ] {
+        let r = Client::connect(h.http())
+            .post(path, &[SOAP11], b"<a/>")
+            .expect("resp");
+        let text = r.text();
+        assert_eq!(r.status, 500, "{path}: {text}");
+        assert!(
+            text.contains("<faultcode>soapenv:Server</faultcode>"),
+            "{path}: {text}"
+        );
+        let reason = text
+            .split("<faultstring>")
+            .nth(1)
+            .and_then(|t| t.split("</faultstring>").next())
+            .unwrap_or_default()
+            .to_owned();
+        assert!(reason.contains(name), "{path}: {text}");
+        // The stylesheet is named as the config writes it; libxslt's text stays in the log.
+        for leak in ["\n", "maxdepth", "/etc/passwd", "not allowed", "template"] {
+            assert!(!reason.contains(leak), "{path} shows {leak:?}: {reason}");
+        }
+        let r = Client::connect(h.http())
+            .post(path, &[("Content-Type", "application/json")], b"<a/>")
+            .expect("resp");
+        assert_eq!(r.status, 500, "{path}: {}", r.text());
+    }
+    let r = Client::connect(h.http())
+        .post("/s", &[SOAP11], b"<a/>")
+        .expect("resp");
+    assert!(r.text().contains("no orders today"), "{}", r.text());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn the_fast_path_and_libxslt_write_an_empty_cdata_section_alike() {
+    let dir = temp_dir("xslt-cdata");
+    let sheet = dir.join("apply.xsl");
+    std::fs::write(&sheet, format!("<xsl:stylesheet version=\"1.0\" {XSL}><xsl:output method=\"xml\" omit-xml-declaration=\"yes\"/><xsl:template match=\"a\"><A><xsl:apply-templates/></A></xsl:template></xsl:stylesheet>")).expect("write");
+    let s = sheet.display();
+    // A parameter keeps the same stylesheet on libxslt.
+    let h = engine(&format!(
+        "proxies:\n  F: {{ path: /f, in: [ {{ xslt: {{ stylesheet: \"{s}\" }} }}, {{ respond: {{}} }} ] }}\n  S: {{ path: /s, in: [ {{ xslt: {{ stylesheet: \"{s}\", params: {{ unused: x }} }} }}, {{ respond: {{}} }} ] }}\n"
+    ));
+    for body in ["<a><![CDATA[]]></a>", "<a>x<![CDATA[]]></a>", "<a/>"] {
+        let fast = Client::connect(h.http())
+            .post("/f", &[SOAP11], body.as_bytes())
+            .expect("resp");
+        let slow = Client::connect(h.http())
+            .post("/s", &[SOAP11], body.as_bytes())
+            .expect("resp");
+        assert_eq!(fast.status, 200, "{}", fast.text());
+        assert_eq!(fast.text(), slow.text(), "{body}");
+    }
+    let r = Client::connect(h.http())
+        .post("/f", &[SOAP11], b"<a><![CDATA[]]></a>")
+        .expect("resp");
+    assert_eq!(r.text().trim_end(), "<A></A>");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn an_error_in_an_included_stylesheet_is_reported_in_that_file() {
+    let dir = temp_dir("xslt-include-line");
+    std::fs::write(
+        dir.join("main.xsl"),
+        format!("<xsl:stylesheet version=\"1.0\" {XSL}>\n  <xsl:include href=\"child.xsl\"/>\n  <xsl:template match=\"/\"><r/></xsl:template>\n</xsl:stylesheet>\n"),
+    )
+    .expect("write");
+    std::fs::write(
+        dir.join("child.xsl"),
+        format!("<xsl:stylesheet version=\"1.0\" {XSL}>\n\n\n\n  <xsl:template match=\"a\"><r></xsl:template>\n</xsl:stylesheet>\n"),
+    )
+    .expect("write");
+    let (code, err) = validate_in(
+        &dir,
+        "listeners:\n  http: { bind: \"127.0.0.1:0\" }\nproxies:\n  A: { path: /a, in: [ { xslt: { stylesheet: main.xsl } } ] }\n",
+    );
+    assert_eq!(code, Some(1), "{err}");
+    let child = std::fs::canonicalize(dir.join("child.xsl")).expect("path");
+    let line = err
+        .lines()
+        .find(|l| l.contains(":4: proxies.A.in[0].xslt.stylesheet:"))
+        .unwrap_or_else(|| panic!("{err}"));
+    assert!(
+        line.contains(&format!(
+            "in {}: Opening and ending tag mismatch",
+            child.display()
+        )),
+        "{line}"
+    );
+    assert!(line.contains("(line 5)"), "{line}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

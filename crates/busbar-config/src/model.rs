@@ -1375,7 +1375,7 @@ pub struct XsltConfig {
     pub stylesheet: Spanned<String>,
     /// Stylesheet parameters: a string, or `{ xpath: EXPR }` evaluated on the input document.
     #[serde(default)]
-    pub params: BTreeMap<String, XsltParam>,
+    pub params: BTreeMap<String, Spanned<XsltParam>>,
     /// What `document()`, `xsl:include` and `xsl:import` may read: `config_dir` (files under
     /// the config file's directory, the default) or `none`. Network access is always refused.
     #[serde(default)]

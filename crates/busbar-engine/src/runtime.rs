@@ -117,9 +117,7 @@ impl Runtime {
             listener_names.iter().map(|_| Router::default()).collect();
         for (name, p) in &cfg.proxies {
             let path = format!("proxies.{name}");
-            b.namespaces = cfg.namespaces.clone();
-            b.namespaces
-                .extend(p.namespaces.iter().map(|(k, v)| (k.clone(), v.clone())));
+            b.scope_namespaces(&format!("{path}.namespaces"), &p.namespaces);
             let proxy = Arc::new(Proxy {
                 name: name.as_str().into(),
                 methods: p

@@ -163,6 +163,13 @@ impl Capture {
         self.forbidden.is_some() || self.diagnostics.iter().any(|d| !d.warning)
     }
 
+    /// libxslt met an `xsl:` element it has no instruction for.
+    pub(crate) fn has_unknown_instruction(&self) -> bool {
+        self.diagnostics
+            .iter()
+            .any(|d| !d.warning && d.text.contains("xsltStylePreCompute: unknown xsl:"))
+    }
+
     pub(crate) fn warnings(&self) -> Vec<String> {
         self.diagnostics
             .iter()

@@ -240,6 +240,7 @@ extern "C" {
         ctxt: *mut XmlXPathContext,
         expr: *const XmlChar,
     ) -> *mut XmlXPathCompExpr;
+    pub fn xmlXPathCompile(expr: *const XmlChar) -> *mut XmlXPathCompExpr;
     pub fn xmlXPathFreeCompExpr(comp: *mut XmlXPathCompExpr);
     pub fn xmlXPathCompiledEval(
         comp: *mut XmlXPathCompExpr,

@@ -81,7 +81,9 @@ pub(crate) fn number_to_string(n: f64) -> String {
 
 impl XPathExpr {
     /// Compiles `expr`. Every namespace prefix it uses must be bound in `namespaces` (or be
-    /// `xml`), so a typo fails here rather than on the first message.
+    /// `xml`), every function it calls must be one of XPath 1.0's core functions with as many
+    /// arguments as it takes, and it may read no variable: [`Document::eval`] provides
+    /// nothing else, so a typo fails here rather than on every message.
     pub fn compile(expr: &str, namespaces: &[(String, String)]) -> Result<XPathExpr, LibxmlError> {
         init();
         let compile_err = |m: String| LibxmlError::new(ErrorKind::XPathCompile, m);
@@ -125,11 +127,16 @@ impl XPathExpr {
         };
         let captured = scope.finish();
         match NonNull::new(comp) {
-            Some(comp) if !captured.has_errors() => Ok(XPathExpr {
-                comp,
-                namespaces: bound,
-                source: expr.to_owned(),
-            }),
+            Some(comp) if !captured.has_errors() => {
+                let compiled = XPathExpr {
+                    comp,
+                    namespaces: bound,
+                    source: expr.to_owned(),
+                };
+                check_calls(expr, namespaces, true)
+                    .map_err(|m| compile_err(format!("{m} in '{expr}'")))?;
+                Ok(compiled)
+            }
             other => {
                 if let Some(comp) = other {
                     // SAFETY: ours and not returned.
@@ -141,6 +148,34 @@ impl XPathExpr {
                 Err(err)
             }
         }
+    }
+
+    /// Checks only the syntax of `expr`, for expressions another evaluator runs with its own
+    /// functions, variables and namespaces (a stylesheet parameter, which libxslt evaluates).
+    pub fn check_syntax(expr: &str) -> Result<(), LibxmlError> {
+        init();
+        let text = CString::new(expr).map_err(|_| {
+            LibxmlError::new(ErrorKind::XPathCompile, "XPath expression contains NUL")
+        })?;
+        let scope = error::begin();
+        // SAFETY: compiling a NUL-terminated string we own; the result is ours and freed here.
+        let ok = unsafe {
+            let comp = ffi::xmlXPathCompile(text.as_ptr().cast());
+            let ok = !comp.is_null();
+            if ok {
+                ffi::xmlXPathFreeCompExpr(comp);
+            }
+            ok
+        };
+        let captured = scope.finish();
+        if ok && !captured.has_errors() {
+            return check_calls(expr, &[], false).map_err(|m| {
+                LibxmlError::new(ErrorKind::XPathCompile, format!("{m} in '{expr}'"))
+            });
+        }
+        let mut err = captured.into_error(ErrorKind::XPathCompile, "invalid XPath expression");
+        err.message = format!("{} in '{expr}'", err.message);
+        Err(err)
     }
 
     /// The expression text as given to [`XPathExpr::compile`].
@@ -280,6 +315,326 @@ pub(crate) fn prefixes_used(expr: &str) -> Vec<&str> {
     found
 }
 
+/// The XPath 1.0 core function library, as libxml2 registers it in every evaluation context
+/// (`xmlXPathRegisterAllFunctions`): name, fewest and most arguments (`None`: no most).
+const CORE_FUNCTIONS: &[(&str, usize, Option<usize>)] = &[
+    ("boolean", 1, Some(1)),
+    ("ceiling", 1, Some(1)),
+    ("concat", 2, None),
+    ("contains", 2, Some(2)),
+    ("count", 1, Some(1)),
+    ("false", 0, Some(0)),
+    ("floor", 1, Some(1)),
+    ("id", 1, Some(1)),
+    ("lang", 1, Some(1)),
+    ("last", 0, Some(0)),
+    ("local-name", 0, Some(1)),
+    ("name", 0, Some(1)),
+    ("namespace-uri", 0, Some(1)),
+    ("normalize-space", 0, Some(1)),
+    ("not", 1, Some(1)),
+    ("number", 0, Some(1)),
+    ("position", 0, Some(0)),
+    ("round", 1, Some(1)),
+    ("starts-with", 2, Some(2)),
+    ("string", 0, Some(1)),
+    ("string-length", 0, Some(1)),
+    ("substring", 2, Some(3)),
+    ("substring-after", 2, Some(2)),
+    ("substring-before", 2, Some(2)),
+    ("sum", 1, Some(1)),
+    ("translate", 3, Some(3)),
+    ("true", 0, Some(0)),
+];
+
+/// libxml2 also registers `escape-uri` in this namespace.
+const XQUERY_FUNCTIONS: &str = "http://www.w3.org/2002/08/xquery-functions";
+
+/// Functions of XSLT 1.0 (§12) and EXSLT's common ones, named in the error so that an
+/// expression copied from a stylesheet says why it cannot run here.
+const XSLT_FUNCTIONS: &[&str] = &[
+    "current",
+    "document",
+    "element-available",
+    "format-number",
+    "function-available",
+    "generate-id",
+    "key",
+    "system-property",
+    "unparsed-entity-uri",
+];
+
+/// A function call or a variable reference in an expression, by its written QName.
+#[derive(Debug, PartialEq)]
+enum NameUse<'a> {
+    Call {
+        prefix: Option<&'a str>,
+        local: &'a str,
+        args: usize,
+    },
+    Variable(&'a str),
+}
+
+/// Checks what evaluation needs beyond the syntax libxml2 compiles: every `(` and `[` is
+/// closed (libxml2 takes `concat(` for `concat()`), and a core function is given as many
+/// arguments as it takes; with `only_core`, also that every function called is a core one and
+/// no variable is read (what [`Document::eval`] provides). libxml2 looks functions and
+/// variables up only when it reaches them, so without this a typo compiles and then fails on
+/// every message (or on the few that reach a short-circuited branch).
+fn check_calls(expr: &str, namespaces: &[(String, String)], only_core: bool) -> Result<(), String> {
+    let (uses, closed) = names_used(expr);
+    if !closed {
+        return Err("a '(' or '[' is not closed".to_owned());
+    }
+    for used in uses {
+        match used {
+            NameUse::Variable(_) if !only_core => {}
+            NameUse::Call {
+                prefix: Some(_), ..
+            } if !only_core => {}
+            NameUse::Variable(name) => {
+                return Err(format!(
+                    "undefined variable '${name}' (no variables are defined here)"
+                ))
+            }
+            NameUse::Call {
+                prefix: Some(prefix),
+                local,
+                args,
+            } => {
+                let uri = namespaces
+                    .iter()
+                    .find(|(p, _)| p == prefix)
+                    .map(|(_, u)| u.as_str());
+                if !(uri == Some(XQUERY_FUNCTIONS) && local == "escape-uri" && args == 2) {
+                    return Err(format!(
+                        "unknown function '{prefix}:{local}()' (only the XPath 1.0 core functions are available)"
+                    ));
+                }
+            }
+            NameUse::Call {
+                prefix: None,
+                local,
+                args,
+            } => {
+                let Some((_, least, most)) = CORE_FUNCTIONS.iter().find(|(n, ..)| *n == local)
+                else {
+                    if !only_core {
+                        continue;
+                    }
+                    let why = if XSLT_FUNCTIONS.contains(&local) {
+                        "an XSLT function; only the XPath 1.0 core functions are available"
+                    } else {
+                        "only the XPath 1.0 core functions are available"
+                    };
+                    return Err(format!("unknown function '{local}()' ({why})"));
+                };
+                if args < *least || most.is_some_and(|m| args > m) {
+                    let wanted = match most {
+                        Some(m) if m == least => format!("{least}"),
+                        Some(m) => format!("{least} to {m}"),
+                        None => format!("at least {least}"),
+                    };
+                    let plural = if *least == 1 && *most == Some(1) {
+                        ""
+                    } else {
+                        "s"
+                    };
+                    return Err(format!(
+                        "function '{local}()' takes {wanted} argument{plural}, not {args}"
+                    ));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The function calls and variable references of an expression libxml2 compiled, found by
+/// XPath 1.0's lexical rules (§3.7): a name followed by `(` is a function call unless it is
+/// a node type, and a name where an operator is expected is an operator (`and`, `or`, `div`,
+/// `mod`), never a call. Arguments are counted at their own nesting level. The flag is false
+/// when a `(` or `[` is left open.
+fn names_used(expr: &str) -> (Vec<NameUse<'_>>, bool) {
+    #[derive(Clone, Copy, PartialEq)]
+    enum Prev {
+        /// Start, `@`, `::`, `(`, `[`, `,` or an operator: an operand comes next.
+        OperandNext,
+        /// After an operand (a name, a literal, `)`, `]`, `.`, `*` as a name test).
+        OperatorNext,
+    }
+    struct Open {
+        call: Option<usize>,
+        commas: usize,
+        empty: bool,
+    }
+    let bytes = expr.as_bytes();
+    let mut found = Vec::new();
+    let mut open: Vec<Open> = Vec::new();
+    let mut prev = Prev::OperandNext;
+    let mut pending_call: Option<usize> = None;
+    let mut i = 0;
+    let name_end = |from: usize| -> usize {
+        let mut end = from;
+        for (k, c) in expr[from..].char_indices() {
+            if (k == 0 && is_name_start(c)) || (k > 0 && is_name_char(c)) {
+                end = from + k + c.len_utf8();
+            } else {
+                break;
+            }
+        }
+        end
+    };
+    while i < bytes.len() {
+        let c = bytes[i];
+        if c.is_ascii_whitespace() {
+            i += 1;
+            continue;
+        }
+        if let Some(top) = open.last_mut() {
+            if c != b')' && c != b']' {
+                top.empty = false;
+            }
+        }
+        match c {
+            b'\'' | b'"' => {
+                i = memchr::memchr(c, &bytes[i + 1..]).map_or(bytes.len(), |at| i + 1 + at + 1);
+                prev = Prev::OperatorNext;
+            }
+            b'(' | b'[' => {
+                open.push(Open {
+                    call: if c == b'(' { pending_call.take() } else { None },
+                    commas: 0,
+                    empty: true,
+                });
+                i += 1;
+                prev = Prev::OperandNext;
+            }
+            b')' | b']' => {
+                if let Some(Open {
+                    call: Some(at),
+                    commas,
+                    empty,
+                }) = open.pop()
+                {
+                    if let Some(NameUse::Call { args, .. }) = found.get_mut(at) {
+                        *args = if empty { 0 } else { commas + 1 };
+                    }
+                }
+                i += 1;
+                prev = Prev::OperatorNext;
+            }
+            b',' => {
+                if let Some(top) = open.last_mut() {
+                    top.commas += 1;
+                }
+                i += 1;
+                prev = Prev::OperandNext;
+            }
+            b'@' => {
+                i += 1;
+                prev = Prev::OperandNext;
+            }
+            b':' if bytes.get(i + 1) == Some(&b':') => {
+                i += 2;
+                prev = Prev::OperandNext;
+            }
+            b'*' => {
+                i += 1;
+                // A name test where an operand is expected, else the multiply operator.
+                prev = match prev {
+                    Prev::OperandNext => Prev::OperatorNext,
+                    Prev::OperatorNext => Prev::OperandNext,
+                };
+            }
+            b'.' if bytes.get(i + 1).is_some_and(u8::is_ascii_digit) => {
+                i += 1;
+                while bytes.get(i).is_some_and(u8::is_ascii_digit) {
+                    i += 1;
+                }
+                prev = Prev::OperatorNext;
+            }
+            b'.' => {
+                i += if bytes.get(i + 1) == Some(&b'.') {
+                    2
+                } else {
+                    1
+                };
+                prev = Prev::OperatorNext;
+            }
+            b'0'..=b'9' => {
+                while bytes
+                    .get(i)
+                    .is_some_and(|b| b.is_ascii_digit() || *b == b'.')
+                {
+                    i += 1;
+                }
+                prev = Prev::OperatorNext;
+            }
+            b'$' => {
+                let start = i + 1;
+                let mut end = name_end(start);
+                if bytes.get(end) == Some(&b':') && end + 1 < bytes.len() && end > start {
+                    let local_end = name_end(end + 1);
+                    if local_end > end + 1 {
+                        end = local_end;
+                    }
+                }
+                found.push(NameUse::Variable(&expr[start..end]));
+                i = end.max(start);
+                prev = Prev::OperatorNext;
+            }
+            _ => {
+                let start = i;
+                let end = name_end(start);
+                if end == start {
+                    // An operator (`/`, `|`, `+`, `-`, `=`, `!=`, `<`, `>`...) or a stray
+                    // character libxml2 accepted.
+                    i += expr[i..].chars().next().map_or(1, char::len_utf8);
+                    prev = Prev::OperandNext;
+                    continue;
+                }
+                if prev == Prev::OperatorNext {
+                    // `and`, `or`, `div` or `mod`.
+                    i = end;
+                    prev = Prev::OperandNext;
+                    continue;
+                }
+                let (prefix, local, after) = match (bytes.get(end), bytes.get(end + 1)) {
+                    (Some(b':'), Some(b'*')) => (None, "", end + 2),
+                    (Some(b':'), Some(b':')) => (None, &expr[start..end], end),
+                    (Some(b':'), Some(_)) if name_end(end + 1) > end + 1 => {
+                        let local_end = name_end(end + 1);
+                        (
+                            Some(&expr[start..end]),
+                            &expr[end + 1..local_end],
+                            local_end,
+                        )
+                    }
+                    _ => (None, &expr[start..end], end),
+                };
+                i = after;
+                let next = expr[after..].trim_start().as_bytes().first().copied();
+                let node_type = prefix.is_none()
+                    && matches!(
+                        local,
+                        "comment" | "text" | "processing-instruction" | "node"
+                    );
+                if next == Some(b'(') && !node_type && !local.is_empty() {
+                    pending_call = Some(found.len());
+                    found.push(NameUse::Call {
+                        prefix,
+                        local,
+                        args: 0,
+                    });
+                }
+                prev = Prev::OperatorNext;
+            }
+        }
+    }
+    (found, open.is_empty())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -292,6 +647,87 @@ mod tests {
         );
         assert!(prefixes_used("count(//order) div 2 + ancestor::a").is_empty());
         assert_eq!(prefixes_used("$p:v = \"q:r\""), vec!["p"]);
+    }
+
+    #[test]
+    fn calls_and_variables_are_found_by_xpaths_lexical_rules() {
+        let used = |e| names_used(e).0;
+        let call = |prefix, local, args| NameUse::Call {
+            prefix,
+            local,
+            args,
+        };
+        assert_eq!(
+            used("count(//a[text() and node()]) div 2 mod last()"),
+            vec![call(None, "count", 1), call(None, "last", 0)]
+        );
+        assert_eq!(
+            used("concat('f(', substring(., 1, 2), \"x,y\") = $v"),
+            vec![
+                call(None, "concat", 3),
+                call(None, "substring", 3),
+                NameUse::Variable("v")
+            ]
+        );
+        assert_eq!(
+            used("//and/or[div = 1] | child::mod * 2 and p:f ( ) or f:*"),
+            vec![call(Some("p"), "f", 0)]
+        );
+        assert_eq!(
+            used("processing-instruction('p') and $p:v"),
+            vec![NameUse::Variable("p:v")]
+        );
+    }
+
+    #[test]
+    fn only_what_the_evaluation_context_provides_compiles() {
+        for good in [
+            "count(//a) > 1 and not(//b)",
+            "substring(//a, 2) = 'x' or string-length() = 0",
+            "concat(//a, 'b', 'c')",
+            "//text()[normalize-space()]",
+            "1.5 * 2 - .5 = 2.5",
+        ] {
+            assert!(check_calls(good, &[], true).is_ok(), "{good}");
+        }
+        let ns = [("fn".to_owned(), XQUERY_FUNCTIONS.to_owned())];
+        assert!(check_calls("fn:escape-uri(//a, true())", &ns, true).is_ok());
+        for (bad, says) in [
+            ("nosuchfn(//a)", "unknown function 'nosuchfn()'"),
+            ("false() and nosuchfn()", "unknown function 'nosuchfn()'"),
+            ("//b[nosuchfn()]", "unknown function 'nosuchfn()'"),
+            ("current()", "an XSLT function"),
+            ("document('x')", "an XSLT function"),
+            ("key('k', 1)", "an XSLT function"),
+            ("$undefined", "undefined variable '$undefined'"),
+            ("count()", "'count()' takes 1 argument, not 0"),
+            ("substring('a')", "takes 2 to 3 arguments, not 1"),
+            ("concat('a')", "takes at least 2 arguments, not 1"),
+            ("p:f(1)", "unknown function 'p:f()'"),
+            ("concat(", "not closed"),
+            ("//a[1", "not closed"),
+        ] {
+            let got = check_calls(bad, &[], true).err().unwrap_or_default();
+            assert!(got.contains(says), "{bad}: {got}");
+        }
+    }
+
+    #[test]
+    fn a_parameter_may_use_what_a_stylesheet_provides_but_not_a_broken_call() {
+        for good in [
+            "current()/a",
+            "$v + key('k', 1)",
+            "ex:node-set($t)",
+            "count(//a)",
+        ] {
+            assert!(check_calls(good, &[], false).is_ok(), "{good}");
+        }
+        for bad in ["concat(", "count()", "substring('a')"] {
+            assert!(check_calls(bad, &[], false).is_err(), "{bad}");
+        }
+        assert!(XPathExpr::check_syntax("concat(").is_err());
+        assert!(XPathExpr::check_syntax("1 +").is_err());
+        assert!(XPathExpr::check_syntax("document('d.xml')//a[$x]").is_ok());
     }
 
     #[test]

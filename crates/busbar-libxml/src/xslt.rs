@@ -154,9 +154,24 @@ impl Stylesheet {
             ffi::xsltParseStylesheetDoc(doc.as_ptr())
         });
         let captured = scope.finish();
-        let Some(style) = NonNull::new(style) else {
-            // SAFETY: compilation failed, so the document is still ours.
-            unsafe { ffi::xmlFreeDoc(doc.as_ptr()) };
+        let style = match NonNull::new(style) {
+            // libxslt reports an unknown `xsl:` instruction (outside forwards-compatible mode)
+            // but counts it as a warning and returns the stylesheet; every transform that
+            // reaches the instruction then fails. Other errors it reports and goes on from
+            // are kept (`version="2.0"` gives "only 1.1 features are supported", and runs).
+            Some(style) if captured.has_unknown_instruction() => {
+                // SAFETY: we own the stylesheet, which owns the document; neither is used again.
+                unsafe { ffi::xsltFreeStylesheet(style.as_ptr()) };
+                None
+            }
+            Some(style) => Some(style),
+            None => {
+                // SAFETY: compilation failed, so the document is still ours.
+                unsafe { ffi::xmlFreeDoc(doc.as_ptr()) };
+                None
+            }
+        };
+        let Some(style) = style else {
             let mut err = captured.into_error(
                 ErrorKind::StylesheetCompile,
                 "the stylesheet could not be compiled",

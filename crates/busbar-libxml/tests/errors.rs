@@ -83,12 +83,16 @@ fn xpath_syntax_error_fails_at_compile() {
 }
 
 #[test]
-fn unknown_xpath_function_fails_at_evaluation() {
-    let expr = XPathExpr::compile("no-such-function(1)", &[]).expect("syntax is fine");
-    let doc = Document::parse(b"<r/>").expect("parses");
-    let err = doc.eval(&expr).expect_err("unregistered function");
-    assert_eq!(err.kind, ErrorKind::XPathEval);
-    assert!(err.message.contains("no-such-function"), "{err}");
+fn unknown_xpath_functions_and_variables_fail_at_compile() {
+    for expr in [
+        "no-such-function(1)",
+        "false() and no-such-function(1)",
+        "$v",
+    ] {
+        let err = XPathExpr::compile(expr, &[]).expect_err("nothing to evaluate it with");
+        assert_eq!(err.kind, ErrorKind::XPathCompile);
+        assert!(err.message.contains(expr), "{err}");
+    }
 }
 
 #[test]

@@ -52,6 +52,11 @@ pub(crate) trait Sink {
     fn boundary(&mut self) -> Result<bool, XmlError> {
         Ok(false)
     }
+    /// A CDATA section with nothing in it (`<![CDATA[]]>`): no text, but libxml2 makes a node
+    /// of it all the same.
+    fn empty_cdata(&mut self) -> Result<bool, XmlError> {
+        Ok(false)
+    }
     /// Whether [`Sink::text`] needs calling at all; lets the reader skip normalisation work.
     fn wants_text(&self) -> bool {
         false
@@ -120,6 +125,8 @@ pub(crate) struct Reader {
     carry: Vec<u8>,
     mode: Mode,
     doc: Doc,
+    /// In a CDATA section that has held no character yet.
+    cdata_empty: bool,
     /// The last literal text byte was CR: a LF right after it belongs to the same line end.
     after_cr: bool,
     names: Vec<u8>,
@@ -193,6 +200,7 @@ impl Reader {
             carry: Vec::new(),
             mode: Mode::Content,
             doc: Doc::Start,
+            cdata_empty: false,
             after_cr: false,
             // Room for what a SOAP message's first levels need (the envelope, its header and
             // body, their namespaces), so that reading one does not grow these a step at a
@@ -454,6 +462,9 @@ impl Reader {
                     if rest.starts_with(b"]]>") {
                         self.mode = Mode::Content;
                         pos += 3;
+                        if std::mem::take(&mut self.cdata_empty) && sink.empty_cdata()? {
+                            return Ok((pos, true));
+                        }
                         continue;
                     }
                     if rest.len() < 3 && b"]]>".starts_with(rest) {
@@ -548,6 +559,9 @@ impl Reader {
     ) -> Result<bool, XmlError> {
         if bytes.is_empty() {
             return Ok(false);
+        }
+        if self.mode == Mode::CData {
+            self.cdata_empty = false;
         }
         if self.doc != Doc::Root {
             if self.mode == Mode::CData {
@@ -682,6 +696,7 @@ impl Reader {
                         return Err(XmlError::malformed(at, "CDATA outside the root element"));
                     }
                     self.mode = Mode::CData;
+                    self.cdata_empty = true;
                     return Ok(Some((CDATA.len(), false)));
                 }
                 if rest.starts_with(DOCTYPE) {

@@ -927,6 +927,21 @@ impl Sink for InputSink<'_> {
         Ok(false)
     }
 
+    fn empty_cdata(&mut self) -> Result<bool, XmlError> {
+        self.count += 1;
+        if self.count > MAX_INPUT_NODES {
+            return self.bail();
+        }
+        // libxslt copies the empty node into the result, where it keeps an element that
+        // holds nothing else from being written `<e/>`; after text it changes nothing.
+        if !self.in_text {
+            let at = self.text.len() as u32;
+            self.in_text = true;
+            self.nodes.push(Node::Text { start: at, end: at });
+        }
+        Ok(false)
+    }
+
     fn wants_text(&self) -> bool {
         true
     }
@@ -1150,6 +1165,9 @@ impl<'s> Run<'s, '_> {
             },
             Node::Text { start, end } => {
                 let at = self.out.buf.len();
+                // A copied text node closes the start tag even when empty (an empty CDATA
+                // section: `<e></e>`, as libxslt writes it).
+                self.out.close_tag();
                 self.out.text(&self.tree.text[start as usize..end as usize]);
                 self.note_written(at);
             }

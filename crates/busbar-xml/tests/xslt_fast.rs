@@ -245,6 +245,8 @@ impl Gen<'_> {
     fn text(&mut self) {
         let t = *self.rng.pick(&TEXTS);
         match self.rng.below(10) {
+            // An empty section is a node of its own in libxml2's tree, with no text.
+            0 if self.rng.chance(20) => self.out.push_str("<![CDATA[]]>"),
             0 if !t.contains("]]") => {
                 self.out.push_str("<![CDATA[");
                 self.out.push_str(t);
@@ -622,6 +624,39 @@ fn stylesheets_just_outside_the_class_are_left_to_libxslt_and_still_work() {
             .unwrap_or_else(|e| panic!("libxslt refused\n{text}\n{e}"));
         let out = slow.transform_bytes(b"<r id='1'><s>x</s></r>", &[]);
         assert!(out.is_ok(), "{text}: {out:?}");
+    }
+}
+
+#[test]
+fn empty_cdata_sections_are_written_as_libxslt_writes_them() {
+    let copy = sheet(
+        "",
+        "<xsl:output method=\"xml\" omit-xml-declaration=\"yes\"/>",
+        "<xsl:template match=\"a\"><A><xsl:apply-templates/></A></xsl:template>\
+         <xsl:template match=\"v\"><V><xsl:value-of select=\".\"/></V></xsl:template>",
+    );
+    let fast = FastStylesheet::analyse(copy.as_bytes()).unwrap_or_else(|e| panic!("{e}"));
+    let slow = Stylesheet::compile_bytes(copy.as_bytes(), "t.xsl", DocumentAccess::Off)
+        .unwrap_or_else(|e| panic!("{e}"));
+    for doc in [
+        "<a><![CDATA[]]></a>",
+        "<a><![CDATA[]]><![CDATA[]]></a>",
+        "<a>x<![CDATA[]]></a>",
+        "<a><![CDATA[]]>x<![CDATA[]]>y</a>",
+        "<a><!--c--><![CDATA[]]><?p?></a>",
+        "<a><b><![CDATA[]]></b><v><![CDATA[]]></v></a>",
+        "<a><a><![CDATA[]]></a><a/><v><![CDATA[]]></v></a>",
+    ] {
+        let want = slow
+            .transform_bytes(doc.as_bytes(), &[])
+            .unwrap_or_else(|e| panic!("{doc}: {e}"))
+            .bytes;
+        let got = fast.transform(doc.as_bytes());
+        assert_eq!(
+            got.as_deref().map(String::from_utf8_lossy),
+            Some(String::from_utf8_lossy(&want)),
+            "{doc}"
+        );
     }
 }
 

@@ -295,6 +295,8 @@ pub struct BuildCx<'a> {
     pub databases: &'a BTreeMap<String, Arc<busbar_sql::Database>>,
     /// Namespace prefixes in scope for the steps being built.
     pub namespaces: BTreeMap<String, String>,
+    /// The global bindings an XPath can use (the bad ones are reported once, at their keys).
+    global_namespaces: BTreeMap<String, String>,
     errors: Vec<ConfigError>,
     sequences: HashMap<String, Arc<Sequence>>,
     /// The nested step lists of the step being built, in `StepConfig::children()` order.
@@ -313,18 +315,52 @@ impl<'a> BuildCx<'a> {
         endpoints: &'a BTreeMap<String, Arc<Endpoint>>,
         databases: &'a BTreeMap<String, Arc<busbar_sql::Database>>,
     ) -> Self {
-        Self {
+        let mut cx = Self {
             loaded,
             metrics,
             endpoints,
             databases,
-            namespaces: loaded.config.namespaces.clone(),
+            namespaces: BTreeMap::new(),
+            global_namespaces: BTreeMap::new(),
             errors: Vec::new(),
             sequences: HashMap::new(),
             children: Vec::new(),
             keys: keys::KeyCache::default(),
             engines: Vec::new(),
+        };
+        cx.global_namespaces = cx.usable_namespaces("namespaces", &loaded.config.namespaces);
+        cx.namespaces = cx.global_namespaces.clone();
+        cx
+    }
+
+    /// Puts in scope the global bindings and a proxy's own (`proxies.NAME.namespaces`, which
+    /// win), reporting the proxy's bad ones.
+    pub fn scope_namespaces(&mut self, at: &str, own: &BTreeMap<String, String>) {
+        let own = self.usable_namespaces(at, own);
+        self.namespaces = self.global_namespaces.clone();
+        self.namespaces.extend(own);
+    }
+
+    /// The bindings of `map` that an XPath can use. Each one that cannot is reported at its
+    /// own key (`namespaces.1a`) and left out, so that it hides neither the others nor what
+    /// is wrong in the expressions themselves.
+    fn usable_namespaces(
+        &mut self,
+        at: &str,
+        map: &BTreeMap<String, String>,
+    ) -> BTreeMap<String, String> {
+        let mut usable = BTreeMap::new();
+        for (prefix, uri) in map {
+            match busbar_xml::Namespaces::new().insert(prefix.as_str(), uri.as_str()) {
+                Ok(()) => {
+                    usable.insert(prefix.clone(), uri.clone());
+                }
+                Err(e) => {
+                    self.fail(None, format!("{at}.{prefix}"), e.to_string());
+                }
+            }
         }
+        usable
     }
 
     /// Records a problem at `path` (and `line`, from a spanned value) and returns the proof.
@@ -388,7 +424,7 @@ impl<'a> BuildCx<'a> {
         }
         let cfg = self.loaded.config.sequences.get(name)?;
         // Named sequences see the global namespaces only, wherever they are used from.
-        let scoped = std::mem::replace(&mut self.namespaces, self.loaded.config.namespaces.clone());
+        let scoped = std::mem::replace(&mut self.namespaces, self.global_namespaces.clone());
         let children = std::mem::take(&mut self.children);
         let steps = self.steps(cfg, &format!("sequences.{name}"));
         self.children = children;

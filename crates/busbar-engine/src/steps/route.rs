@@ -504,7 +504,13 @@ async fn full_holds(
         let reason = match e.kind {
             busbar_libxml::ErrorKind::Forbidden => "XML with a DOCTYPE is not accepted".to_owned(),
             busbar_libxml::ErrorKind::Limit => format!("XML limit exceeded: {}", e.message.trim()),
-            _ => format!("Malformed XML: {}", e.message.trim()),
+            busbar_libxml::ErrorKind::Parse => format!("Malformed XML: {}", e.message.trim()),
+            // The document parsed, so the expression failed on it: the config's fault, not
+            // the message's. What libxml2 said goes to the log only.
+            _ => {
+                return MediationError::internal("The XPath condition could not be evaluated")
+                    .with_source(e)
+            }
         };
         MediationError::new(ErrorKind::BadRequest, Blame::Client, reason).with_source(e)
     })?;

@@ -17,7 +17,7 @@ use std::sync::atomic::Ordering::Relaxed;
 
 use busbar_config::{line_of, DocumentAccessConfig, XsltConfig, XsltParam};
 use busbar_core::metrics::XsltCounters;
-use busbar_core::{Blame, Body, ErrorKind, Exchange, Flow, MediationError, MessageFormat};
+use busbar_core::{Blame, Body, ErrorKind, Exchange, Flow, MediationError, MessageFormat, Phase};
 use busbar_libxml::{Document, DocumentAccess, LibxmlError, Param, Stylesheet, Transformed};
 use busbar_xml::xslt::FastStylesheet;
 use http::header::{HeaderValue, CONTENT_TYPE};
@@ -100,11 +100,16 @@ impl XsltStep {
             Err(e) => return Err(fail(cx, &format!("cannot read stylesheet: {e}"))),
         };
         let absolute = std::path::absolute(&file).unwrap_or_else(|_| file.clone());
-        let sheet = Stylesheet::compile_bytes(&bytes, &absolute.display().to_string(), access)
-            .map_err(|e| {
-                let line = e.line.map(|l| format!(" (line {l})")).unwrap_or_default();
-                fail(cx, &format!("{}{line}", e.message.trim()))
-            })?;
+        let uri = absolute.display().to_string();
+        let sheet = Stylesheet::compile_bytes(&bytes, &uri, access).map_err(|e| {
+            let line = e.line.map(|l| format!(" (line {l})")).unwrap_or_default();
+            // An error in a stylesheet it includes or imports names that file.
+            let inside = match e.file.as_deref() {
+                Some(other) if other != uri && e.line.is_some() => format!("in {other}: "),
+                _ => String::new(),
+            };
+            fail(cx, &format!("{inside}{}{line}", e.message.trim()))
+        })?;
         // Classified only once libxslt has compiled it: errors stay libxslt's.
         let fast = if !cfg.params.is_empty() {
             Err("the step passes parameters".to_owned())
@@ -117,17 +122,28 @@ impl XsltStep {
             fast: fast.as_ref().map(|_| ()).map_err(Clone::clone),
             general: "libxslt",
         });
-        let params = cfg
-            .params
-            .iter()
-            .map(|(k, v)| {
-                let expr = match v {
-                    XsltParam::String(s) => Param::string(s),
-                    XsltParam::XPath { xpath } => xpath.clone(),
-                };
-                (k.clone(), expr)
-            })
-            .collect();
+        let mut params = Vec::with_capacity(cfg.params.len());
+        let mut bad_param = None;
+        for (k, v) in &cfg.params {
+            let expr = match &v.value {
+                XsltParam::String(s) => Param::string(s),
+                XsltParam::XPath { xpath } => {
+                    // Only the syntax: libxslt evaluates it with the stylesheet's functions.
+                    if let Err(e) = busbar_libxml::XPathExpr::check_syntax(xpath) {
+                        bad_param = Some(cx.fail(
+                            line_of(v),
+                            format!("{here}.params.{k}.xpath"),
+                            e.message.trim().to_owned(),
+                        ));
+                    }
+                    xpath.clone()
+                }
+            };
+            params.push((k.clone(), expr));
+        }
+        if let Some(failed) = bad_param {
+            return Err(failed);
+        }
         Ok(Self {
             sheet: Arc::new(sheet),
             fast: fast.ok().map(Arc::new),
@@ -197,12 +213,24 @@ impl Apply for XsltStep {
         let sheet = self.sheet.clone();
         let fast = self.fast.clone();
         let params = self.params.clone();
+        // The input is parsed apart from the transform, so that a message that is not XML is
+        // told from a stylesheet that fails on it.
         let (on_fast_path, result) = cx
             .offload(size, move || match input {
-                Ok(doc) => (false, sheet.transform_owned(doc, &params)),
+                Ok(doc) => (
+                    false,
+                    sheet.transform_owned(doc, &params).map_err(Failure::Sheet),
+                ),
                 Err(bytes) => match fast.as_deref().and_then(|f| f.transform(&bytes)) {
                     Some(out) => (true, Ok(fast_result(sheet.output(), out))),
-                    None => (false, sheet.transform_bytes(&bytes, &params)),
+                    None => (
+                        false,
+                        Document::parse(&bytes)
+                            .map_err(Failure::Input)
+                            .and_then(|doc| {
+                                sheet.transform_owned(doc, &params).map_err(Failure::Sheet)
+                            }),
+                    ),
                 },
             })
             .await?;
@@ -212,29 +240,7 @@ impl Apply for XsltStep {
             &self.counters.libxslt
         };
         engine.fetch_add(1, Relaxed);
-        let out = result.map_err(|e| {
-            let blame = match e.kind {
-                busbar_libxml::ErrorKind::Parse
-                | busbar_libxml::ErrorKind::Forbidden
-                | busbar_libxml::ErrorKind::Limit => Blame::Client,
-                _ => Blame::Internal,
-            };
-            let kind = if blame == Blame::Client {
-                ErrorKind::BadRequest
-            } else {
-                ErrorKind::Internal
-            };
-            MediationError::new(
-                kind,
-                blame,
-                format!(
-                    "XSLT transformation with {} failed: {}",
-                    self.name,
-                    e.message.trim()
-                ),
-            )
-            .with_source(e)
-        })?;
+        let out = result.map_err(|f| self.failed(f, ex.phase()))?;
         for m in &out.messages {
             tracing::info!(stylesheet = &*self.name, "xsl:message: {}", m.trim());
         }
@@ -249,6 +255,72 @@ impl Apply for XsltStep {
         }
         Ok(Flow::Continue)
     }
+}
+
+/// Why a transform gave no result.
+enum Failure {
+    /// The message is not XML libxml2 accepts (malformed, a DOCTYPE, past a limit).
+    Input(LibxmlError),
+    /// The stylesheet failed on a message that parsed.
+    Sheet(LibxmlError),
+}
+
+impl XsltStep {
+    /// A message that is not XML is its sender's fault: the client's for a request, the back
+    /// end's (502) for an answer. A stylesheet that fails on a parsed message is the server's:
+    /// the client is told which stylesheet failed and, for `xsl:message terminate="yes"`, the
+    /// message it wrote (on one line); libxslt's own text, which names files and templates,
+    /// goes to the log with the error.
+    fn failed(&self, failure: Failure, phase: Phase) -> MediationError {
+        match failure {
+            Failure::Input(e) => {
+                let (kind, blame, whose) = match phase {
+                    Phase::Request => (ErrorKind::BadRequest, Blame::Client, ""),
+                    Phase::Response => (
+                        ErrorKind::UpstreamReset,
+                        Blame::Upstream,
+                        "the back end's answer: ",
+                    ),
+                };
+                let reason = format!(
+                    "XSLT transformation with {} failed: {whose}{}",
+                    self.name,
+                    e.message.trim()
+                );
+                MediationError::new(kind, blame, reason).with_source(e)
+            }
+            Failure::Sheet(e) => {
+                let reason = match e.message.strip_prefix(TERMINATED) {
+                    Some(text) => format!(
+                        "XSLT transformation with {} failed: {TERMINATED}{}",
+                        self.name,
+                        one_line(text)
+                    ),
+                    None => format!("XSLT transformation with {} failed", self.name),
+                };
+                MediationError::internal(reason).with_source(e)
+            }
+        }
+    }
+}
+
+/// How busbar-libxml words a transform that `xsl:message terminate="yes"` stopped.
+const TERMINATED: &str = "xsl:message terminated the transform: ";
+
+/// `text` with each run of control characters (line breaks included) as one space.
+fn one_line(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for word in text
+        .trim()
+        .split(char::is_control)
+        .filter(|w| !w.is_empty())
+    {
+        if !out.is_empty() {
+            out.push(' ');
+        }
+        out.push_str(word);
+    }
+    out
 }
 
 /// The fast path's bytes described as libxslt describes its results (the fast path's class
