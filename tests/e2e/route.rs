@@ -426,3 +426,49 @@ fn validate_names_a_database_problem_once_with_its_line() {
     assert!(err.contains("1 problem(s)"), "{err}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A route in `out` that cannot read the back end's answer blames the back end (502, a Server
+/// fault), as every other step reading an answer does; the same message in a request is the
+/// client's.
+#[test]
+fn a_route_on_an_answer_that_is_not_xml_is_the_back_ends_fault() {
+    let echo = echo(EchoOptions::default());
+    let h = engine(&format!(
+        "endpoints:\n  echo: {{ url: \"http://{}/e\" }}\nproxies:\n  P:\n    path: /p\n    in: [ {{ call: echo }} ]\n    out:\n      - route:\n          - when: {{ xpath: \"//a\" }}\n            then: [ {{ set_header: {{ name: x-a, value: yes }} }} ]\n          - when: {{ xpath: \"count(//b) > 0\" }}\n            then: [ {{ set_header: {{ name: x-b, value: yes }} }} ]\n  Q:\n    path: /q\n    in:\n      - route:\n          - when: {{ xpath: \"//a\" }}\n            then: [ {{ respond: {{}} }} ]\n",
+        echo.addr
+    ));
+    for body in [&b"not xml"[..], b"<b>x</b><c/>", b"<b></c>"] {
+        let r = Client::connect(h.http())
+            .post("/p", &[("Content-Type", "application/xml")], body)
+            .expect("r");
+        assert_eq!(r.status, 502, "{}", r.text());
+        assert!(r.text().contains("The back end's answer"), "{}", r.text());
+        let r = Client::connect(h.http())
+            .post("/p", &[SOAP11], body)
+            .expect("r");
+        assert_eq!(r.status, 500, "{}", r.text());
+        assert!(
+            r.text().contains("<faultcode>soapenv:Server</faultcode>"),
+            "{}",
+            r.text()
+        );
+    }
+    let r = Client::connect(h.http())
+        .post("/q", &[SOAP11], b"not xml")
+        .expect("r");
+    assert!(
+        r.text().contains("<faultcode>soapenv:Client</faultcode>"),
+        "{}",
+        r.text()
+    );
+    let r = Client::connect(h.http())
+        .post("/p", &[SOAP11], b"<a>x</a>")
+        .expect("r");
+    assert_eq!(
+        (r.status, r.header("x-a")),
+        (200, Some("yes")),
+        "{}",
+        r.text()
+    );
+    echo.stop();
+}

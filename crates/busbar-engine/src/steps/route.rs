@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use busbar_config::{line_of, RouteCase};
 use busbar_core::body::TailCheck;
-use busbar_core::{Blame, ErrorKind, Exchange, Flow, MediationError, Test};
+use busbar_core::{Blame, ErrorKind, Exchange, Flow, MediationError, Phase, Test};
 use busbar_json::{Decision, Found, Query, Scanner, SimplePath};
 use busbar_libxml::{XPathExpr, XPathValue};
 use busbar_xml::{Matcher, StreamPath, WellFormed, XmlError};
@@ -282,6 +282,13 @@ fn condition(
 impl Condition {
     /// Evaluates the condition on the current message.
     pub async fn holds(&self, ex: &mut Exchange, cx: &StepCx<'_>) -> Result<bool, MediationError> {
+        let phase = ex.phase();
+        self.evaluate(ex, cx)
+            .await
+            .map_err(|e| the_answers_fault(e, phase))
+    }
+
+    async fn evaluate(&self, ex: &mut Exchange, cx: &StepCx<'_>) -> Result<bool, MediationError> {
         match self {
             Condition::Header(name, test) => Ok(header_holds(ex, name, test)),
             Condition::Streaming(path, test) => streaming_holds(ex, path, test, cx).await,
@@ -402,6 +409,24 @@ async fn json_streaming_holds(
     match decision {
         Decision::Found(found) => Ok(c.test.holds_found(&found)),
         Decision::Absent => c.absent(),
+    }
+}
+
+/// A message a condition cannot read is the client's fault in a request, and the back end's
+/// in its answer: 502, saying so.
+fn the_answers_fault(e: MediationError, phase: Phase) -> MediationError {
+    if matches!(phase, Phase::Response)
+        && e.blame == Blame::Client
+        && e.kind == ErrorKind::BadRequest
+    {
+        MediationError {
+            kind: ErrorKind::UpstreamReset,
+            blame: Blame::Upstream,
+            reason: format!("The back end's answer: {}", e.reason).into(),
+            ..e
+        }
+    } else {
+        e
     }
 }
 
