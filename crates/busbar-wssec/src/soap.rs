@@ -80,9 +80,7 @@ impl Envelope {
             body,
         })
     }
-}
 
-impl Envelope {
     /// The role a header block is addressed to: `actor` in SOAP 1.1, `role` in 1.2.
     pub fn role<'d>(&self, doc: &'d Document, block: NodeId) -> Option<&'d str> {
         match self.soap {
@@ -94,10 +92,15 @@ impl Envelope {
     /// Whether a header block is for the node that receives the message: no role (the
     /// ultimate receiver), `next`, or SOAP 1.2's `ultimateReceiver`.
     pub fn for_receiver(&self, doc: &Document, block: NodeId) -> bool {
-        self.role(doc, block).is_none_or(|r| {
-            r == ns::ACTOR_NEXT_11 || r == ns::ROLE_NEXT_12 || r == ns::ROLE_ULTIMATE_12
-        })
+        receives(self.role(doc, block))
     }
+}
+
+/// Whether a header block with `role` is for the node that receives the message.
+pub fn receives(role: Option<&str>) -> bool {
+    role.is_none_or(|r| {
+        r == ns::ACTOR_NEXT_11 || r == ns::ROLE_NEXT_12 || r == ns::ROLE_ULTIMATE_12
+    })
 }
 
 /// The first element child of `parent` named `{ns}local`.

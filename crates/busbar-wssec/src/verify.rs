@@ -385,7 +385,7 @@ impl Verifier {
         let env_ns = env.soap.namespace();
         for block in doc.element_children(header) {
             let role = env.role(doc, block);
-            let for_us = env.for_receiver(doc, block);
+            let for_us = crate::soap::receives(role);
             if doc.is(block, ns::WSSE, "Security") {
                 if for_us {
                     if found.security.is_some() {

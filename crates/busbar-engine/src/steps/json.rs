@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use busbar_core::{Blame, ErrorKind, Exchange, MediationError, Phase};
+use busbar_core::{Exchange, MediationError, Phase};
 use busbar_json::{JsonError, Limits};
 use serde_json::Value;
 
@@ -46,10 +46,7 @@ pub async fn parsed(ex: &mut Exchange, cx: &StepCx<'_>) -> Result<Arc<Value>, Me
 
 /// A JSON body refused: the client's fault in a request (400), the back end's in a response.
 pub fn malformed(phase: Phase, e: &JsonError) -> MediationError {
-    let (kind, blame) = match phase {
-        Phase::Request => (ErrorKind::BadRequest, Blame::Client),
-        Phase::Response => (ErrorKind::UpstreamReset, Blame::Upstream),
-    };
+    let (kind, blame) = super::senders_fault(phase);
     MediationError::new(kind, blame, format!("Malformed JSON: {e}"))
 }
 

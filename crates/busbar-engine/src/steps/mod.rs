@@ -18,7 +18,7 @@ use std::time::Instant;
 use busbar_config::{ConfigError, LoadedConfig, StepConfig};
 use busbar_core::metrics::{Counters, Registry};
 use busbar_core::trace::SpanKind;
-use busbar_core::{Blame, ErrorKind, Exchange, Flow, MediationError};
+use busbar_core::{Blame, ErrorKind, Exchange, Flow, MediationError, Phase};
 use tracing::Instrument;
 
 use crate::endpoint::Endpoint;
@@ -276,6 +276,15 @@ pub fn no_response() -> MediationError {
         Blame::Internal,
         "The proxy's steps ended without a response (add a 'call' or 'respond' step)",
     )
+}
+
+/// Who is at fault for a message a step cannot read: its sender. In a request that is the
+/// client (400); in the back end's answer, the back end (502).
+pub fn senders_fault(phase: Phase) -> (ErrorKind, Blame) {
+    match phase {
+        Phase::Request => (ErrorKind::BadRequest, Blame::Client),
+        Phase::Response => (ErrorKind::UpstreamReset, Blame::Upstream),
+    }
 }
 
 /// A build problem already recorded in the [`BuildCx`] (with its path and line).

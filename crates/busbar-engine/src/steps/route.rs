@@ -419,9 +419,10 @@ fn the_answers_fault(e: MediationError, phase: Phase) -> MediationError {
         && e.blame == Blame::Client
         && e.kind == ErrorKind::BadRequest
     {
+        let (kind, blame) = super::senders_fault(phase);
         MediationError {
-            kind: ErrorKind::UpstreamReset,
-            blame: Blame::Upstream,
+            kind,
+            blame,
             reason: format!("The back end's answer: {}", e.reason).into(),
             ..e
         }

@@ -17,7 +17,7 @@ use std::sync::atomic::Ordering::Relaxed;
 
 use busbar_config::{line_of, DocumentAccessConfig, XsltConfig, XsltParam};
 use busbar_core::metrics::XsltCounters;
-use busbar_core::{Blame, Body, ErrorKind, Exchange, Flow, MediationError, MessageFormat, Phase};
+use busbar_core::{Body, Exchange, Flow, MediationError, MessageFormat, Phase};
 use busbar_libxml::{Document, DocumentAccess, LibxmlError, Param, Stylesheet, Transformed};
 use busbar_xml::xslt::FastStylesheet;
 use http::header::{HeaderValue, CONTENT_TYPE};
@@ -274,13 +274,10 @@ impl XsltStep {
     fn failed(&self, failure: Failure, phase: Phase) -> MediationError {
         match failure {
             Failure::Input(e) => {
-                let (kind, blame, whose) = match phase {
-                    Phase::Request => (ErrorKind::BadRequest, Blame::Client, ""),
-                    Phase::Response => (
-                        ErrorKind::UpstreamReset,
-                        Blame::Upstream,
-                        "the back end's answer: ",
-                    ),
+                let (kind, blame) = super::senders_fault(phase);
+                let whose = match phase {
+                    Phase::Request => "",
+                    Phase::Response => "the back end's answer: ",
                 };
                 let reason = format!(
                     "XSLT transformation with {} failed: {whose}{}",
