@@ -13,7 +13,8 @@
 # TOP (0; with CACHE=1, N > 0 also lists the N functions with the most L2 data misses of the
 # last run, per request, start-up included), SCENARIO (direct: DirectProxy with a SIZE body;
 # json-map: examples/integrator.yaml's JsonMap, the kit's integrator requests, each answer
-# verified).
+# verified), KEEP (unset; a path P keeps each run's callgrind output as P.N1 and P.N2, for
+# callgrind_annotate or for subtracting one from the other function by function).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v valgrind >/dev/null || { echo "cost.sh needs valgrind (apt-get install valgrind)" >&2; exit 1; }
@@ -92,6 +93,7 @@ events() {
   grep -q " $n ok" "$tmp/load.log" || { echo "not every request succeeded:" >&2; cat "$tmp/load.log" >&2; exit 1; }
   kill -TERM $vg
   wait $vg || true
+  if [ -n "${KEEP:-}" ]; then cp "$out" "$KEEP.$n"; fi
   # events: Ir Dr Dw I1mr D1mr D1mw ILmr DLmr DLmw (with the cache simulation), or Ir alone.
   awk '/^summary:/ { if (NF > 2) print $2, $5, $6, $7, $9 + $10; else print $2 }' "$out"
 }
