@@ -366,6 +366,64 @@ fn a_round_flags_the_faulty_proxys_corruption_and_goes_on_past_a_target_that_nev
 }
 
 #[test]
+fn a_round_whose_answers_fail_their_check_exits_1_naming_the_cells() {
+    let dir = temp_dir("round-failed-check");
+    let faulty = free_port();
+    let me = std::env::current_exe().expect("test binary");
+    let file = dir.join("round.yaml");
+    let text = format!(
+        r#"title: "failed checks"
+rounds: 1
+duration: 300ms
+warmup: 0s
+verify: true
+suites:
+  classic:
+    scenarios: [direct]
+    sizes: [1k, 20k]
+    concurrency: [2]
+targets:
+  - name: faulty
+    command: ["{me}", "bench_round::faulty_proxy_server", --exact, --ignored, --nocapture]
+    env: {{ {FAULTY_LISTEN}: "{faulty}" }}
+    suites:
+      classic:
+        base: "http://{faulty}/service"
+        paths: {{ direct: /elsewhere/Direct }}
+"#,
+        me = me.display(),
+    );
+    std::fs::write(&file, text).expect("write the round file");
+    let out = dir.join("out");
+    let run = Command::new(env!("CARGO_BIN_EXE_busbar"))
+        .args(["bench", "round"])
+        .arg(&file)
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .expect("busbar bench round");
+    let log = String::from_utf8_lossy(&run.stderr).into_owned();
+    // Every target started: the cut 20 KiB answers alone make the exit status 1.
+    assert_eq!(run.status.code(), Some(1), "{log}");
+    assert!(
+        log.contains("1 cell(s) had answers that failed their check")
+            && log.contains("faulty direct 20480 B c=2 round 1:"),
+        "{log}"
+    );
+    assert!(!log.contains("faulty direct 1024 B c=2 round 1:"), "{log}");
+    let run = read_json(&out.join("targets/faulty/classic/run.json"));
+    let failed = run["failed_cells"].as_array().expect("failed_cells");
+    assert_eq!(failed.len(), 1, "{run}");
+    assert!(
+        failed[0]
+            .as_str()
+            .is_some_and(|f| f.contains("20480 B") && f.contains("verify error")),
+        "{run}"
+    );
+    assert!(!answers(faulty));
+}
+
+#[test]
 fn ctrl_c_mid_round_stops_the_target_and_leaves_a_valid_partial_report() {
     let dir = temp_dir("round-interrupt");
     let p = ports();

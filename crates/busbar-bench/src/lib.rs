@@ -126,6 +126,9 @@ pub fn run(cmd: BenchCommand) -> ExitCode {
         BenchCommand::Run(a) => matrix::command(a).map(|s| {
             if s.interrupted {
                 ExitCode::from(130)
+            } else if !s.failed_cells.is_empty() {
+                // Every answer of the matrix is checked, as with `load --verify`.
+                ExitCode::from(1)
             } else {
                 ExitCode::SUCCESS
             }
@@ -134,7 +137,7 @@ pub fn run(cmd: BenchCommand) -> ExitCode {
         BenchCommand::Round(a) => round::command(a).map(|o| {
             if o.info.interrupted {
                 ExitCode::from(130)
-            } else if o.failed_starts > 0 {
+            } else if o.failed_starts > 0 || !o.failed_cells.is_empty() {
                 ExitCode::from(1)
             } else {
                 ExitCode::SUCCESS

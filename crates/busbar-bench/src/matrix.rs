@@ -25,7 +25,7 @@ pub const RUN_SCHEMA: &str = "busbar-bench/run/v1";
 pub const CELL_SCHEMA: &str = "busbar-bench/cell/v1";
 /// Header of `summary.csv`.
 pub const SUMMARY_HEADER: &str = "scenario,size,concurrency,iteration,requests,successes,errors,\
-verify_failures,tps,p50_ms,p90_ms,p95_ms,p99_ms,p999_ms,max_ms,response_bytes_mean";
+verify_failures,tps,p50_ms,p90_ms,p95_ms,p99_ms,p999_ms,max_ms,response_bytes_mean,unanswered";
 
 /// Default sizes of the classic suite's matrix.
 pub const CLASSIC_SIZES: [usize; 5] = [512, 1024, 5120, 10_240, 102_400];
@@ -151,6 +151,21 @@ pub struct RunInfo {
     pub interrupted: bool,
     /// Cell files, relative to the directory, in run order.
     pub cells: Vec<String>,
+    /// Cells with answers that failed their check (a `status` or `verify` error), each named
+    /// with its counts; the run exits with 1 when there is one.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub failed_cells: Vec<String>,
+}
+
+/// The cell's name and counts when some of its answers failed their check (a wrong status or
+/// a body that did not verify): errors with no answer to check are measured, not failures.
+pub fn failed_check(name: &str, r: &LoadResult) -> Option<String> {
+    (r.errors.status + r.errors.verify > 0).then(|| {
+        format!(
+            "{name}: {} status and {} verify error(s) in {} requests",
+            r.errors.status, r.errors.verify, r.requests
+        )
+    })
 }
 
 /// Runs the matrix; returns the index as written.
@@ -209,6 +224,7 @@ pub fn command(args: &RunArgs) -> Result<RunInfo, BenchError> {
         concurrency: args.concurrency.clone(),
         interrupted: false,
         cells: Vec::new(),
+        failed_cells: Vec::new(),
     };
     let mut summary = String::from(SUMMARY_HEADER);
     summary.push('\n');
@@ -275,6 +291,8 @@ pub fn command(args: &RunArgs) -> Result<RunInfo, BenchError> {
                         "cells/{}-{size}-c{concurrency}-i{iteration}.json",
                         scenario.name()
                     );
+                    let name = format!("{scenario} {size} B c={concurrency} iteration {iteration}");
+                    info.failed_cells.extend(failed_check(&name, &result));
                     let interrupted = result.interrupted;
                     let cell = Cell {
                         schema: CELL_SCHEMA.into(),
@@ -305,14 +323,29 @@ pub fn command(args: &RunArgs) -> Result<RunInfo, BenchError> {
         eprintln!("interrupted: {} cells measured", info.cells.len());
         print!("{summary}");
     }
+    report_failed(&info.failed_cells);
     eprintln!("results in {}", args.out.display());
     Ok(info)
+}
+
+/// Names on standard error the cells whose answers failed their check, if any.
+pub fn report_failed(failed: &[String]) {
+    if failed.is_empty() {
+        return;
+    }
+    eprintln!(
+        "{} cell(s) had answers that failed their check:",
+        failed.len()
+    );
+    for f in failed {
+        eprintln!("  {f}");
+    }
 }
 
 fn summary_line(sc: Scenario, size: usize, c: usize, it: usize, r: &LoadResult) -> String {
     let l = &r.latency_ms;
     format!(
-        "{sc},{size},{c},{it},{},{},{},{},{:.2},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{:.1}\n",
+        "{sc},{size},{c},{it},{},{},{},{},{:.2},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{:.1},{}\n",
         r.requests,
         r.successes,
         r.errors.total(),
@@ -324,7 +357,8 @@ fn summary_line(sc: Scenario, size: usize, c: usize, it: usize, r: &LoadResult) 
         l.p99,
         l.p999,
         l.max,
-        r.response_bytes_mean
+        r.response_bytes_mean,
+        r.unanswered
     )
 }
 

@@ -1277,6 +1277,8 @@ pub struct Outcome {
     pub info: RoundInfo,
     /// Some target failed to start or the back end failed.
     pub failed_starts: usize,
+    /// Cells with answers that failed their check, each with its target and counts.
+    pub failed_cells: Vec<String>,
 }
 
 struct Progress {
@@ -1332,6 +1334,7 @@ pub fn command(args: &RoundArgs) -> Result<Outcome, BenchError> {
         return Ok(Outcome {
             info: new_info(&plan),
             failed_starts: 0,
+            failed_cells: Vec::new(),
         });
     }
     run_plan(&plan, &args.out)
@@ -1447,6 +1450,7 @@ fn new_run(plan: &Plan, t: &TargetPlan, r: &SuiteRun, machine: &Machine) -> RunI
         concurrency: r.concurrency.clone(),
         interrupted: false,
         cells: Vec::new(),
+        failed_cells: Vec::new(),
     }
 }
 
@@ -1536,6 +1540,7 @@ pub fn run_plan(plan: &Plan, out: &Path) -> Result<Outcome, BenchError> {
                 return Ok(Outcome {
                     info,
                     failed_starts: 1,
+                    failed_cells: Vec::new(),
                 });
             }
         }
@@ -1650,6 +1655,11 @@ pub fn run_plan(plan: &Plan, out: &Path) -> Result<Outcome, BenchError> {
     info.finished_unix = unix_now();
     info.cells_measured = runs.values().map(|r| r.cells.len()).sum();
     save(&mut info, &runs)?;
+    let failed_cells: Vec<String> = runs
+        .values()
+        .flat_map(|r| r.failed_cells.iter().cloned())
+        .collect();
+    crate::matrix::report_failed(&failed_cells);
     eprintln!(
         "round {} in {}: {} of {} cells, report {}",
         if info.interrupted {
@@ -1665,6 +1675,7 @@ pub fn run_plan(plan: &Plan, out: &Path) -> Result<Outcome, BenchError> {
     Ok(Outcome {
         info,
         failed_starts,
+        failed_cells,
     })
 }
 
@@ -1779,6 +1790,15 @@ fn measure_target(
                         }
                     };
                     let unanswered = result.unanswered;
+                    let name = format!(
+                        "{} {scenario} {size} B c={concurrency} round {round}",
+                        t.name
+                    );
+                    if let Some(failed) = crate::matrix::failed_check(&name, &result) {
+                        if let Some(run) = runs.get_mut(&(ti, si)) {
+                            run.failed_cells.push(failed);
+                        }
+                    }
                     let settled = settle(plan, &shot, scenario);
                     tally.settle += settled;
                     tally.settle_max = tally.settle_max.max(settled);

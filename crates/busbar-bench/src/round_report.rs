@@ -667,6 +667,7 @@ mod tests {
             concurrency: vec![],
             interrupted: false,
             cells: vec![],
+            failed_cells: vec![],
         };
         let runs: Runs = vec![
             (

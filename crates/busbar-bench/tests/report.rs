@@ -41,6 +41,38 @@ fn run_matrix(base: &str, name: &str, out: &Path) -> std::process::ExitCode {
 }
 
 #[test]
+fn a_matrix_with_answers_that_fail_their_check_exits_1_and_names_those_cells() {
+    let swapped = start(Behaviour::XsltSwap);
+    let root = temp_dir("report-failed");
+    let out = root.join("esb");
+    assert_eq!(
+        run_matrix(&swapped.base(), "ESB-X", &out),
+        std::process::ExitCode::from(1)
+    );
+    // Everything measured is still written: only the xslt cells failed.
+    let (info, cells) = read_dir(&out).expect("reads back");
+    assert_eq!(cells.len(), 16);
+    assert_eq!(info.failed_cells.len(), 8, "{:?}", info.failed_cells);
+    assert!(
+        info.failed_cells
+            .iter()
+            .all(|f| f.starts_with("xslt ") && f.contains("verify error")),
+        "{:?}",
+        info.failed_cells
+    );
+    let csv = std::fs::read_to_string(out.join("summary.csv")).expect("summary");
+    assert!(SUMMARY_HEADER.ends_with(",unanswered"));
+    for row in csv.lines().skip(1) {
+        let cols: Vec<&str> = row.split(',').collect();
+        assert_eq!(cols.len(), SUMMARY_HEADER.split(',').count(), "{row}");
+        assert_eq!(cols.last(), Some(&"0"), "{row}");
+        let verify_failures: u64 = cols[7].parse().expect("a count");
+        assert_eq!(verify_failures > 0, cols[0] == "xslt", "{row}");
+    }
+    let _ = std::fs::remove_dir_all(&root);
+}
+
+#[test]
 fn matrix_writes_cells_summary_and_index_and_report_renders_in_chromium() {
     let fast = start(Behaviour::Reference);
     let slow = start(Behaviour::Delay(std::time::Duration::from_millis(2)));
