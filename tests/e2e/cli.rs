@@ -40,6 +40,58 @@ fn validate_reports_unknown_endpoints_with_their_path() {
 }
 
 #[test]
+fn an_endpoint_that_fails_to_build_is_reported_once_at_its_own_key() {
+    // A bad TLS server name: at tls.server_name, not at url, and no "unknown endpoint" for the
+    // call to it.
+    let tls = "listeners:\n  http: { bind: \"127.0.0.1:0\" }\nendpoints:\n  secure:\n    url: \"https://127.0.0.1:9443/x\"\n    tls:\n      server_name: \"bad name!\"\nproxies:\n  P:\n    path: /p\n    in:\n      - call: secure\n";
+    let (code, err) = validate(tls);
+    assert_eq!(code, 1);
+    assert!(
+        err.starts_with("c.yaml:7: endpoints.secure.tls.server_name: 'bad name!' cannot be used as a TLS server name"),
+        "{err}"
+    );
+    assert!(
+        err.contains("1 problem(s)") && !err.contains("unknown endpoint"),
+        "{err}"
+    );
+
+    let (code, err) = validate(&OK.replace("timeout: 2s", "timeout: 2s, retry_on_status: [600]"));
+    assert_eq!(code, 1);
+    assert!(err.contains("endpoints.echo.retry_on_status"), "{err}");
+    assert!(
+        err.contains("1 problem(s)") && !err.contains("unknown endpoint"),
+        "{err}"
+    );
+}
+
+#[test]
+fn listeners_of_one_config_on_one_address_are_refused_by_validate_and_run() {
+    let port = free_port();
+    let yaml = format!(
+        "admin: {{ bind: \"127.0.0.1:{port}\" }}\nlisteners:\n  http: {{ bind: \"127.0.0.1:{port}\" }}\nendpoints:\n  echo: {{ url: \"http://127.0.0.1:9000/e\" }}\nproxies:\n  P:\n    path: /p\n    in:\n      - call: echo\n"
+    );
+    let (code, err) = validate(&yaml);
+    assert_eq!(code, 1);
+    assert!(
+        err.contains(&format!(
+            "c.yaml:1: admin.bind: 127.0.0.1:{port} overlaps listeners.http.bind"
+        )),
+        "{err}"
+    );
+    let dir = temp_dir("run-clash");
+    let file = dir.join("c.yaml");
+    std::fs::write(&file, &yaml).expect("write");
+    let out = busbar().arg("run").arg(&file).output().expect("run");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("admin.bind") && err.contains("overlaps listeners.http.bind"),
+        "{err}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
 fn validate_reports_bad_durations() {
     let (code, err) = validate(&OK.replace("timeout: 2s", "timeout: soon"));
     assert_eq!(code, 1);

@@ -435,12 +435,18 @@ pub fn validate(loaded: &LoadedConfig) -> Vec<ConfigError> {
                 "must be at least 1".into(),
             );
         }
-        for name in otlp.headers.keys() {
+        for (name, value) in &otlp.headers {
             if http::HeaderName::from_bytes(name.as_bytes()).is_err() {
                 err(
                     None,
                     format!("tracing.otlp.headers.{name}"),
                     format!("invalid header name '{name}'"),
+                );
+            } else if http::HeaderValue::from_str(value.expose()).is_err() {
+                err(
+                    None,
+                    format!("tracing.otlp.headers.{name}"),
+                    "not a valid header value (a line break or another control character)".into(),
                 );
             }
         }
@@ -518,6 +524,9 @@ pub fn validate(loaded: &LoadedConfig) -> Vec<ConfigError> {
     }
     for (name, e) in &cfg.endpoints {
         check_endpoint(loaded, name, e, &mut err);
+    }
+    for (line, path, msg) in shared_addresses(cfg) {
+        err(line, path, msg);
     }
     check_databases(loaded, &mut err);
     check_processes(loaded, &mut err);
@@ -983,6 +992,62 @@ fn check_processes(loaded: &LoadedConfig, err: &mut impl FnMut(Option<u64>, Stri
             }
         }
     }
+}
+
+/// Listeners of the one config that would take the same address: the second could not start
+/// (two on one port and host, or one on every host of a port another takes on one host). Each
+/// clash is reported once, at the one that comes later in listeners, admin, echo, echoes.
+fn shared_addresses(cfg: &Config) -> Vec<(Option<u64>, String, String)> {
+    let listeners = cfg.listeners.iter().map(|(name, l)| {
+        (
+            line_of(&l.bind),
+            format!("listeners.{name}.bind"),
+            l.bind.value.as_str(),
+        )
+    });
+    let admin = cfg
+        .admin
+        .enabled
+        .then(|| (None, "admin.bind".to_owned(), cfg.admin.bind.as_str()));
+    let echo = cfg
+        .echo
+        .iter()
+        .filter(|e| e.enabled)
+        .map(|e| (None, "echo.bind".to_owned(), e.bind.as_str()));
+    let echoes = cfg
+        .echoes
+        .iter()
+        .filter(|(_, e)| e.enabled)
+        .map(|(k, e)| (None, format!("echoes.{k}.bind"), e.bind.as_str()));
+    let mut taken: Vec<(String, SocketAddr)> = Vec::new();
+    let mut clashes = Vec::new();
+    for (line, path, bind) in listeners.chain(admin).chain(echo).chain(echoes) {
+        // A bad address is reported where it is checked; port 0 is any free port.
+        let Ok(addr) = bind.parse::<SocketAddr>() else {
+            continue;
+        };
+        if addr.port() == 0 {
+            continue;
+        }
+        let overlaps = |other: &SocketAddr| {
+            other.port() == addr.port()
+                && other.is_ipv4() == addr.is_ipv4()
+                && (other.ip() == addr.ip()
+                    || other.ip().is_unspecified()
+                    || addr.ip().is_unspecified())
+        };
+        match taken.iter().find(|(_, other)| overlaps(other)) {
+            Some((first, other)) => clashes.push((
+                line,
+                path,
+                format!(
+                    "{addr} overlaps {first} ({other}): each listener needs an address of its own"
+                ),
+            )),
+            None => taken.push((path, addr)),
+        }
+    }
+    clashes
 }
 
 fn check_steps(
@@ -1885,6 +1950,35 @@ mod tests {
             "{errs:#?}"
         );
         assert!(errs[1].contains("echoes.c.name: "), "{errs:#?}");
+    }
+
+    #[test]
+    fn two_listeners_of_one_config_on_one_address_are_refused() {
+        let yaml = "admin: { bind: \"127.0.0.1:9901\" }\nlisteners:\n  a: { bind: \"127.0.0.1:8280\" }\n  b: { bind: \"0.0.0.0:8280\" }\n  c: { bind: \"127.0.0.1:9901\" }\n  d: { bind: \"127.0.0.2:8281\" }\n  e: { bind: \"127.0.0.1:8281\" }\n  f: { bind: \"127.0.0.1:0\" }\n  g: { bind: \"127.0.0.1:0\" }\necho: { bind: \"127.0.0.1:8280\" }\necho_off: 1\n";
+        let yaml = yaml.replace("echo_off: 1\n", "echoes:\n  off: { bind: \"127.0.0.1:8281\", enabled: false }\n  on: { bind: \"[::1]:8280\" }\n");
+        let errs = check(&yaml);
+        assert_eq!(
+            errs,
+            vec![
+                "t.yaml:4: listeners.b.bind: 0.0.0.0:8280 overlaps listeners.a.bind (127.0.0.1:8280): each listener needs an address of its own".to_owned(),
+                "t.yaml: admin.bind: 127.0.0.1:9901 overlaps listeners.c.bind (127.0.0.1:9901): each listener needs an address of its own".to_owned(),
+                "t.yaml: echo.bind: 127.0.0.1:8280 overlaps listeners.a.bind (127.0.0.1:8280): each listener needs an address of its own".to_owned(),
+            ]
+        );
+    }
+
+    #[test]
+    fn an_otlp_header_value_with_a_line_break_is_refused() {
+        let yaml = format!(
+            "{OK}tracing:\n  otlp:\n    endpoint: \"http://127.0.0.1:4318\"\n    headers: {{ authorization: \"Bearer a\\nb\", x-ok: \"fine\" }}\n"
+        );
+        let errs = check(&yaml);
+        assert_eq!(errs.len(), 1, "{errs:#?}");
+        assert!(
+            errs[0].contains("tracing.otlp.headers.authorization: not a valid header value"),
+            "{errs:#?}"
+        );
+        assert!(!errs[0].contains("Bearer"), "{errs:#?}");
     }
 
     fn endpoint(body: &str) -> String {

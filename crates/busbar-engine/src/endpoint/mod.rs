@@ -107,6 +107,7 @@ impl Endpoint {
                         tls::TlsField::Ca => ("tls.ca", t.ca.as_ref()),
                         tls::TlsField::Cert => ("tls.cert", t.cert.as_ref()),
                         tls::TlsField::Key => ("tls.key", t.key.as_ref()),
+                        tls::TlsField::ServerName => ("tls.server_name", t.server_name.as_ref()),
                         tls::TlsField::Section => ("tls", None),
                     };
                     errors.push(loaded.error(

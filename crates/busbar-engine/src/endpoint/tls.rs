@@ -81,6 +81,8 @@ pub enum TlsField {
     Cert,
     /// `tls.key`.
     Key,
+    /// `tls.server_name`.
+    ServerName,
     /// `tls` as a whole.
     Section,
 }
@@ -92,6 +94,14 @@ pub fn client(
     cert_key: Option<(&Path, &Path)>,
     server_name: Option<String>,
 ) -> Result<TlsClient, (TlsField, String)> {
+    if let Some(name) = &server_name {
+        ServerName::try_from(name.clone()).map_err(|e| {
+            (
+                TlsField::ServerName,
+                format!("'{name}' cannot be used as a TLS server name: {e}"),
+            )
+        })?;
+    }
     let roots = match ca {
         Some(file) => {
             let mut store = RootCertStore::empty();

@@ -78,6 +78,11 @@ impl CallStep {
     ) -> Result<Self, Failed> {
         let name = call.value.endpoint();
         let Some(endpoint) = cx.endpoints.get(name).cloned() else {
+            // An endpoint in the config that is not built failed to build: its own problem is
+            // reported at its keys, and the call to it is no second one.
+            if cx.loaded.config.endpoints.contains_key(name) {
+                return Err(Failed);
+            }
             return Err(cx.fail(line_of(call), here, format!("unknown endpoint '{name}'")));
         };
         let mut step = CallStep {
