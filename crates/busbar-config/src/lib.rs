@@ -1953,6 +1953,46 @@ mod tests {
     }
 
     #[test]
+    fn aliases_that_expand_past_the_node_limit_are_one_error_found_at_once() {
+        let mut yaml = format!("{OK}sequences:\n  s0: &s0 [ {{log: {{message: x}}}}, {{log: {{message: x}}}}, {{log: {{message: x}}}}, {{log: {{message: x}}}}, {{log: {{message: x}}}}, {{log: {{message: x}}}}, {{log: {{message: x}}}}, {{log: {{message: x}}}}, {{log: {{message: x}}}}, {{log: {{message: x}}}} ]\n");
+        for level in 1..8 {
+            let branches: Vec<String> = (0..10)
+                .map(|b| format!("{{when: {{header: h{b}}}, then: *s{}}}", level - 1))
+                .collect();
+            yaml.push_str(&format!(
+                "  s{level}: &s{level} [ {{route: [ {} ]}} ]\n",
+                branches.join(", ")
+            ));
+        }
+        let started = std::time::Instant::now();
+        let errs = check(&yaml);
+        assert_eq!(errs.len(), 1, "{errs:#?}");
+        assert!(
+            errs[0].contains("the config grows past 250000 nodes once its aliases are expanded"),
+            "{errs:#?}"
+        );
+        assert!(errs[0].starts_with("t.yaml:1"), "{errs:#?}");
+        // One parse, not one per alias: the bound is generous for a debug build.
+        assert!(started.elapsed() < std::time::Duration::from_secs(10));
+    }
+
+    #[test]
+    fn a_config_nested_past_the_depth_limit_is_one_error() {
+        // Routes in routes, 20 deep: four levels of YAML each.
+        let mut steps = "[ {log: {message: x}} ]".to_owned();
+        for _ in 0..20 {
+            steps = format!("[ {{route: [ {{when: {{header: a}}, then: {steps}}} ]}} ]");
+        }
+        let yaml = format!("{OK}sequences:\n  s: {steps}\n");
+        let errs = check(&yaml);
+        assert_eq!(errs.len(), 1, "{errs:#?}");
+        assert!(
+            errs[0].contains("the config is nested more than 64 levels deep"),
+            "{errs:#?}"
+        );
+    }
+
+    #[test]
     fn two_listeners_of_one_config_on_one_address_are_refused() {
         let yaml = "admin: { bind: \"127.0.0.1:9901\" }\nlisteners:\n  a: { bind: \"127.0.0.1:8280\" }\n  b: { bind: \"0.0.0.0:8280\" }\n  c: { bind: \"127.0.0.1:9901\" }\n  d: { bind: \"127.0.0.2:8281\" }\n  e: { bind: \"127.0.0.1:8281\" }\n  f: { bind: \"127.0.0.1:0\" }\n  g: { bind: \"127.0.0.1:0\" }\necho: { bind: \"127.0.0.1:8280\" }\necho_off: 1\n";
         let yaml = yaml.replace("echo_off: 1\n", "echoes:\n  off: { bind: \"127.0.0.1:8281\", enabled: false }\n  on: { bind: \"[::1]:8280\" }\n");

@@ -94,6 +94,17 @@ pub(crate) fn parse_all(text: &str, message: impl Fn(&YamlError) -> String) -> R
             Err(e) => e,
         };
         let fault = Fault::of(&err, &doc);
+        // Past a parse limit (aliases expanding to too many nodes, nesting too deep), the
+        // document is refused as a whole: recovering past it would parse it again for each
+        // alias, and say the same thing each time.
+        if let Some(why) = over_limit(&err) {
+            out.errors.push(ParseError {
+                line: fault.line.and_then(|l| doc.original_line(l)),
+                path: String::new(),
+                message: why,
+            });
+            break;
+        }
         let tree = Tree::build(&doc.text);
         let fix = tree.as_ref().and_then(|t| t.fix_for(&doc, &fault));
         let path = fix.as_ref().map(|f| f.path.clone()).unwrap_or_default();
@@ -167,6 +178,34 @@ pub(crate) fn parse_all(text: &str, message: impl Fn(&YamlError) -> String) -> R
     out.errors.sort_by_key(|e| e.line.unwrap_or(u64::MAX));
     out.origin = doc.origin;
     out
+}
+
+/// The message for a parse that went past one of the parser's limits, if it did.
+fn over_limit(err: &YamlError) -> Option<String> {
+    use serde_saphyr::budget::BudgetBreach;
+    let mut err = err;
+    while let YamlError::WithSnippet { error, .. } | YamlError::AliasError { error, .. } = err {
+        err = error;
+    }
+    let YamlError::Budget { breach, .. } = err else {
+        return None;
+    };
+    Some(match breach {
+        BudgetBreach::Nodes { nodes } => format!(
+            "the config grows past {} nodes once its aliases are expanded: write it out, or \
+             share steps through named sequences",
+            nodes.saturating_sub(1)
+        ),
+        BudgetBreach::Depth { depth } => format!(
+            "the config is nested more than {} levels deep",
+            depth.saturating_sub(1)
+        ),
+        BudgetBreach::Aliases { aliases } => format!(
+            "the config has more than {} aliases",
+            aliases.saturating_sub(1)
+        ),
+        other => format!("the config is past a parser limit ({other:?})"),
+    })
 }
 
 /// The config text being repaired, with the original line of each of its lines.
