@@ -356,7 +356,33 @@ fn plain_message(e: &serde_saphyr::Error) -> String {
         Some(i) if msg[..i].contains("line") => &msg[i + 2..],
         _ => msg,
     };
-    msg.to_owned()
+    match msg.strip_prefix("data did not match any variant of untagged enum ") {
+        Some(name) => forms_of(name.trim()),
+        None => msg.to_owned(),
+    }
+}
+
+/// What a value that takes several forms may be, for the parser's "did not match any
+/// variant" (which names a type of ours, not what to write).
+fn forms_of(name: &str) -> String {
+    let forms = match name {
+        "CallConfig" => {
+            "an endpoint's name, or a mapping of `endpoint` and optional `method`, `path` and \
+             `body` (keep or none)"
+        }
+        "UrlEntry" => "a URL, or a mapping of `url` and optional `weight`",
+        "Failover" => "true, false, or a mapping of `on_status` (a list of statuses)",
+        "AggregateConfig" => "object, array, or a mapping of `jq` (a program)",
+        "JqConfig" => "a jq program, or a mapping of `program` or `file`",
+        "XsltParam" => "a string, or a mapping of `xpath` (an expression)",
+        "WsseSubjectConfig" => "a subject's attributes (`CN=…, O=…`), or a mapping of `pattern`",
+        "WsseRecipient" => "request_signer, or a mapping of `cert` (a PEM file)",
+        "InitConfig" => "an SQL file, or a mapping of `sqlite` and/or `postgres` files",
+        "QueryText" => "SQL text, or a mapping of `sqlite` and/or `postgres` SQL text",
+        "Literal" => "true, false, a number or a string",
+        _ => return format!("a value of none of the forms {name} takes"),
+    };
+    format!("expected {forms}; check the keys and the types of the values")
 }
 
 /// Checks what can be checked without compiling: names, addresses, files, statuses.
@@ -1990,6 +2016,33 @@ mod tests {
             errs[0].contains("the config is nested more than 64 levels deep"),
             "{errs:#?}"
         );
+    }
+
+    #[test]
+    fn a_value_of_none_of_its_forms_is_told_what_the_forms_are() {
+        let yaml = OK.replace("- call: echo", "- call: { endpoint: echo, methd: GET }");
+        let errs = check(&yaml);
+        assert_eq!(
+            errs,
+            vec!["t.yaml:9: expected an endpoint's name, or a mapping of `endpoint` and optional `method`, `path` and `body` (keep or none); check the keys and the types of the values (at proxies.P.in[0].call)".to_owned()]
+        );
+        for (workers, why) in [
+            ("-3", "workers -3 is not from 1 to 1024 (or 'auto')"),
+            ("100000", "workers 100000 is not from 1 to 1024 (or 'auto')"),
+            ("0", "workers 0 is not from 1 to 1024 (or 'auto')"),
+            (
+                "many",
+                "invalid workers 'many': expected a number from 1 to 1024 or 'auto'",
+            ),
+            (
+                "[2]",
+                "invalid workers: expected a number from 1 to 1024 or 'auto'",
+            ),
+        ] {
+            let errs = check(&format!("workers: {workers}\n{OK}"));
+            assert_eq!(errs, vec![format!("t.yaml:1: {why} (at workers)")]);
+        }
+        assert!(check(&format!("workers: 1024\n{OK}")).is_empty());
     }
 
     #[test]

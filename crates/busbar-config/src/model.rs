@@ -61,6 +61,9 @@ pub struct Config {
     pub proxies: BTreeMap<String, ProxyConfig>,
 }
 
+/// The most worker threads a config may ask for.
+pub const MAX_WORKERS: i64 = 1024;
+
 /// The number of worker threads.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum Workers {
@@ -76,15 +79,20 @@ impl<'de> Deserialize<'de> for Workers {
         #[derive(Deserialize)]
         #[serde(untagged)]
         enum Raw {
-            N(u64),
+            N(i64),
             S(String),
         }
-        match Raw::deserialize(d)? {
-            Raw::N(0) => Err(serde::de::Error::custom("workers must be at least 1")),
-            Raw::N(n) => Ok(Workers::Count(n.min(1024) as usize)),
+        let raw = Raw::deserialize(d).map_err(|_| {
+            serde::de::Error::custom("invalid workers: expected a number from 1 to 1024 or 'auto'")
+        })?;
+        match raw {
+            Raw::N(n @ 1..=MAX_WORKERS) => Ok(Workers::Count(n as usize)),
+            Raw::N(n) => Err(serde::de::Error::custom(format!(
+                "workers {n} is not from 1 to {MAX_WORKERS} (or 'auto')"
+            ))),
             Raw::S(s) if s == "auto" => Ok(Workers::Auto),
             Raw::S(s) => Err(serde::de::Error::custom(format!(
-                "invalid workers '{s}': expected a number or 'auto'"
+                "invalid workers '{s}': expected a number from 1 to {MAX_WORKERS} or 'auto'"
             ))),
         }
     }
