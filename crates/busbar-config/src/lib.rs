@@ -144,7 +144,6 @@ impl Attempt {
     /// file that is missing is not also unreadable), lines are the original file's, and all
     /// are kept in the order of the file.
     pub fn add_later(&mut self, later: Vec<ConfigError>) {
-        let had = !self.errors.is_empty();
         for mut e in later {
             if let Some(r) = &self.recovered {
                 if r.hides(&e.path) {
@@ -163,9 +162,7 @@ impl Attempt {
                 self.errors.push(e);
             }
         }
-        if had {
-            self.errors.sort_by_key(|e| e.line.unwrap_or(u64::MAX));
-        }
+        self.errors.sort_by_key(|e| e.line.unwrap_or(u64::MAX));
     }
 }
 
@@ -239,7 +236,6 @@ fn attempt_text(text: &str, file: &Path, env: impl Fn(&str) -> Option<String>) -
         config,
     };
     // Errors about the placeholders that stand in for bad parts are not the user's.
-    let had_parse_errors = !errors.is_empty();
     errors.extend(
         validate(&loaded)
             .into_iter()
@@ -249,13 +245,11 @@ fn attempt_text(text: &str, file: &Path, env: impl Fn(&str) -> Option<String>) -
                 e
             }),
     );
-    if had_parse_errors {
-        // Both kinds together, in the order of the file.
-        errors.sort_by_key(|e| e.line.unwrap_or(u64::MAX));
-    }
     for e in &mut errors {
         fill_line(e, &text);
     }
+    // Both kinds together, in the order of the file.
+    errors.sort_by_key(|e| e.line.unwrap_or(u64::MAX));
     Attempt {
         loaded: Some(loaded),
         errors,
@@ -1724,9 +1718,10 @@ mod tests {
             "{OK}      - route:\n          - when: {{ hedaer: X-A, equals: a }}\n            then: [ {{ call: echo, extra: 1 }} ]\n          - otherwise:\n              - fault: {{ reason: no, stauts: 500 }}\nsequences:\n  s:\n    - set_header:\n        nme: X\n        value: y\n"
         );
         let mut errs = load_errors(&yaml);
+        // In the order of the file, the checks' errors among the parser's.
         assert_eq!(
-            errs.pop().as_deref(),
-            Some("t.yaml:11: proxies.P.in[1].route[0].when: give exactly one of 'header', 'xpath' or 'json'")
+            errs.remove(1),
+            "t.yaml:11: proxies.P.in[1].route[0].when: give exactly one of 'header', 'xpath' or 'json'"
         );
         let expect = [
             (
@@ -2043,6 +2038,16 @@ mod tests {
             assert_eq!(errs, vec![format!("t.yaml:1: {why} (at workers)")]);
         }
         assert!(check(&format!("workers: 1024\n{OK}")).is_empty());
+    }
+
+    #[test]
+    fn problems_are_reported_in_the_order_of_the_file() {
+        let yaml = "listeners:\n  http: { bind: \"127.0.0.1:0\" }\nendpoints:\n  echo: { url: \"http://127.0.0.1:9000/e\" }\nproxies:\n  Z:\n    path: /z\n    json_max_depth: 0\n    in: [ { call: echo } ]\n  A:\n    path: /a\n    json_max_depth: 2000\n    in: [ { call: echo } ]\n";
+        let lines: Vec<String> = load_errors(yaml)
+            .iter()
+            .map(|e| e.split(": ").next().unwrap_or("").to_owned())
+            .collect();
+        assert_eq!(lines, ["t.yaml:8", "t.yaml:12"]);
     }
 
     #[test]
