@@ -422,6 +422,12 @@ pub fn validate(loaded: &LoadedConfig) -> Vec<ConfigError> {
                 "give 'stdout' or a file path".into(),
             );
         }
+        let path = log.path.trim();
+        if !path.is_empty() && path != "stdout" && path != "-" {
+            if let Some(problem) = log_file_problem(&loaded.resolve(path)) {
+                err(None, "access_log.path".into(), problem);
+            }
+        }
         if log.buffer == 0 {
             err(
                 None,
@@ -1012,6 +1018,22 @@ fn check_processes(loaded: &LoadedConfig, err: &mut impl FnMut(Option<u64>, Stri
             }
         }
     }
+}
+
+/// Why a file busbar appends to could not be opened, if that shows before opening it: a
+/// folder in its place, or no folder to create it in.
+fn log_file_problem(file: &Path) -> Option<String> {
+    if file.is_dir() {
+        return Some(format!("{} is a directory, not a file", file.display()));
+    }
+    let folder = file.parent().filter(|p| !p.as_os_str().is_empty())?;
+    (!folder.is_dir()).then(|| {
+        format!(
+            "{} cannot be created: there is no folder {}",
+            file.display(),
+            folder.display()
+        )
+    })
 }
 
 /// Listeners of the one config that would take the same address: the second could not start
@@ -2048,6 +2070,43 @@ mod tests {
             .map(|e| e.split(": ").next().unwrap_or("").to_owned())
             .collect();
         assert_eq!(lines, ["t.yaml:8", "t.yaml:12"]);
+    }
+
+    #[test]
+    fn an_access_log_that_cannot_be_opened_is_found_by_validate() {
+        let dir = std::env::temp_dir();
+        let with = |path: &str| {
+            let config = parse(
+                &format!("{OK}access_log: {{ path: \"{path}\" }}\n"),
+                "t.yaml",
+                |_| None,
+            )
+            .unwrap_or_else(|e| panic!("{e}"));
+            let loaded = LoadedConfig {
+                file: "t.yaml".into(),
+                base_dir: dir.clone(),
+                config,
+            };
+            validate(&loaded)
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+        };
+        let folder = dir.display().to_string();
+        assert_eq!(
+            with(&folder),
+            vec![format!(
+                "t.yaml: access_log.path: {folder} is a directory, not a file"
+            )]
+        );
+        let errs = with("no-such-folder-here/access.log");
+        assert_eq!(errs.len(), 1, "{errs:#?}");
+        assert!(
+            errs[0].contains("cannot be created: there is no folder"),
+            "{errs:#?}"
+        );
+        assert!(with("access.log").is_empty());
+        assert!(with("stdout").is_empty());
     }
 
     #[test]
