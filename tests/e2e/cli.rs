@@ -424,6 +424,53 @@ fn run_on_free_port(
     Err(std::fs::read_to_string(&log).unwrap_or_default())
 }
 
+/// With the access log on standard output, standard output holds its lines and nothing else:
+/// the addresses busbar prints at start go to standard error.
+#[test]
+fn an_access_log_on_stdout_has_stdout_to_itself() {
+    let dir = temp_dir("access-stdout");
+    let listen = free_port();
+    let file = dir.join("c.yaml");
+    std::fs::write(
+        &file,
+        format!(
+            "workers: 1\nadmin: {{ enabled: false }}\naccess_log: {{ format: json }}\nlisteners:\n  http: {{ bind: \"127.0.0.1:{listen}\" }}\nproxies:\n  P:\n    path: /p\n    in:\n      - respond: {{ body: ok }}\n"
+        ),
+    )
+    .expect("write");
+    let (out, err) = (dir.join("out"), dir.join("err"));
+    let mut child = busbar()
+        .arg("run")
+        .arg(&file)
+        .stdout(std::fs::File::create(&out).expect("out"))
+        .stderr(std::fs::File::create(&err).expect("err"))
+        .spawn()
+        .expect("run");
+    let addr: std::net::SocketAddr = format!("127.0.0.1:{listen}").parse().expect("addr");
+    assert!(eventually(Duration::from_secs(10), || {
+        std::net::TcpStream::connect(addr).is_ok()
+    }));
+    for _ in 0..3 {
+        let resp = Client::connect(addr).get("/p").expect("GET /p");
+        assert_eq!(resp.status, 200);
+    }
+    assert!(stop(&mut child).success());
+    let stdout = std::fs::read_to_string(&out).expect("stdout");
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), 3, "{stdout}");
+    for line in lines {
+        let record: serde_json::Value = serde_json::from_str(line)
+            .unwrap_or_else(|e| panic!("not an access log line ({e}): {line}"));
+        assert_eq!(record["target"], "/p", "{line}");
+    }
+    let stderr = std::fs::read_to_string(&err).expect("stderr");
+    assert!(
+        stderr.contains(&format!("listener http on http://127.0.0.1:{listen}")),
+        "{stderr}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// A SIGTERM sent as soon as the listener accepts connections stops the engine gracefully:
 /// the signal handlers are in place before anything listens.
 #[test]

@@ -214,12 +214,16 @@ fn validate(config: &std::path::Path) -> ExitCode {
 fn run(config: &std::path::Path) -> ExitCode {
     // Log settings come from the config, but a broken config must still be reported: read the
     // log section leniently first.
-    let (level, json) = match busbar_config::load(config) {
+    let (level, json, access_on_stdout) = match busbar_config::load(config) {
         Ok(l) => (
             l.config.log.level.clone(),
             l.config.log.format == busbar_config::LogFormat::Json,
+            l.config
+                .access_log
+                .as_ref()
+                .is_some_and(|a| matches!(a.path.as_str(), "stdout" | "-")),
         ),
-        Err(_) => ("info".to_owned(), false),
+        Err(_) => ("info".to_owned(), false, false),
     };
     init_logging(&level, json);
     let signals = watch_signals();
@@ -230,17 +234,27 @@ fn run(config: &std::path::Path) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    // The addresses go to standard output, unless the access log does: then its lines are all
+    // that is there, for whatever reads them.
+    let mut addresses = Vec::new();
     for (name, addr) in &engine.listeners {
-        println!("listener {name} on http://{addr}");
+        addresses.push(format!("listener {name} on http://{addr}"));
     }
     if let Some(a) = engine.echo {
-        println!("echo back end on http://{a}");
+        addresses.push(format!("echo back end on http://{a}"));
     }
     for (name, a) in &engine.echoes {
-        println!("echo back end {name} on http://{a}");
+        addresses.push(format!("echo back end {name} on http://{a}"));
     }
     if let Some(a) = engine.admin {
-        println!("admin on http://{a}");
+        addresses.push(format!("admin on http://{a}"));
+    }
+    for line in addresses {
+        if access_on_stdout {
+            eprintln!("{line}");
+        } else {
+            println!("{line}");
+        }
     }
     notify::notify("READY=1");
     forward_signals(signals, engine.control());
