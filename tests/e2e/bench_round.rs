@@ -104,6 +104,19 @@ struct Ports {
     never: SocketAddr,
 }
 
+/// `busbar bench round FILE --out OUT` to its end: how it exited, and what it said.
+fn run_round(file: &Path, out: &Path) -> (std::process::Output, String) {
+    let run = Command::new(env!("CARGO_BIN_EXE_busbar"))
+        .args(["bench", "round"])
+        .arg(file)
+        .arg("--out")
+        .arg(out)
+        .output()
+        .expect("busbar bench round");
+    let log = String::from_utf8_lossy(&run.stderr).into_owned();
+    (run, log)
+}
+
 /// A round over busbar (DirectProxy, CBRProxy and SecureProxy with fresh messages, with the
 /// test run's keys), the faulty proxy (DirectProxy) and a target that never answers.
 fn round_file(dir: &Path, p: &Ports, rounds: usize, duration: &str, verify: bool) -> PathBuf {
@@ -226,14 +239,7 @@ fn a_round_flags_the_faulty_proxys_corruption_and_goes_on_past_a_target_that_nev
     // Answers not verified: the corruption must show in the answer sizes alone.
     let file = round_file(&dir, &p, 2, "400ms", false);
     let out = dir.join("out");
-    let run = Command::new(env!("CARGO_BIN_EXE_busbar"))
-        .args(["bench", "round"])
-        .arg(&file)
-        .arg("--out")
-        .arg(&out)
-        .output()
-        .expect("busbar bench round");
-    let log = String::from_utf8_lossy(&run.stderr).into_owned();
+    let (run, log) = run_round(&file, &out);
     // A target that did not start makes the exit status 1, after the whole round ran.
     assert_eq!(run.status.code(), Some(1), "{log}");
     assert!(log.contains("never-ready did not start"), "{log}");
@@ -395,14 +401,7 @@ targets:
     );
     std::fs::write(&file, text).expect("write the round file");
     let out = dir.join("out");
-    let run = Command::new(env!("CARGO_BIN_EXE_busbar"))
-        .args(["bench", "round"])
-        .arg(&file)
-        .arg("--out")
-        .arg(&out)
-        .output()
-        .expect("busbar bench round");
-    let log = String::from_utf8_lossy(&run.stderr).into_owned();
+    let (run, log) = run_round(&file, &out);
     // Every target started: the cut 20 KiB answers alone make the exit status 1.
     assert_eq!(run.status.code(), Some(1), "{log}");
     assert!(
