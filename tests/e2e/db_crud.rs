@@ -521,6 +521,54 @@ fn postgres_restarted_under_load() {
     .is_ok_and(|r| r.status == 200)));
 }
 
+/// Reloads of a config with a PostgreSQL database, the same file each time, under a steady
+/// load: every request is answered from the database, none refused while a new pool connects.
+#[test]
+fn postgres_reloads_under_load_refuse_no_request() {
+    let pg = TempPostgres::start().unwrap_or_else(|e| panic!("{e}"));
+    let ex = on_postgres(&pg);
+    let addr = ex.listen();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let load: Vec<_> = (0..3)
+        .map(|t| {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let mut statuses = std::collections::BTreeMap::<u16, usize>::new();
+                let mut c = Client::connect(addr);
+                let mut n = 0;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    n += 1;
+                    let status = c
+                        .get(&format!("/api/customers/{}", 1 + (t * 1000 + n) % 100_000))
+                        .map_or(0, |r| r.status);
+                    *statuses.entry(status).or_default() += 1;
+                    if status == 0 {
+                        c = Client::connect(addr);
+                    }
+                }
+                statuses
+            })
+        })
+        .collect();
+    for _ in 0..10 {
+        std::thread::sleep(Duration::from_millis(100));
+        let r = Client::connect(admin(&ex))
+            .request("POST", "/reload", &[], b"")
+            .expect("reload");
+        assert_eq!(r.status, 200, "{}", r.text());
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let mut all = std::collections::BTreeMap::<u16, usize>::new();
+    for h in load {
+        for (status, n) in h.join().unwrap_or_default() {
+            *all.entry(status).or_default() += n;
+        }
+    }
+    assert_eq!(all.keys().copied().collect::<Vec<_>>(), [200], "{all:?}");
+    assert!(all[&200] > 100, "{all:?}");
+}
+
 /// Values from every source are bound, never spliced: a hostile value through the path, the
 /// query, a header and the JSON body is stored as written.
 #[test]

@@ -219,6 +219,14 @@ fn graceful_shutdown_lets_an_in_flight_request_finish_with_connection_close() {
         metric(admin, "busbar_proxy_in_flight{proxy=\"DirectProxy\"}"),
         Some(1.0)
     );
+    // A reload now would build what is about to stop: refused.
+    let reload = Client::connect(admin)
+        .request("POST", "/reload", &[], b"")
+        .expect("reload answered");
+    assert_eq!(reload.status, 503, "{}", reload.text());
+    assert!(reload
+        .text()
+        .contains("shutting down: nothing was reloaded"));
     let r = client.join().expect("client");
     stopping.join().expect("stopped");
     assert_eq!(r.status, 200);

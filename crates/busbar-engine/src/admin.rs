@@ -566,6 +566,12 @@ async fn handle(control: &Control, req: Request<RequestBody>) -> Response<Body> 
             // never a worker, and reloads are serialised anyway.
             match control.reload() {
                 Ok(msg) => text(StatusCode::OK, "text/plain", format!("{msg}\n")),
+                // Not the config's fault: the engine is on its way out.
+                Err(e) if shared.draining.load(Relaxed) => text(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "text/plain",
+                    format!("{e}\n"),
+                ),
                 Err(e) => text(StatusCode::BAD_REQUEST, "text/plain", format!("{e}\n")),
             }
         }

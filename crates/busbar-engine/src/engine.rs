@@ -15,7 +15,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
-use busbar_config::{ConfigErrors, LoadedConfig, Workers};
+use busbar_config::{ConfigError, ConfigErrors, LoadedConfig, Workers};
 use busbar_core::metrics::Registry;
 use http::HeaderValue;
 use tokio::sync::watch;
@@ -131,6 +131,10 @@ const STOP_GRACE: Duration = Duration::from_secs(1);
 
 /// The longest a shutdown waits for the access log's last lines to be written.
 const ACCESS_LOG_FLUSH_LIMIT: Duration = Duration::from_secs(5);
+
+/// How long a reload waits for the new runtime's PostgreSQL databases to connect before it
+/// swaps the runtimes anyway (a database that is down must not stop a config from changing).
+const DATABASE_START_WAIT: Duration = Duration::from_secs(5);
 
 /// What reload and shutdown need, shared with the admin listener.
 #[derive(Debug)]
@@ -563,6 +567,14 @@ impl Control {
     }
 
     fn try_reload(&self) -> Result<String, ConfigErrors> {
+        if self.shared.draining.load(Relaxed) {
+            return Err(ConfigErrors(vec![ConfigError {
+                file: self.file.display().to_string(),
+                line: None,
+                path: String::new(),
+                message: "shutting down: nothing was reloaded".into(),
+            }]));
+        }
         let loaded = busbar_config::load(&self.file)?;
         let old = self.shared.runtime.load();
         let before = &old.config.config;
@@ -627,6 +639,20 @@ impl Control {
             // over only from nodes that died.
             let own = previous.processes.is_none();
             worker.spawn(keep_durable(new.engine.clone(), own));
+        }
+        // A PostgreSQL database of the new runtime connects in the background and refuses
+        // requests until it has: the old runtime's pool serves them until then, for a while.
+        let until = Instant::now() + DATABASE_START_WAIT;
+        for (name, db) in &runtime.databases {
+            while db.is_starting() && Instant::now() < until {
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            if db.is_starting() {
+                tracing::warn!(
+                    "database {name} has not connected {DATABASE_START_WAIT:?} into the reload: \
+                     its requests get 503 until it does"
+                );
+            }
         }
         // In-flight exchanges keep the old runtime alive through their own `Arc` and finish
         // on it; new requests see the new one from here on.

@@ -287,6 +287,12 @@ impl Database {
         }
     }
 
+    /// True while a PostgreSQL database has not connected and run its `init` yet (requests
+    /// to it are refused meanwhile); never for SQLite, which opens before `open` returns.
+    pub fn is_starting(&self) -> bool {
+        self.health.is_starting()
+    }
+
     /// Ok when the database answered its last use or probe; why not, otherwise.
     pub fn ready(&self) -> Result<(), String> {
         self.health.report()
