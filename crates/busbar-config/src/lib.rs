@@ -8,12 +8,13 @@
 
 pub mod interpolate;
 pub mod model;
+pub mod nesting;
 pub mod pattern;
 mod recover;
 pub mod secret;
 pub mod units;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::fmt;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -524,7 +525,9 @@ pub fn validate(loaded: &LoadedConfig) -> Vec<ConfigError> {
     for (name, steps) in &cfg.sequences {
         check_steps(loaded, steps, &format!("sequences.{name}"), &mut err);
     }
-    check_sequence_cycles(cfg, &mut err);
+    for e in nesting::check(loaded) {
+        err(e.line, e.path, e.message);
+    }
     // Per listener: the patterns served so far, with their proxy and methods.
     type Served<'a> = Vec<(pattern::PathPattern, &'a str, &'a [String])>;
     let mut served: BTreeMap<String, Served<'_>> = BTreeMap::new();
@@ -1305,42 +1308,6 @@ fn check_wsse_secure(
     }
 }
 
-/// A sequence that (indirectly) runs itself would recurse forever on the first request.
-fn check_sequence_cycles(cfg: &Config, err: &mut impl FnMut(Option<u64>, String, String)) {
-    fn refs(steps: &[StepConfig]) -> Vec<&Spanned<String>> {
-        let mut out = Vec::new();
-        for s in steps {
-            if let StepConfig::Sequence(n) = s {
-                out.push(n);
-            }
-            for (_, children) in s.children() {
-                out.extend(refs(children));
-            }
-        }
-        out
-    }
-    for start in cfg.sequences.keys() {
-        let mut stack = vec![start.as_str()];
-        let mut seen = BTreeSet::new();
-        while let Some(name) = stack.pop() {
-            let Some(steps) = cfg.sequences.get(name) else {
-                continue;
-            };
-            for r in refs(steps) {
-                if r.value == *start {
-                    err(
-                        line_of(r),
-                        format!("sequences.{name}"),
-                        format!("sequence '{start}' runs itself (through '{name}')"),
-                    );
-                } else if seen.insert(r.value.as_str()) {
-                    stack.push(r.value.as_str());
-                }
-            }
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1543,6 +1510,73 @@ mod tests {
         let errs = check(&yaml);
         assert_eq!(errs.len(), 2, "{errs:#?}");
         assert!(errs[0].contains("runs itself"), "{errs:#?}");
+    }
+
+    /// A chain of `n` sequences `s0` → … → `s{n-1}`, the last one calling `echo`.
+    fn chain(n: usize) -> String {
+        let mut yaml = String::from("sequences:\n");
+        for i in 0..n - 1 {
+            yaml.push_str(&format!("  s{i}: [ {{ sequence: s{} }} ]\n", i + 1));
+        }
+        yaml.push_str(&format!("  s{}: [ {{ call: echo }} ]\n", n - 1));
+        yaml
+    }
+
+    #[test]
+    fn steps_nest_at_most_32_levels_counted_through_the_sequences_they_run() {
+        // The proxy's step is level 1, the last sequence's call level n + 1.
+        let at = |n: usize| {
+            check(&format!(
+                "{OK}  Q:\n    path: /q\n    in:\n      - sequence: s0\n{}",
+                chain(n)
+            ))
+        };
+        assert_eq!(at(31), Vec::<String>::new());
+        let errs = at(32);
+        assert_eq!(
+            errs,
+            [
+                "t.yaml:13: proxies.Q.in[0].sequence: steps nest 33 levels deep here, through sequences 's0' → 's1' → 's2' → … → 's31' (32 sequences); at most 32 are allowed"
+            ]
+        );
+        // Nested steps count too: a route and a scatter-gather branch are a level each.
+        let yaml = format!(
+            "{OK}      - route:\n          - when: {{ header: x, exists: true }}\n            then:\n              - scatter_gather: {{ branches: [ {{ name: a, steps: [ {{ sequence: s0 }} ] }} ] }}\n{}",
+            chain(29)
+        );
+        assert_eq!(check(&yaml), Vec::<String>::new());
+        let errs = check(&yaml.replace(&chain(29), &chain(30)));
+        assert_eq!(errs.len(), 1, "{errs:#?}");
+        assert!(
+            errs[0].starts_with("t.yaml: proxies.P.in[1].route: steps nest 33 levels deep here"),
+            "{errs:#?}"
+        );
+    }
+
+    #[test]
+    fn sequences_too_deep_that_no_proxy_runs_are_refused_once_at_the_outermost() {
+        let started = std::time::Instant::now();
+        let errs = check(&format!("{OK}{}", chain(10_000)));
+        assert!(started.elapsed() < std::time::Duration::from_secs(5));
+        assert_eq!(errs.len(), 1, "{errs:#?}");
+        assert!(
+            errs[0].starts_with(
+                "t.yaml: sequences.s0: steps nest 10000 levels deep here, through sequences 's1'"
+            ),
+            "{errs:#?}"
+        );
+        // Sequences that run themselves, used or not, are refused without measuring them.
+        let errs = check(&format!(
+            "{OK}sequences:\n  a: [ {{ sequence: a }} ]\n  b: [ {{ sequence: c }} ]\n  c: [ {{ route: [ {{ otherwise: [ {{ sequence: b }} ] }} ] }} ]\n"
+        ));
+        assert_eq!(
+            errs,
+            [
+                "t.yaml:11: sequences.a: sequence 'a' runs itself (through 'a')",
+                "t.yaml:12: sequences.b: sequence 'c' runs itself (through 'b')",
+                "t.yaml:13: sequences.c: sequence 'b' runs itself (through 'c')",
+            ]
+        );
     }
 
     /// Every error `load_text` reports, as printed.

@@ -212,7 +212,12 @@ pub fn check(file: &Path) -> Result<Runtime, ConfigErrors> {
     };
     let workers = workers_of(&loaded.config);
     // A config with problems is still compiled, as far as it goes: a bad XPath, jq program or
-    // stylesheet is reported in the same run as a misspelt key elsewhere.
+    // stylesheet is reported in the same run as a misspelt key elsewhere. Not one whose
+    // sequences run themselves or nest too deep: its problems are known, and compiling it is
+    // what they make go wrong.
+    if !attempt.errors.is_empty() && !busbar_config::nesting::check(loaded).is_empty() {
+        return Err(ConfigErrors(attempt.errors));
+    }
     match Runtime::build(loaded, &Registry::default(), workers) {
         Ok(rt) if attempt.errors.is_empty() => Ok(rt),
         Ok(_) => Err(ConfigErrors(attempt.errors)),
