@@ -847,3 +847,63 @@ fn validate_reports_sequences_that_run_themselves_as_run_does() {
     assert!(err.ends_with("c.yaml: 4 problem(s)\n"), "{err}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A misspelt log level is refused with its file, line and key, whether written in the config
+/// or given by the variable it names (`BUSBAR_LOG` in the examples); tracing would take it for
+/// a target name and log nothing at all, errors included.
+#[test]
+fn a_misspelt_log_level_is_refused_and_a_misspelt_rust_log_ignored() {
+    let dir = temp_dir("log-level");
+    let file = dir.join("c.yaml");
+    std::fs::write(
+        &file,
+        format!("log: {{ level: \"${{BUSBAR_LOG:-info}}\" }}\n{OK}"),
+    )
+    .expect("write");
+    for cmd in ["validate", "run"] {
+        for (value, shown) in [("warnning", "warnning"), ("info\"", "info\"")] {
+            let out = busbar()
+                .arg(cmd)
+                .arg(&file)
+                .env("BUSBAR_LOG", value)
+                .output()
+                .expect("busbar");
+            let err =
+                String::from_utf8_lossy(&out.stderr).replace(&file.display().to_string(), "c.yaml");
+            assert_eq!(out.status.code(), Some(1), "{cmd} {value}: {err}");
+            assert!(
+                err.starts_with(&format!("c.yaml:1: log.level: '{shown}' is not a log level: give trace, debug, info, warn, error or off")),
+                "{cmd} {value}: {err}"
+            );
+        }
+    }
+    let (code, err) = validate(&format!(
+        "log: {{ level: \"ERROR,busbar_engine=debug\" }}\n{OK}"
+    ));
+    assert_eq!(code, 0, "{err}");
+
+    // RUST_LOG overrides log.level; one that is not a filter is ignored, and said so, and the
+    // config's level holds: the failed call is logged.
+    let dead = free_port();
+    let (mut child, addr) = run_on_free_port(
+        &dir,
+        |port| format!("workers: 1\nadmin: {{ enabled: false }}\nlog: {{ level: warn }}\nlisteners:\n  http: {{ bind: \"127.0.0.1:{port}\" }}\nendpoints:\n  dead: {{ url: \"http://127.0.0.1:{dead}/x\", connect_timeout: 1s }}\nproxies:\n  P: {{ path: /p, in: [ {{ call: dead }} ] }}\n"),
+        &[("RUST_LOG", "warnning")],
+    )
+    .expect("busbar runs");
+    let r = Client::connect(addr).post("/p", &[], b"x").expect("answer");
+    assert_eq!(r.status, 502, "{}", r.text());
+    assert!(stop(&mut child).success());
+    let log = std::fs::read_to_string(dir.join("busbar.log")).unwrap_or_default();
+    assert!(
+        log.starts_with("RUST_LOG: 'warnning' is not a log level"),
+        "{log}"
+    );
+    assert!(log.contains("ignored, logging at 'warn'"), "{log}");
+    assert!(
+        log.lines()
+            .any(|l| l.contains("proxies.P.in[0].call") && l.contains("refused the connection")),
+        "{log}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -395,6 +395,9 @@ pub fn validate(loaded: &LoadedConfig) -> Vec<ConfigError> {
             );
         }
     }
+    if let Err(e) = check_log_filter(&cfg.log.level) {
+        err(None, "log.level".into(), e);
+    }
     if let Some(log) = &cfg.access_log {
         if log.path.trim().is_empty() {
             err(
@@ -606,6 +609,34 @@ pub fn validate(loaded: &LoadedConfig) -> Vec<ConfigError> {
         check_steps(loaded, &p.on_error, &format!("{path}.on_error"), &mut err);
     }
     errors
+}
+
+/// Checks a log filter (`log.level`, `RUST_LOG`): a level (`trace`, `debug`, `info`, `warn`,
+/// `error` or `off`, in any case), or a comma list of levels and `target=level` directives
+/// (`info,busbar_engine=debug`). tracing's own parser takes any other word as a target name to
+/// log at every level, so a misspelt level (`warnning`) would turn off every line, errors
+/// included, and say nothing.
+pub fn check_log_filter(text: &str) -> Result<(), String> {
+    const LEVELS: [&str; 6] = ["trace", "debug", "info", "warn", "error", "off"];
+    let is_level = |l: &str| LEVELS.iter().any(|x| x.eq_ignore_ascii_case(l.trim()));
+    let is_target = |t: &str| {
+        !t.is_empty()
+            && t.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b':' | b'-' | b'.'))
+    };
+    let ok = !text.trim().is_empty()
+        && text.split(',').all(|d| match d.split_once('=') {
+            Some((target, level)) => is_target(target.trim()) && is_level(level),
+            None => is_level(d),
+        });
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "'{text}' is not a log level: give trace, debug, info, warn, error or off, or \
+             directives like 'info,busbar_engine=debug'"
+        ))
+    }
 }
 
 /// True when a request method could reach both proxies (no `methods` means any).
@@ -1510,6 +1541,37 @@ mod tests {
         let errs = check(&yaml);
         assert_eq!(errs.len(), 2, "{errs:#?}");
         assert!(errs[0].contains("runs itself"), "{errs:#?}");
+    }
+
+    #[test]
+    fn log_level_is_a_level_or_a_list_of_target_directives() {
+        for good in [
+            "info",
+            "WARN",
+            " off ",
+            "error,busbar_engine=debug",
+            "busbar=debug, hyper=Warn",
+            "busbar_engine::proxy=trace",
+        ] {
+            assert_eq!(check_log_filter(good), Ok(()), "{good}");
+        }
+        for bad in [
+            "warnning",
+            "info\"",
+            "",
+            "info,",
+            "busbar",
+            "busbar=loud",
+            "=info",
+            "a b=info",
+        ] {
+            assert!(check_log_filter(bad).is_err(), "{bad:?}");
+        }
+        let errs = check(&format!("log: {{ level: warnning }}\n{OK}"));
+        assert_eq!(
+            errs,
+            ["t.yaml: log.level: 'warnning' is not a log level: give trace, debug, info, warn, error or off, or directives like 'info,busbar_engine=debug'"]
+        );
     }
 
     /// A chain of `n` sequences `s0` → … → `s{n-1}`, the last one calling `echo`.

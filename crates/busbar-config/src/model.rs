@@ -103,8 +103,10 @@ impl Serialize for Workers {
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct LogConfig {
-    /// `error`, `warn`, `info`, `debug` or `trace`, or a tracing filter like `busbar=debug`.
-    /// `RUST_LOG` overrides it.
+    /// `trace`, `debug`, `info`, `warn`, `error` or `off` (any case), or a comma list of them
+    /// and `target=level` directives like `info,busbar_engine=debug`; anything else is an
+    /// error. `RUST_LOG` overrides it (and is ignored, with a line saying so, when it is not
+    /// such a filter).
     #[serde(default = "default_log_level")]
     pub level: String,
     /// `text` or `json`.

@@ -95,8 +95,19 @@ fn parse_timeout(s: &str) -> Result<std::time::Duration, String> {
 }
 
 fn init_logging(level: &str, json: bool) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .or_else(|_| tracing_subscriber::EnvFilter::try_new(level))
+    // A RUST_LOG that is not a filter (a misspelt level is taken as a target name) would turn
+    // every line off: it is ignored, and said so.
+    let from_env = std::env::var("RUST_LOG").ok().filter(|v| {
+        if v.trim().is_empty() {
+            return false;
+        }
+        let ok = busbar_config::check_log_filter(v);
+        if let Err(e) = &ok {
+            eprintln!("RUST_LOG: {e}; ignored, logging at '{level}'");
+        }
+        ok.is_ok()
+    });
+    let filter = tracing_subscriber::EnvFilter::try_new(from_env.as_deref().unwrap_or(level))
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     // Colour only on a terminal (a log redirected to a file or a pipe gets plain text), and
     // never when NO_COLOR is set.
