@@ -907,3 +907,69 @@ fn a_misspelt_log_level_is_refused_and_a_misspelt_rust_log_ignored() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A reload applies a changed `log.level` to the running process; a changed `log.format`,
+/// which only a restart can apply, makes the reload refuse the config and say so, as a
+/// changed listener does.
+#[test]
+fn a_reload_applies_the_log_level_and_refuses_a_new_log_format() {
+    let dir = temp_dir("log-reload");
+    let (admin, dead) = (free_port(), free_port());
+    let yaml = move |port: u16| {
+        format!("workers: 1\nlog: {{ level: info, format: text }}\nadmin: {{ bind: \"127.0.0.1:{admin}\" }}\nlisteners:\n  http: {{ bind: \"127.0.0.1:{port}\" }}\nendpoints:\n  dead: {{ url: \"http://127.0.0.1:{dead}/x\", connect_timeout: 1s }}\nproxies:\n  P: {{ path: /p, in: [ {{ call: dead }} ] }}\n")
+    };
+    let (mut child, addr) = run_on_free_port(&dir, yaml, &[]).expect("busbar runs");
+    let file = dir.join("c.yaml");
+    let text = std::fs::read_to_string(&file).expect("read");
+    let admin: std::net::SocketAddr = format!("127.0.0.1:{admin}").parse().expect("addr");
+    let reload = |text: &str| {
+        std::fs::write(&file, text).expect("write");
+        let mut req = Client::connect(admin);
+        req.send_raw(b"POST /reload HTTP/1.1\r\nHost: t\r\nContent-Length: 0\r\n\r\n");
+        req.read_response().expect("reload answer")
+    };
+    let log = || std::fs::read_to_string(dir.join("busbar.log")).unwrap_or_default();
+    let refused = |log: &str| log.matches("refused the connection").count();
+    let call = |path: &str| {
+        let r = Client::connect(addr).post(path, &[], b"x").expect("answer");
+        assert_eq!(r.status, 502, "{}", r.text());
+    };
+
+    call("/p");
+    assert!(
+        eventually(Duration::from_secs(5), || refused(&log()) == 1),
+        "{}",
+        log()
+    );
+    let r = reload(&text.replace("level: info", "level: error"));
+    assert_eq!(r.status, 200, "{}", r.text());
+    call("/p");
+    let r = reload(&text.replace("level: info", "level: warn"));
+    assert_eq!(r.status, 200, "{}", r.text());
+    call("/p");
+    // The call made at `error` logged nothing; the one made at `warn` did.
+    assert!(
+        eventually(Duration::from_secs(5), || refused(&log()) == 2),
+        "{}",
+        log()
+    );
+
+    let r = reload(&text.replace("format: text", "format: json"));
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert!(
+        r.text().contains(
+            "log.format: changed: these take effect only after a restart; nothing was reloaded"
+        ),
+        "{}",
+        r.text()
+    );
+    call("/p");
+    assert!(stop(&mut child).success());
+    let log = log();
+    assert_eq!(refused(&log), 3, "{log}");
+    assert!(
+        log.lines().all(|l| !l.starts_with('{')),
+        "a JSON line after a refused reload:\n{log}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
