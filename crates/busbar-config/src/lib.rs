@@ -512,6 +512,7 @@ pub fn validate(loaded: &LoadedConfig) -> Vec<ConfigError> {
             );
         }
         for (key, d) in [
+            ("header_read_timeout", l.header_read_timeout),
             ("client_body_timeout", l.client_body_timeout),
             ("send_timeout", l.send_timeout),
         ] {
@@ -1432,17 +1433,18 @@ mod tests {
     fn serving_timeouts_must_be_positive_and_the_admin_token_printable() {
         let yaml = OK.replace(
             "http: { bind: \"127.0.0.1:0\" }",
-            "http: { bind: \"127.0.0.1:0\", client_body_timeout: 0s, send_timeout: 0ms, reuse_port: true }\nadmin: { token: \"a b\" }",
+            "http: { bind: \"127.0.0.1:0\", header_read_timeout: 0s, client_body_timeout: 0s, send_timeout: 0ms, reuse_port: true }\nadmin: { token: \"a b\" }",
         );
         let errs = check(&yaml);
         for want in [
+            "listeners.http.header_read_timeout: must be more than 0",
             "listeners.http.client_body_timeout: must be more than 0",
             "listeners.http.send_timeout: must be more than 0",
             "admin.token: must be non-empty printable ASCII without spaces",
         ] {
             assert!(errs.iter().any(|e| e.ends_with(want)), "{want}: {errs:?}");
         }
-        assert_eq!(errs.len(), 3, "{errs:?}");
+        assert_eq!(errs.len(), 4, "{errs:?}");
     }
 
     #[test]
