@@ -1100,7 +1100,14 @@ fn check_steps(
             }
             StepConfig::Respond(r) => {
                 if let Some(s) = r.status {
-                    if !(100..=599).contains(&s) {
+                    // A 1xx is not a final answer: the client would wait for one after it.
+                    if (100..=199).contains(&s) {
+                        err(
+                            None,
+                            format!("{here}.status"),
+                            format!("{s} is an interim status, not an answer (give 200-599)"),
+                        );
+                    } else if !(200..=599).contains(&s) {
                         err(
                             None,
                             format!("{here}.status"),
@@ -1573,6 +1580,21 @@ mod tests {
         assert_eq!(
             errs,
             ["t.yaml: log.level: 'warnning' is not a log level: give trace, debug, info, warn, error or off, or directives like 'info,busbar_engine=debug'"]
+        );
+    }
+
+    #[test]
+    fn respond_answers_with_a_final_status() {
+        let errs = check(&OK.replace(
+            "- call: echo",
+            "- respond: { status: 101 }\n      - respond: { status: 200 }\n      - respond: { status: 600 }",
+        ));
+        assert_eq!(
+            errs,
+            [
+                "t.yaml: proxies.P.in[0].respond.status: 101 is an interim status, not an answer (give 200-599)",
+                "t.yaml: proxies.P.in[2].respond.status: invalid HTTP status 600",
+            ]
         );
     }
 

@@ -984,7 +984,8 @@ pub enum FaultCodeConfig {
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct RespondConfig {
-    /// Status of the answer; default 200, or the current response's status.
+    /// Status of the answer (200-599; a 1xx is not an answer); default 200, or the current
+    /// response's status.
     #[serde(default)]
     pub status: Option<u16>,
     /// A fixed body instead of the current message's body.
