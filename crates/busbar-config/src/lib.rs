@@ -425,6 +425,13 @@ pub fn validate(loaded: &LoadedConfig) -> Vec<ConfigError> {
         if let Err(e) = check_url(&otlp.endpoint) {
             err(None, "tracing.otlp.endpoint".into(), e);
         }
+        if otlp.timeout.0.is_zero() {
+            err(
+                None,
+                "tracing.otlp.timeout".into(),
+                "must be more than 0".into(),
+            );
+        }
         if otlp.queue == 0 {
             err(
                 None,
@@ -1596,6 +1603,14 @@ mod tests {
                 "t.yaml: proxies.P.in[2].respond.status: invalid HTTP status 600",
             ]
         );
+    }
+
+    #[test]
+    fn the_span_export_timeout_must_be_more_than_0() {
+        let errs = check(&format!(
+            "tracing: {{ otlp: {{ endpoint: \"http://127.0.0.1:4318/v1/traces\", timeout: 0s }} }}\n{OK}"
+        ));
+        assert_eq!(errs, ["t.yaml: tracing.otlp.timeout: must be more than 0"]);
     }
 
     /// A chain of `n` sequences `s0` → … → `s{n-1}`, the last one calling `echo`.

@@ -214,7 +214,7 @@ pub struct OtlpConfig {
     /// `http` (OTLP/HTTP, protobuf) or `grpc` (OTLP/gRPC).
     #[serde(default)]
     pub protocol: OtlpProtocol,
-    /// Time allowed for one export.
+    /// Time allowed for one export; more than 0.
     #[serde(default = "default_otlp_timeout")]
     pub timeout: Duration,
     /// Finished spans held for export; past it spans are dropped and counted in
