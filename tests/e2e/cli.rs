@@ -788,3 +788,287 @@ fn request_text_in_a_log_line_cannot_forge_another_line() {
     assert!(!log.contains('\x1b') && !log.contains('\r'), "{log:?}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Sequences `s0` → `s1` → … run by proxy `/p`, with as many `scatter_gather` steps nested in
+/// each (the step that takes the most stack per level) as YAML allows, so that the deepest
+/// step, a call to `echo`, runs at level `deepest` (the proxy's own step is level 1).
+fn nested_sequences(deepest: usize, backend: std::net::SocketAddr) -> String {
+    let mut seqs = String::new();
+    let mut level = 2;
+    for i in 0.. {
+        let wraps = (deepest - level).min(8);
+        let inner = level + wraps;
+        let mut step = if inner == deepest {
+            "{ call: echo }".to_owned()
+        } else {
+            format!("{{ sequence: s{} }}", i + 1)
+        };
+        for _ in 0..wraps {
+            step = format!(
+                "{{ scatter_gather: {{ branches: [ {{ name: b, steps: [ {step} ] }} ] }} }}"
+            );
+        }
+        seqs.push_str(&format!("  s{i}: [ {step} ]\n"));
+        if inner == deepest {
+            break;
+        }
+        level = inner + 1;
+    }
+    format!(
+        "workers: 1\nadmin: {{ enabled: false }}\nendpoints:\n  echo: {{ url: \"http://{backend}/e\" }}\nproxies:\n  P: {{ path: /p, in: [ {{ sequence: s0 }} ] }}\nsequences:\n{seqs}"
+    )
+}
+
+/// Steps nested as deep as the limit allows (32 levels, counted through the sequences they
+/// run) serve a request on a worker's stack; one level more is refused by `validate` and
+/// `run` alike, at the proxy that runs them, instead of taking the process down.
+#[test]
+fn steps_nested_to_the_limit_serve_and_one_level_more_is_refused() {
+    let echo = echo(busbar_engine::echo::EchoOptions::default());
+    let dir = temp_dir("nesting");
+    let at_limit = nested_sequences(32, echo.addr);
+    let (mut child, addr) = run_on_free_port(
+        &dir,
+        |port| format!("listeners:\n  http: {{ bind: \"127.0.0.1:{port}\" }}\n{at_limit}"),
+        &[],
+    )
+    .expect("busbar runs");
+    let r = Client::connect(addr)
+        .post("/p", &[("content-type", "application/json")], b"{}")
+        .expect("an answer");
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(r.text().starts_with("{\"b\":{\"b\":"), "{}", r.text());
+    assert!(child.try_wait().expect("wait").is_none(), "busbar exited");
+    assert!(stop(&mut child).success());
+
+    let past = format!(
+        "listeners:\n  http: {{ bind: \"127.0.0.1:0\" }}\n{}",
+        nested_sequences(33, echo.addr)
+    );
+    let (code, err) = validate(&past);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.starts_with(
+            "c.yaml:8: proxies.P.in[0].sequence: steps nest 33 levels deep here, through sequences 's0' → 's1' → 's2' → 's3'; at most 32 are allowed\n"
+        ),
+        "{err}"
+    );
+    let file = dir.join("past.yaml");
+    std::fs::write(&file, &past).expect("write");
+    let out = busbar().arg("run").arg(&file).output().expect("run");
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&out.stderr)
+            .contains("past.yaml:8: proxies.P.in[0].sequence: steps nest 33 levels deep here"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A reload (SIGHUP or `POST /reload`) into a config whose sequences nest thousands of levels
+/// deep, run by no proxy, is refused and the old config keeps serving: checking and building
+/// it follow no chain of references on the reloading thread's stack.
+#[test]
+fn a_reload_into_sequences_nested_thousands_deep_is_refused_and_the_old_config_serves() {
+    let dir = temp_dir("nesting-reload");
+    let admin = free_port();
+    let base = |port: u16| {
+        format!("listeners:\n  http: {{ bind: \"127.0.0.1:{port}\" }}\nadmin: {{ bind: \"127.0.0.1:{admin}\" }}\nproxies:\n  P: {{ path: /p, in: [ {{ respond: {{ body: old }} }} ] }}\n")
+    };
+    let (mut child, addr) = run_on_free_port(&dir, base, &[]).expect("busbar runs");
+    let served = std::fs::read_to_string(dir.join("c.yaml")).expect("read");
+    let mut deep = format!("{served}sequences:\n");
+    for i in 0..1500 {
+        deep.push_str(&format!("  s{i}: [ {{ sequence: s{} }} ]\n", i + 1));
+    }
+    deep.push_str("  s1500: [ { respond: { body: new } } ]\n");
+    std::fs::write(dir.join("c.yaml"), &deep).expect("write");
+    let _ = Command::new("kill")
+        .arg("-HUP")
+        .arg(child.id().to_string())
+        .status();
+    let mut req = Client::connect(format!("127.0.0.1:{admin}").parse().expect("addr"));
+    req.send_raw(b"POST /reload HTTP/1.1\r\nHost: t\r\nContent-Length: 0\r\n\r\n");
+    let r = req.read_response().expect("reload answer");
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert!(
+        r.text()
+            .contains("c.yaml:7: sequences.s0: steps nest 1501 levels deep here"),
+        "{}",
+        r.text()
+    );
+    let log = || std::fs::read_to_string(dir.join("busbar.log")).unwrap_or_default();
+    // The SIGHUP's reload, on a thread of its own, is refused too.
+    assert!(
+        eventually(Duration::from_secs(10), || log()
+            .matches("reload failed")
+            .count()
+            == 2),
+        "{}",
+        log()
+    );
+    let r = Client::connect(addr).post("/p", &[], b"").expect("served");
+    assert_eq!(r.body, b"old");
+    assert!(child.try_wait().expect("wait").is_none(), "busbar exited");
+    assert!(stop(&mut child).success());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `validate` reports a sequence that runs itself (used or not, directly or through another)
+/// as `run` does, and exits 1, rather than building it.
+#[test]
+fn validate_reports_sequences_that_run_themselves_as_run_does() {
+    let dir = temp_dir("cycles");
+    let yaml = format!(
+        "{OK}sequences:\n  a: [ {{ sequence: a }} ]\n  b: [ {{ sequence: c }} ]\n  c: [ {{ sequence: b }} ]\n"
+    );
+    let (code, err) = validate(&yaml);
+    assert_eq!(code, 1, "{err}");
+    let expected = "c.yaml:11: sequences.a: sequence 'a' runs itself (through 'a')\nc.yaml:12: sequences.b: sequence 'c' runs itself (through 'b')\nc.yaml:13: sequences.c: sequence 'b' runs itself (through 'c')\n";
+    assert_eq!(err, format!("{expected}c.yaml: 3 problem(s)\n"));
+    let file = dir.join("c.yaml");
+    std::fs::write(&file, &yaml).expect("write");
+    let out = busbar().arg("run").arg(&file).output().expect("run");
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr).replace(&file.display().to_string(), "c.yaml"),
+        expected
+    );
+    // With another problem beside the cycle, validate still reports both and stops there.
+    let (code, err) = validate(&yaml.replace("call: echo", "call: nope"));
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains(expected), "{err}");
+    assert!(
+        err.contains("c.yaml:9: proxies.DirectProxy.in[0].call: unknown endpoint 'nope'\n"),
+        "{err}"
+    );
+    assert!(err.ends_with("c.yaml: 4 problem(s)\n"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A misspelt log level is refused with its file, line and key, whether written in the config
+/// or given by the variable it names (`BUSBAR_LOG` in the examples); tracing would take it for
+/// a target name and log nothing at all, errors included.
+#[test]
+fn a_misspelt_log_level_is_refused_and_a_misspelt_rust_log_ignored() {
+    let dir = temp_dir("log-level");
+    let file = dir.join("c.yaml");
+    std::fs::write(
+        &file,
+        format!("log: {{ level: \"${{BUSBAR_LOG:-info}}\" }}\n{OK}"),
+    )
+    .expect("write");
+    for cmd in ["validate", "run"] {
+        for (value, shown) in [("warnning", "warnning"), ("info\"", "info\"")] {
+            let out = busbar()
+                .arg(cmd)
+                .arg(&file)
+                .env("BUSBAR_LOG", value)
+                .output()
+                .expect("busbar");
+            let err =
+                String::from_utf8_lossy(&out.stderr).replace(&file.display().to_string(), "c.yaml");
+            assert_eq!(out.status.code(), Some(1), "{cmd} {value}: {err}");
+            assert!(
+                err.starts_with(&format!("c.yaml:1: log.level: '{shown}' is not a log level: give trace, debug, info, warn, error or off")),
+                "{cmd} {value}: {err}"
+            );
+        }
+    }
+    let (code, err) = validate(&format!(
+        "log: {{ level: \"ERROR,busbar_engine=debug\" }}\n{OK}"
+    ));
+    assert_eq!(code, 0, "{err}");
+
+    // RUST_LOG overrides log.level; one that is not a filter is ignored, and said so, and the
+    // config's level holds: the failed call is logged.
+    let dead = free_port();
+    let (mut child, addr) = run_on_free_port(
+        &dir,
+        |port| format!("workers: 1\nadmin: {{ enabled: false }}\nlog: {{ level: warn }}\nlisteners:\n  http: {{ bind: \"127.0.0.1:{port}\" }}\nendpoints:\n  dead: {{ url: \"http://127.0.0.1:{dead}/x\", connect_timeout: 1s }}\nproxies:\n  P: {{ path: /p, in: [ {{ call: dead }} ] }}\n"),
+        &[("RUST_LOG", "warnning")],
+    )
+    .expect("busbar runs");
+    let r = Client::connect(addr).post("/p", &[], b"x").expect("answer");
+    assert_eq!(r.status, 502, "{}", r.text());
+    assert!(stop(&mut child).success());
+    let log = std::fs::read_to_string(dir.join("busbar.log")).unwrap_or_default();
+    assert!(
+        log.starts_with("RUST_LOG: 'warnning' is not a log level"),
+        "{log}"
+    );
+    assert!(log.contains("ignored, logging at 'warn'"), "{log}");
+    assert!(
+        log.lines()
+            .any(|l| l.contains("proxies.P.in[0].call") && l.contains("refused the connection")),
+        "{log}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A reload applies a changed `log.level` to the running process; a changed `log.format`,
+/// which only a restart can apply, makes the reload refuse the config and say so, as a
+/// changed listener does.
+#[test]
+fn a_reload_applies_the_log_level_and_refuses_a_new_log_format() {
+    let dir = temp_dir("log-reload");
+    let (admin, dead) = (free_port(), free_port());
+    let yaml = move |port: u16| {
+        format!("workers: 1\nlog: {{ level: info, format: text }}\nadmin: {{ bind: \"127.0.0.1:{admin}\" }}\nlisteners:\n  http: {{ bind: \"127.0.0.1:{port}\" }}\nendpoints:\n  dead: {{ url: \"http://127.0.0.1:{dead}/x\", connect_timeout: 1s }}\nproxies:\n  P: {{ path: /p, in: [ {{ call: dead }} ] }}\n")
+    };
+    let (mut child, addr) = run_on_free_port(&dir, yaml, &[]).expect("busbar runs");
+    let file = dir.join("c.yaml");
+    let text = std::fs::read_to_string(&file).expect("read");
+    let admin: std::net::SocketAddr = format!("127.0.0.1:{admin}").parse().expect("addr");
+    let reload = |text: &str| {
+        std::fs::write(&file, text).expect("write");
+        let mut req = Client::connect(admin);
+        req.send_raw(b"POST /reload HTTP/1.1\r\nHost: t\r\nContent-Length: 0\r\n\r\n");
+        req.read_response().expect("reload answer")
+    };
+    let log = || std::fs::read_to_string(dir.join("busbar.log")).unwrap_or_default();
+    let refused = |log: &str| log.matches("refused the connection").count();
+    let call = |path: &str| {
+        let r = Client::connect(addr).post(path, &[], b"x").expect("answer");
+        assert_eq!(r.status, 502, "{}", r.text());
+    };
+
+    call("/p");
+    assert!(
+        eventually(Duration::from_secs(5), || refused(&log()) == 1),
+        "{}",
+        log()
+    );
+    let r = reload(&text.replace("level: info", "level: error"));
+    assert_eq!(r.status, 200, "{}", r.text());
+    call("/p");
+    let r = reload(&text.replace("level: info", "level: warn"));
+    assert_eq!(r.status, 200, "{}", r.text());
+    call("/p");
+    // The call made at `error` logged nothing; the one made at `warn` did.
+    assert!(
+        eventually(Duration::from_secs(5), || refused(&log()) == 2),
+        "{}",
+        log()
+    );
+
+    let r = reload(&text.replace("format: text", "format: json"));
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert!(
+        r.text().contains(
+            "log.format: changed: these take effect only after a restart; nothing was reloaded"
+        ),
+        "{}",
+        r.text()
+    );
+    call("/p");
+    assert!(stop(&mut child).success());
+    let log = log();
+    assert_eq!(refused(&log), 3, "{log}");
+    assert!(
+        log.lines().all(|l| !l.starts_with('{')),
+        "a JSON line after a refused reload:\n{log}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

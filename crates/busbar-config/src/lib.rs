@@ -8,12 +8,13 @@
 
 pub mod interpolate;
 pub mod model;
+pub mod nesting;
 pub mod pattern;
 mod recover;
 pub mod secret;
 pub mod units;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::fmt;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -414,6 +415,9 @@ pub fn validate(loaded: &LoadedConfig) -> Vec<ConfigError> {
             );
         }
     }
+    if let Err(e) = check_log_filter(&cfg.log.level) {
+        err(None, "log.level".into(), e);
+    }
     if let Some(log) = &cfg.access_log {
         if log.path.trim().is_empty() {
             err(
@@ -446,6 +450,13 @@ pub fn validate(loaded: &LoadedConfig) -> Vec<ConfigError> {
     if let Some(otlp) = &cfg.tracing.otlp {
         if let Err(e) = check_url(&otlp.endpoint) {
             err(None, "tracing.otlp.endpoint".into(), e);
+        }
+        if otlp.timeout.0.is_zero() {
+            err(
+                None,
+                "tracing.otlp.timeout".into(),
+                "must be more than 0".into(),
+            );
         }
         if otlp.queue == 0 {
             err(
@@ -540,6 +551,7 @@ pub fn validate(loaded: &LoadedConfig) -> Vec<ConfigError> {
             );
         }
         for (key, d) in [
+            ("header_read_timeout", l.header_read_timeout),
             ("client_body_timeout", l.client_body_timeout),
             ("send_timeout", l.send_timeout),
         ] {
@@ -559,7 +571,9 @@ pub fn validate(loaded: &LoadedConfig) -> Vec<ConfigError> {
     for (name, steps) in &cfg.sequences {
         check_steps(loaded, steps, &format!("sequences.{name}"), &mut err);
     }
-    check_sequence_cycles(cfg, &mut err);
+    for e in nesting::check(loaded) {
+        err(e.line, e.path, e.message);
+    }
     // Per listener: the patterns served so far, with their proxy and methods.
     type Served<'a> = Vec<(pattern::PathPattern, &'a str, &'a [String])>;
     let mut served: BTreeMap<String, Served<'_>> = BTreeMap::new();
@@ -638,6 +652,34 @@ pub fn validate(loaded: &LoadedConfig) -> Vec<ConfigError> {
         check_steps(loaded, &p.on_error, &format!("{path}.on_error"), &mut err);
     }
     errors
+}
+
+/// Checks a log filter (`log.level`, `RUST_LOG`): a level (`trace`, `debug`, `info`, `warn`,
+/// `error` or `off`, in any case), or a comma list of levels and `target=level` directives
+/// (`info,busbar_engine=debug`). tracing's own parser takes any other word as a target name to
+/// log at every level, so a misspelt level (`warnning`) would turn off every line, errors
+/// included, and say nothing.
+pub fn check_log_filter(text: &str) -> Result<(), String> {
+    const LEVELS: [&str; 6] = ["trace", "debug", "info", "warn", "error", "off"];
+    let is_level = |l: &str| LEVELS.iter().any(|x| x.eq_ignore_ascii_case(l.trim()));
+    let is_target = |t: &str| {
+        !t.is_empty()
+            && t.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b':' | b'-' | b'.'))
+    };
+    let ok = !text.trim().is_empty()
+        && text.split(',').all(|d| match d.split_once('=') {
+            Some((target, level)) => is_target(target.trim()) && is_level(level),
+            None => is_level(d),
+        });
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "'{text}' is not a log level: give trace, debug, info, warn, error or off, or \
+             directives like 'info,busbar_engine=debug'"
+        ))
+    }
 }
 
 /// True when a request method could reach both proxies (no `methods` means any).
@@ -1172,7 +1214,14 @@ fn check_steps(
             }
             StepConfig::Respond(r) => {
                 if let Some(s) = r.status {
-                    if !(100..=599).contains(&s) {
+                    // A 1xx is not a final answer: the client would wait for one after it.
+                    if (100..=199).contains(&s) {
+                        err(
+                            None,
+                            format!("{here}.status"),
+                            format!("{s} is an interim status, not an answer (give 200-599)"),
+                        );
+                    } else if !(200..=599).contains(&s) {
                         err(
                             None,
                             format!("{here}.status"),
@@ -1412,42 +1461,6 @@ fn check_wsse_secure(
     }
 }
 
-/// A sequence that (indirectly) runs itself would recurse forever on the first request.
-fn check_sequence_cycles(cfg: &Config, err: &mut impl FnMut(Option<u64>, String, String)) {
-    fn refs(steps: &[StepConfig]) -> Vec<&Spanned<String>> {
-        let mut out = Vec::new();
-        for s in steps {
-            if let StepConfig::Sequence(n) = s {
-                out.push(n);
-            }
-            for (_, children) in s.children() {
-                out.extend(refs(children));
-            }
-        }
-        out
-    }
-    for start in cfg.sequences.keys() {
-        let mut stack = vec![start.as_str()];
-        let mut seen = BTreeSet::new();
-        while let Some(name) = stack.pop() {
-            let Some(steps) = cfg.sequences.get(name) else {
-                continue;
-            };
-            for r in refs(steps) {
-                if r.value == *start {
-                    err(
-                        line_of(r),
-                        format!("sequences.{name}"),
-                        format!("sequence '{start}' runs itself (through '{name}')"),
-                    );
-                } else if seen.insert(r.value.as_str()) {
-                    stack.push(r.value.as_str());
-                }
-            }
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1541,17 +1554,18 @@ mod tests {
     fn serving_timeouts_must_be_positive_and_the_admin_token_printable() {
         let yaml = OK.replace(
             "http: { bind: \"127.0.0.1:0\" }",
-            "http: { bind: \"127.0.0.1:0\", client_body_timeout: 0s, send_timeout: 0ms, reuse_port: true }\nadmin: { token: \"a b\" }",
+            "http: { bind: \"127.0.0.1:0\", header_read_timeout: 0s, client_body_timeout: 0s, send_timeout: 0ms, reuse_port: true }\nadmin: { token: \"a b\" }",
         );
         let errs = check(&yaml);
         for want in [
+            "listeners.http.header_read_timeout: must be more than 0",
             "listeners.http.client_body_timeout: must be more than 0",
             "listeners.http.send_timeout: must be more than 0",
             "admin.token: must be non-empty printable ASCII without spaces",
         ] {
             assert!(errs.iter().any(|e| e.ends_with(want)), "{want}: {errs:?}");
         }
-        assert_eq!(errs.len(), 3, "{errs:?}");
+        assert_eq!(errs.len(), 4, "{errs:?}");
     }
 
     #[test]
@@ -1650,6 +1664,127 @@ mod tests {
         let errs = check(&yaml);
         assert_eq!(errs.len(), 2, "{errs:#?}");
         assert!(errs[0].contains("runs itself"), "{errs:#?}");
+    }
+
+    #[test]
+    fn log_level_is_a_level_or_a_list_of_target_directives() {
+        for good in [
+            "info",
+            "WARN",
+            " off ",
+            "error,busbar_engine=debug",
+            "busbar=debug, hyper=Warn",
+            "busbar_engine::proxy=trace",
+        ] {
+            assert_eq!(check_log_filter(good), Ok(()), "{good}");
+        }
+        for bad in [
+            "warnning",
+            "info\"",
+            "",
+            "info,",
+            "busbar",
+            "busbar=loud",
+            "=info",
+            "a b=info",
+        ] {
+            assert!(check_log_filter(bad).is_err(), "{bad:?}");
+        }
+        let errs = check(&format!("log: {{ level: warnning }}\n{OK}"));
+        assert_eq!(
+            errs,
+            ["t.yaml: log.level: 'warnning' is not a log level: give trace, debug, info, warn, error or off, or directives like 'info,busbar_engine=debug'"]
+        );
+    }
+
+    #[test]
+    fn respond_answers_with_a_final_status() {
+        let errs = check(&OK.replace(
+            "- call: echo",
+            "- respond: { status: 101 }\n      - respond: { status: 200 }\n      - respond: { status: 600 }",
+        ));
+        assert_eq!(
+            errs,
+            [
+                "t.yaml: proxies.P.in[0].respond.status: 101 is an interim status, not an answer (give 200-599)",
+                "t.yaml: proxies.P.in[2].respond.status: invalid HTTP status 600",
+            ]
+        );
+    }
+
+    #[test]
+    fn the_span_export_timeout_must_be_more_than_0() {
+        let errs = check(&format!(
+            "tracing: {{ otlp: {{ endpoint: \"http://127.0.0.1:4318/v1/traces\", timeout: 0s }} }}\n{OK}"
+        ));
+        assert_eq!(errs, ["t.yaml: tracing.otlp.timeout: must be more than 0"]);
+    }
+
+    /// A chain of `n` sequences `s0` → … → `s{n-1}`, the last one calling `echo`.
+    fn chain(n: usize) -> String {
+        let mut yaml = String::from("sequences:\n");
+        for i in 0..n - 1 {
+            yaml.push_str(&format!("  s{i}: [ {{ sequence: s{} }} ]\n", i + 1));
+        }
+        yaml.push_str(&format!("  s{}: [ {{ call: echo }} ]\n", n - 1));
+        yaml
+    }
+
+    #[test]
+    fn steps_nest_at_most_32_levels_counted_through_the_sequences_they_run() {
+        // The proxy's step is level 1, the last sequence's call level n + 1.
+        let at = |n: usize| {
+            check(&format!(
+                "{OK}  Q:\n    path: /q\n    in:\n      - sequence: s0\n{}",
+                chain(n)
+            ))
+        };
+        assert_eq!(at(31), Vec::<String>::new());
+        let errs = at(32);
+        assert_eq!(
+            errs,
+            [
+                "t.yaml:13: proxies.Q.in[0].sequence: steps nest 33 levels deep here, through sequences 's0' → 's1' → 's2' → … → 's31' (32 sequences); at most 32 are allowed"
+            ]
+        );
+        // Nested steps count too: a route and a scatter-gather branch are a level each.
+        let yaml = format!(
+            "{OK}      - route:\n          - when: {{ header: x, exists: true }}\n            then:\n              - scatter_gather: {{ branches: [ {{ name: a, steps: [ {{ sequence: s0 }} ] }} ] }}\n{}",
+            chain(29)
+        );
+        assert_eq!(check(&yaml), Vec::<String>::new());
+        let errs = check(&yaml.replace(&chain(29), &chain(30)));
+        assert_eq!(errs.len(), 1, "{errs:#?}");
+        assert!(
+            errs[0].starts_with("t.yaml: proxies.P.in[1].route: steps nest 33 levels deep here"),
+            "{errs:#?}"
+        );
+    }
+
+    #[test]
+    fn sequences_too_deep_that_no_proxy_runs_are_refused_once_at_the_outermost() {
+        let started = std::time::Instant::now();
+        let errs = check(&format!("{OK}{}", chain(10_000)));
+        assert!(started.elapsed() < std::time::Duration::from_secs(5));
+        assert_eq!(errs.len(), 1, "{errs:#?}");
+        assert!(
+            errs[0].starts_with(
+                "t.yaml: sequences.s0: steps nest 10000 levels deep here, through sequences 's1'"
+            ),
+            "{errs:#?}"
+        );
+        // Sequences that run themselves, used or not, are refused without measuring them.
+        let errs = check(&format!(
+            "{OK}sequences:\n  a: [ {{ sequence: a }} ]\n  b: [ {{ sequence: c }} ]\n  c: [ {{ route: [ {{ otherwise: [ {{ sequence: b }} ] }} ] }} ]\n"
+        ));
+        assert_eq!(
+            errs,
+            [
+                "t.yaml:11: sequences.a: sequence 'a' runs itself (through 'a')",
+                "t.yaml:12: sequences.b: sequence 'c' runs itself (through 'b')",
+                "t.yaml:13: sequences.c: sequence 'b' runs itself (through 'c')",
+            ]
+        );
     }
 
     /// Every error `load_text` reports, as printed.

@@ -111,8 +111,10 @@ impl Serialize for Workers {
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct LogConfig {
-    /// `error`, `warn`, `info`, `debug` or `trace`, or a tracing filter like `busbar=debug`.
-    /// `RUST_LOG` overrides it.
+    /// `trace`, `debug`, `info`, `warn`, `error` or `off` (any case), or a comma list of them
+    /// and `target=level` directives like `info,busbar_engine=debug`; anything else is an
+    /// error. `RUST_LOG` overrides it (and is ignored, with a line saying so, when it is not
+    /// such a filter).
     #[serde(default = "default_log_level")]
     pub level: String,
     /// `text` or `json`.
@@ -220,7 +222,7 @@ pub struct OtlpConfig {
     /// `http` (OTLP/HTTP, protobuf) or `grpc` (OTLP/gRPC).
     #[serde(default)]
     pub protocol: OtlpProtocol,
-    /// Time allowed for one export.
+    /// Time allowed for one export; more than 0.
     #[serde(default = "default_otlp_timeout")]
     pub timeout: Duration,
     /// Finished spans held for export; past it spans are dropped and counted in
@@ -990,7 +992,8 @@ pub enum FaultCodeConfig {
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct RespondConfig {
-    /// Status of the answer; default 200, or the current response's status.
+    /// Status of the answer (200-599; a 1xx is not an answer); default 200, or the current
+    /// response's status.
     #[serde(default)]
     pub status: Option<u16>,
     /// A fixed body instead of the current message's body.

@@ -151,6 +151,20 @@ pub struct Control {
     stopping_cv: Condvar,
     /// The first worker's runtime: where durable instances are resumed and kept.
     first_worker: std::sync::OnceLock<tokio::runtime::Handle>,
+    /// Applies a new `log.level`, when the process's logging can change it live.
+    log_level: std::sync::OnceLock<LogLevelSetter>,
+}
+
+/// Sets the process's log filter to a checked `log.level`, or says why it could not.
+pub type SetLogLevel = dyn Fn(&str) -> Result<(), String> + Send + Sync;
+
+/// A [`SetLogLevel`] that [`Control`] keeps.
+pub struct LogLevelSetter(pub Box<SetLogLevel>);
+
+impl std::fmt::Debug for LogLevelSetter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("LogLevelSetter")
+    }
 }
 
 /// Takes up the durable instances of `engine`'s processes (`own`: those this node ran
@@ -216,7 +230,12 @@ pub fn check(file: &Path) -> Result<Runtime, ConfigErrors> {
     };
     let workers = workers_of(&loaded.config);
     // A config with problems is still compiled, as far as it goes: a bad XPath, jq program or
-    // stylesheet is reported in the same run as a misspelt key elsewhere.
+    // stylesheet is reported in the same run as a misspelt key elsewhere. Not one whose
+    // sequences run themselves or nest too deep: its problems are known, and compiling it is
+    // what they make go wrong.
+    if !attempt.errors.is_empty() && !busbar_config::nesting::check(loaded).is_empty() {
+        return Err(ConfigErrors(attempt.errors));
+    }
     match Runtime::build(loaded, &Registry::default(), workers) {
         Ok(rt) if attempt.errors.is_empty() => Ok(rt),
         Ok(_) => Err(ConfigErrors(attempt.errors)),
@@ -409,6 +428,7 @@ impl Engine {
             stopping: Mutex::new(None),
             stopping_cv: Condvar::new(),
             first_worker: std::sync::OnceLock::new(),
+            log_level: std::sync::OnceLock::new(),
         });
         let mut per_worker: Vec<Vec<Job>> = (0..workers.max(1)).map(|_| Vec::new()).collect();
         let names = shared.runtime.load().listener_names.clone();
@@ -607,6 +627,10 @@ impl Control {
         if echo_binds(before) != echo_binds(after) {
             restart.push("echoes");
         }
+        // The log's format is fixed when logging starts; its level is not (below).
+        if before.log.format != after.log.format {
+            restart.push("log.format");
+        }
         if !restart.is_empty() {
             return Err(ConfigErrors(vec![loaded.error(
                 None,
@@ -617,6 +641,18 @@ impl Control {
         let runtime =
             Runtime::build(&loaded, &self.shared.metrics, self.workers).map_err(ConfigErrors)?;
         hold_stores(&loaded, &runtime)?;
+        // Before anything is swapped: a level that cannot be applied fails the whole reload.
+        if before.log.level != after.log.level {
+            if let Some(set) = self.log_level.get() {
+                (set.0)(&after.log.level).map_err(|e| {
+                    ConfigErrors(vec![loaded.error(
+                        None,
+                        "log.level",
+                        format!("cannot apply: {e}"),
+                    )])
+                })?;
+            }
+        }
         let proxies = loaded.config.proxies.len();
         let current = self.shared.access_log.load();
         if current.as_ref().map(|l| &l.config) != loaded.config.access_log.as_ref() {
@@ -661,6 +697,12 @@ impl Control {
             "reloaded {} ({proxies} proxies)",
             self.file.display()
         ))
+    }
+
+    /// Lets a reload apply a changed `log.level` with `set` (the process's logging is not the
+    /// engine's: `busbar run` sets it up). Without it, a reload leaves the level as it was.
+    pub fn on_log_level(&self, set: LogLevelSetter) {
+        let _ = self.log_level.set(set);
     }
 
     /// Reopens the access log file (after logrotate moved it away): SIGUSR1.

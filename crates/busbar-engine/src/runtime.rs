@@ -94,7 +94,9 @@ impl Runtime {
             }
         }
         let mut b = BuildCx::new(loaded, metrics, &shared_endpoints, &databases);
-        for name in cfg.sequences.keys() {
+        // Each sequence after those it runs: building one then never follows a chain of
+        // references (thousands of sequences long, in a config that validation refused).
+        for name in busbar_config::nesting::build_order(&cfg.sequences) {
             b.sequence(name);
         }
         let listener_names: Vec<String> = cfg.listeners.keys().cloned().collect();

@@ -94,23 +94,53 @@ fn parse_timeout(s: &str) -> Result<std::time::Duration, String> {
     busbar_config::units::Duration::parse(s).map(|d| d.0)
 }
 
-fn init_logging(level: &str, json: bool) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .or_else(|_| tracing_subscriber::EnvFilter::try_new(level))
+/// Starts logging at `level` (or RUST_LOG's filter) in text or JSON. Returns what a reload
+/// calls to change the level, unless RUST_LOG holds it.
+fn init_logging(level: &str, json: bool) -> Option<busbar_engine::engine::LogLevelSetter> {
+    // A RUST_LOG that is not a filter (a misspelt level is taken as a target name) would turn
+    // every line off: it is ignored, and said so.
+    let from_env = std::env::var("RUST_LOG").ok().filter(|v| {
+        if v.trim().is_empty() {
+            return false;
+        }
+        let ok = busbar_config::check_log_filter(v);
+        if let Err(e) = &ok {
+            eprintln!("RUST_LOG: {e}; ignored, logging at '{level}'");
+        }
+        ok.is_ok()
+    });
+    let filter = tracing_subscriber::EnvFilter::try_new(from_env.as_deref().unwrap_or(level))
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     // Colour only on a terminal (a log redirected to a file or a pipe gets plain text), and
     // never when NO_COLOR is set.
     use std::io::IsTerminal;
     let ansi = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
     let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
         .with_ansi(ansi)
         .with_writer(logline::OneLine { ansi });
-    let _ = if json {
-        builder.json().try_init()
+    let setter = if json {
+        let builder = builder
+            .json()
+            .with_env_filter(filter)
+            .with_filter_reloading();
+        let handle = builder.reload_handle();
+        builder.try_init().ok().map(|()| level_setter(handle))
     } else {
-        builder.try_init()
+        let builder = builder.with_env_filter(filter).with_filter_reloading();
+        let handle = builder.reload_handle();
+        builder.try_init().ok().map(|()| level_setter(handle))
     };
+    setter.filter(|_| from_env.is_none())
+}
+
+/// Sets the log filter through `handle` to a `log.level` the config check accepted.
+fn level_setter<S: 'static>(
+    handle: tracing_subscriber::reload::Handle<tracing_subscriber::EnvFilter, S>,
+) -> busbar_engine::engine::LogLevelSetter {
+    busbar_engine::engine::LogLevelSetter(Box::new(move |level| {
+        let filter = tracing_subscriber::EnvFilter::try_new(level).map_err(|e| e.to_string())?;
+        handle.reload(filter).map_err(|e| e.to_string())
+    }))
 }
 
 #[derive(Subcommand, Debug)]
@@ -225,7 +255,7 @@ fn run(config: &std::path::Path) -> ExitCode {
         ),
         Err(_) => ("info".to_owned(), false, false),
     };
-    init_logging(&level, json);
+    let log_level = init_logging(&level, json);
     let signals = watch_signals();
     let engine = match busbar_engine::Engine::start(config) {
         Ok(e) => e,
@@ -234,6 +264,9 @@ fn run(config: &std::path::Path) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    if let Some(set) = log_level {
+        engine.control().on_log_level(set);
+    }
     // The addresses go to standard output, unless the access log does: then its lines are all
     // that is there, for whatever reads them.
     let mut addresses = Vec::new();
@@ -372,7 +405,7 @@ fn echo(
     workers: Option<usize>,
     (catalog, buffer): (bool, bool),
 ) -> ExitCode {
-    init_logging("info", false);
+    let _ = init_logging("info", false);
     let json = match json {
         Some(path) => match busbar_core::file::read(&path) {
             Ok(b) => Some(bytes::Bytes::from(b)),

@@ -308,6 +308,8 @@ pub struct BuildCx<'a> {
     global_namespaces: BTreeMap<String, String>,
     errors: Vec<ConfigError>,
     sequences: HashMap<String, Arc<Sequence>>,
+    /// The named sequences being built, outermost first.
+    building: Vec<String>,
     /// The nested step lists of the step being built, in `StepConfig::children()` order.
     children: Vec<Vec<BuiltStep>>,
     /// Keys and certificates, each file read (and decrypted) once per build.
@@ -333,6 +335,7 @@ impl<'a> BuildCx<'a> {
             global_namespaces: BTreeMap::new(),
             errors: Vec::new(),
             sequences: HashMap::new(),
+            building: Vec::new(),
             children: Vec::new(),
             keys: keys::KeyCache::default(),
             engines: Vec::new(),
@@ -419,25 +422,36 @@ impl<'a> BuildCx<'a> {
         out
     }
 
+    /// True while named sequence `name` is being built: a reference to it now is a cycle.
+    pub fn is_building(&self, name: &str) -> bool {
+        self.building.iter().any(|b| b == name)
+    }
+
     /// The nested step lists of the step being built, in `StepConfig::children()` order
     /// (taken: a second call returns none).
     pub fn take_children(&mut self) -> Vec<Vec<BuiltStep>> {
         std::mem::take(&mut self.children)
     }
 
-    /// Builds named sequence `name` once (validation has ruled out cycles); `None` if there
-    /// is no such sequence.
+    /// Builds named sequence `name` once; `None` if there is no such sequence, or if it is
+    /// being built (it runs itself: validation reports that, and [`BuildCx::is_building`]
+    /// tells it apart).
     pub fn sequence(&mut self, name: &str) -> Option<Arc<Sequence>> {
         if let Some(s) = self.sequences.get(name) {
             return Some(s.clone());
         }
+        if self.is_building(name) {
+            return None;
+        }
         let cfg = self.loaded.config.sequences.get(name)?;
+        self.building.push(name.to_owned());
         // Named sequences see the global namespaces only, wherever they are used from.
         let scoped = std::mem::replace(&mut self.namespaces, self.global_namespaces.clone());
         let children = std::mem::take(&mut self.children);
         let steps = self.steps(cfg, &format!("sequences.{name}"));
         self.children = children;
         self.namespaces = scoped;
+        self.building.pop();
         let seq = Arc::new(Sequence {
             name: name.to_owned(),
             steps,

@@ -29,6 +29,11 @@ impl SequenceStep {
     pub fn build(name: &Spanned<String>, cx: &mut BuildCx<'_>, here: &str) -> Result<Self, Failed> {
         match cx.sequence(&name.value) {
             Some(sequence) => Ok(Self { sequence }),
+            None if cx.is_building(&name.value) => Err(cx.fail(
+                line_of(name),
+                here,
+                format!("sequence '{}' runs itself", name.value),
+            )),
             None => Err(cx.fail(
                 line_of(name),
                 here,
@@ -70,6 +75,19 @@ mod tests {
         assert_eq!(
             run_steps(&steps, &mut exchange(&[], b"")).ok(),
             Some(Flow::Respond)
+        );
+    }
+
+    #[test]
+    fn sequences_that_run_each_other_fail_to_build_instead_of_recursing() {
+        let l = loaded(
+            "sequences:\n  s:\n    - sequence: t\n  t:\n    - sequence: s\n",
+            &std::env::temp_dir(),
+        );
+        let errs = build(&l).err().unwrap_or_else(|| panic!("built"));
+        assert!(
+            errs.iter().any(|e| e.contains("sequence 't' runs itself")),
+            "{errs:#?}"
         );
     }
 }
