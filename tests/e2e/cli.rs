@@ -1007,6 +1007,49 @@ fn a_misspelt_log_level_is_refused_and_a_misspelt_rust_log_ignored() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Settings fixed at start (the echo back ends, the drain) make a reload that changes them
+/// refuse, naming them: it said `reloaded` and showed them in `/config` though they were not
+/// in force.
+#[test]
+fn a_reload_refuses_changes_that_only_a_restart_applies() {
+    let dir = temp_dir("restart-only");
+    let (admin, echo) = (free_port(), free_port());
+    let yaml = move |port: u16| {
+        format!("workers: 1\nadmin: {{ bind: \"127.0.0.1:{admin}\" }}\nshutdown: {{ drain_timeout: 3s }}\necho: {{ bind: \"127.0.0.1:{echo}\", delay: 1ms }}\nlisteners:\n  http: {{ bind: \"127.0.0.1:{port}\" }}\nproxies:\n  P: {{ path: /p, in: [ {{ respond: {{ body: ok }} }} ] }}\n")
+    };
+    let (mut child, _) = run_on_free_port(&dir, yaml, &[]).expect("busbar runs");
+    let file = dir.join("c.yaml");
+    let text = std::fs::read_to_string(&file).expect("read");
+    let admin: std::net::SocketAddr = format!("127.0.0.1:{admin}").parse().expect("addr");
+    let reload = |text: &str| {
+        std::fs::write(&file, text).expect("write");
+        Client::connect(admin)
+            .request("POST", "/reload", &[], b"")
+            .expect("reload answer")
+    };
+    for (changed, key) in [
+        (text.replace("delay: 1ms", "delay: 100ms"), "echo"),
+        (
+            text.replace("drain_timeout: 3s", "drain_timeout: 1s"),
+            "shutdown",
+        ),
+    ] {
+        let r = reload(&changed);
+        assert_eq!(r.status, 400, "{}", r.text());
+        assert!(
+            r.text().contains(&format!(
+                "{key}: changed: these take effect only after a restart; nothing was reloaded"
+            )),
+            "{}",
+            r.text()
+        );
+    }
+    let r = reload(&text.replace("body: ok", "body: new"));
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(stop(&mut child).success());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// A reload applies a changed `log.level` to the running process; a changed `log.format`,
 /// which only a restart can apply, makes the reload refuse the config and say so, as a
 /// changed listener does.

@@ -246,6 +246,11 @@ pub fn check(file: &Path) -> Result<Runtime, ConfigErrors> {
     }
 }
 
+/// Whether two config sections say the same (rendered as `/config` shows them).
+fn same<T: serde::Serialize>(a: &T, b: &T) -> bool {
+    serde_json::to_value(a).ok() == serde_json::to_value(b).ok()
+}
+
 fn addr(loaded: &LoadedConfig, path: &str, text: &str) -> Result<SocketAddr, ConfigErrors> {
     text.parse().map_err(|e| {
         ConfigErrors(vec![loaded.error(
@@ -615,17 +620,16 @@ impl Control {
         if before.admin.bind != after.admin.bind || before.admin.enabled != after.admin.enabled {
             restart.push("admin");
         }
-        if before.echo.as_ref().map(|e| &e.bind) != after.echo.as_ref().map(|e| &e.bind) {
+        // The echo back ends and the drain are set up once, at start: any change to them
+        // would be shown by /config and not be in force.
+        if !same(&before.echo, &after.echo) {
             restart.push("echo");
         }
-        let echo_binds = |c: &busbar_config::Config| -> Vec<(String, String)> {
-            c.echoes
-                .iter()
-                .map(|(k, v)| (k.clone(), v.bind.clone()))
-                .collect()
-        };
-        if echo_binds(before) != echo_binds(after) {
+        if !same(&before.echoes, &after.echoes) {
             restart.push("echoes");
+        }
+        if !same(&before.shutdown, &after.shutdown) {
+            restart.push("shutdown");
         }
         // The log's format is fixed when logging starts; its level is not (below).
         if before.log.format != after.log.format {
