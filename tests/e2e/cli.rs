@@ -1007,6 +1007,48 @@ fn a_misspelt_log_level_is_refused_and_a_misspelt_rust_log_ignored() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Metrics follow the running config: a proxy a reload renamed leaves `/metrics` once its
+/// requests are done, so reloads that rename things do not grow the page without end.
+#[test]
+fn metrics_of_a_proxy_a_reload_took_away_are_dropped() {
+    let dir = temp_dir("metrics-reload");
+    let admin = free_port();
+    let yaml = move |port: u16| {
+        format!("workers: 1\nadmin: {{ bind: \"127.0.0.1:{admin}\" }}\nlisteners:\n  http: {{ bind: \"127.0.0.1:{port}\" }}\nproxies:\n  Name0: {{ path: /p, in: [ {{ respond: {{ body: ok }} }} ] }}\n")
+    };
+    let (mut child, addr) = run_on_free_port(&dir, yaml, &[]).expect("busbar runs");
+    let file = dir.join("c.yaml");
+    let text = std::fs::read_to_string(&file).expect("read");
+    let admin: std::net::SocketAddr = format!("127.0.0.1:{admin}").parse().expect("addr");
+    let metrics = || {
+        Client::connect(admin)
+            .get("/metrics")
+            .expect("metrics")
+            .text()
+    };
+    for n in 1..=20 {
+        std::fs::write(&file, text.replace("Name0", &format!("Name{n}"))).expect("write");
+        let r = Client::connect(admin)
+            .request("POST", "/reload", &[], b"")
+            .expect("reload");
+        assert_eq!(r.status, 200, "{}", r.text());
+        assert_eq!(Client::connect(addr).get("/p").expect("answer").status, 200);
+    }
+    let page = metrics();
+    assert!(
+        page.contains("busbar_proxy_requests_total{proxy=\"Name20\"} 1"),
+        "{page}"
+    );
+    for n in 0..20 {
+        assert!(
+            !page.contains(&format!("\"Name{n}\"")),
+            "Name{n} is still there:\n{page}"
+        );
+    }
+    assert!(stop(&mut child).success());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// Settings fixed at start (the echo back ends, the drain) make a reload that changes them
 /// refuse, naming them: it said `reloaded` and showed them in `/config` though they were not
 /// in force.

@@ -260,6 +260,23 @@ impl Registry {
             .clone()
     }
 
+    /// Drops the series of what no running config has any more (a proxy, endpoint, step,
+    /// URL or stylesheet a reload took away, once the last request on the old config ended,
+    /// or what a reload that failed had built): the registry is the only one left holding
+    /// their counters. A name that comes back later starts from zero, as a new series.
+    fn forget_unused(&self) {
+        fn retain<K: Ord, V>(map: &Mutex<BTreeMap<K, Arc<V>>>) {
+            let mut map = map.lock().unwrap_or_else(|p| p.into_inner());
+            map.retain(|_, v| Arc::strong_count(v) > 1);
+        }
+        retain(&self.proxies);
+        retain(&self.endpoints);
+        retain(&self.steps);
+        retain(&self.upstreams);
+        retain(&self.listeners);
+        retain(&self.xslt);
+    }
+
     fn get(map: &Mutex<BTreeMap<String, Arc<Counters>>>, name: &str) -> Arc<Counters> {
         // A poisoned lock only means another thread panicked while inserting; the map is
         // still consistent, so keep using it.
@@ -269,6 +286,7 @@ impl Registry {
 
     /// Renders every metric in the Prometheus text exposition format.
     pub fn render(&self) -> String {
+        self.forget_unused();
         let mut out = String::with_capacity(8192);
         let groups = [
             ("proxy", &self.proxies),
@@ -484,6 +502,26 @@ mod tests {
     use super::*;
 
     #[test]
+    fn series_of_what_no_config_holds_are_dropped_and_those_held_kept() {
+        let r = Registry::default();
+        let kept = r.proxy("Kept");
+        kept.requests.fetch_add(3, Relaxed);
+        r.proxy("Gone").requests.fetch_add(5, Relaxed);
+        let url = r.upstream("e", "http://h/x");
+        drop(r.upstream("gone", "http://h/y"));
+        let text = r.render();
+        assert!(
+            text.contains("busbar_proxy_requests_total{proxy=\"Kept\"} 3"),
+            "{text}"
+        );
+        assert!(!text.contains("Gone") && !text.contains("gone"), "{text}");
+        assert!(text.contains("url=\"http://h/x\""), "{text}");
+        // A name that comes back is a new series.
+        assert_eq!(r.proxy("Gone").requests.load(Relaxed), 0);
+        drop((kept, url));
+    }
+
+    #[test]
     fn histogram_buckets_are_cumulative() {
         let r = Registry::default();
         let c = r.proxy("P");
@@ -607,7 +645,8 @@ mod tests {
     #[test]
     fn responses_cut_short_are_rendered_per_endpoint() {
         let r = Registry::default();
-        r.endpoint("svc").responses_cut.fetch_add(2, Relaxed);
+        let svc = r.endpoint("svc");
+        svc.responses_cut.fetch_add(2, Relaxed);
         let text = r.render();
         assert!(
             text.contains("busbar_endpoint_responses_cut_total{endpoint=\"svc\"} 2"),
