@@ -1007,6 +1007,46 @@ fn a_misspelt_log_level_is_refused_and_a_misspelt_rust_log_ignored() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// An endpoint a reload leaves as it was keeps its state: an open breaker stays open (a reload
+/// by config management every minute must not let calls through to a back end that is down).
+#[test]
+fn a_reload_keeps_an_unchanged_endpoints_breaker() {
+    let dir = temp_dir("breaker-reload");
+    let (admin, dead) = (free_port(), free_port());
+    let yaml = move |port: u16| {
+        format!("workers: 1\nadmin: {{ bind: \"127.0.0.1:{admin}\" }}\nlisteners:\n  http: {{ bind: \"127.0.0.1:{port}\" }}\nendpoints:\n  dead: {{ url: \"http://127.0.0.1:{dead}/x\", breaker: {{ failures: 3, suspend: 60s }} }}\nproxies:\n  P: {{ path: /p, in: [ {{ call: dead }} ] }}\n  Q: {{ path: /q, in: [ {{ respond: {{ body: one }} }} ] }}\n")
+    };
+    let (mut child, addr) = run_on_free_port(&dir, yaml, &[]).expect("busbar runs");
+    let file = dir.join("c.yaml");
+    let text = std::fs::read_to_string(&file).expect("read");
+    let admin: std::net::SocketAddr = format!("127.0.0.1:{admin}").parse().expect("addr");
+    let status = || {
+        Client::connect(addr)
+            .post("/p", &[], b"x")
+            .expect("answer")
+            .status
+    };
+    let statuses: Vec<u16> = (0..4).map(|_| status()).collect();
+    assert_eq!(statuses, [502, 502, 502, 503]);
+    for body in ["two", "one"] {
+        std::fs::write(&file, text.replace("body: one", &format!("body: {body}"))).expect("write");
+        let r = Client::connect(admin)
+            .request("POST", "/reload", &[], b"")
+            .expect("reload");
+        assert_eq!(r.status, 200, "{}", r.text());
+        assert_eq!(status(), 503, "the breaker closed with the reload");
+    }
+    // A changed endpoint is a new one, breaker closed.
+    std::fs::write(&file, text.replace("failures: 3", "failures: 4")).expect("write");
+    let r = Client::connect(admin)
+        .request("POST", "/reload", &[], b"")
+        .expect("reload");
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(status(), 502);
+    assert!(stop(&mut child).success());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// Metrics follow the running config: a proxy a reload renamed leaves `/metrics` once its
 /// requests are done, so reloads that rename things do not grow the page without end.
 #[test]

@@ -642,8 +642,8 @@ impl Control {
                 "changed: these take effect only after a restart; nothing was reloaded",
             )]));
         }
-        let runtime =
-            Runtime::build(&loaded, &self.shared.metrics, self.workers).map_err(ConfigErrors)?;
+        let runtime = Runtime::build_after(&loaded, &self.shared.metrics, self.workers, Some(&old))
+            .map_err(ConfigErrors)?;
         hold_stores(&loaded, &runtime)?;
         // Before anything is swapped: a level that cannot be applied fails the whole reload.
         if before.log.level != after.log.level {

@@ -57,6 +57,29 @@ pub struct Runtime {
 }
 
 impl Runtime {
+    /// This runtime's endpoint `name`, when `config` describes it as this runtime's config did
+    /// and it has no TLS to read again.
+    fn unchanged_endpoint(
+        &self,
+        name: &str,
+        config: &busbar_config::EndpointConfig,
+    ) -> Option<Arc<Endpoint>> {
+        let old = self.config.config.endpoints.get(name)?;
+        let urls = |c: &busbar_config::EndpointConfig| -> Vec<String> {
+            c.url_list()
+                .iter()
+                .map(|u| u.url.expose().to_owned())
+                .collect()
+        };
+        let tls = urls(config)
+            .iter()
+            .any(|u| u.get(..6).is_some_and(|s| s.eq_ignore_ascii_case("https:")))
+            || config.0.tls.is_some();
+        let same = serde_json::to_value(old).ok() == serde_json::to_value(config).ok()
+            && urls(old) == urls(config);
+        (same && !tls).then(|| self.endpoints.get(name).cloned())?
+    }
+
     /// The proxy serving `method` and `path` on listener `listener`, with the path parameters.
     pub fn route(&self, listener: usize, method: &Method, path: &str) -> Match<'_, Arc<Proxy>> {
         match self.routes.get(listener) {
@@ -71,11 +94,28 @@ impl Runtime {
         metrics: &Registry,
         workers: usize,
     ) -> Result<Runtime, Vec<ConfigError>> {
+        Self::build_after(loaded, metrics, workers, None)
+    }
+
+    /// Builds the runtime that replaces `previous` (a reload): an endpoint the new config
+    /// describes exactly as the old one did is taken over as it is, with its open
+    /// connections, its breakers' state and its balancer's place, unless it speaks TLS (a
+    /// reload is how renewed certificate files are read).
+    pub fn build_after(
+        loaded: &LoadedConfig,
+        metrics: &Registry,
+        workers: usize,
+        previous: Option<&Runtime>,
+    ) -> Result<Runtime, Vec<ConfigError>> {
         let cfg = &loaded.config;
         busbar_libxml::init();
         let mut errors = Vec::new();
         let mut endpoints = BTreeMap::new();
         for (name, e) in &cfg.endpoints {
+            if let Some(old) = previous.and_then(|p| p.unchanged_endpoint(name, e)) {
+                endpoints.insert(name.clone(), old);
+                continue;
+            }
             match Endpoint::build(name, e, loaded, metrics, workers) {
                 Ok(ep) => {
                     endpoints.insert(name.clone(), ep);
