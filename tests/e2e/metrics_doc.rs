@@ -62,10 +62,17 @@ fn every_documented_metric_is_exported_and_every_exported_one_documented() {
             .status,
         502
     );
+    for _ in 0..3 {
+        assert_eq!(c.get("/nowhere").expect("answer").status, 404);
+    }
     let text = Client::connect(h.admin())
         .get("/metrics")
         .expect("metrics")
         .text();
+    assert_eq!(
+        sample(&text, "busbar_listener_not_found_total{listener=\"http\"}"),
+        3.0
+    );
 
     let mut exported = BTreeMap::new();
     for line in text.lines() {

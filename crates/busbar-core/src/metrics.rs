@@ -175,6 +175,8 @@ pub struct ListenerCounters {
     pub open: AtomicI64,
     /// Requests the HTTP parser refused, by status (indexed like [`BAD_REQUEST_STATUSES`]).
     pub bad_requests: [AtomicU64; BAD_REQUEST_STATUSES.len()],
+    /// Requests no proxy serves (answered 404 before any proxy ran).
+    pub not_found: AtomicU64,
 }
 
 impl ListenerCounters {
@@ -401,6 +403,15 @@ impl Registry {
                         n.load(Relaxed)
                     );
                 }
+            }
+            let _ = writeln!(out, "# HELP busbar_listener_not_found_total Requests no proxy serves, answered 404.\n# TYPE busbar_listener_not_found_total counter");
+            for (name, c) in map.iter() {
+                let _ = writeln!(
+                    out,
+                    "busbar_listener_not_found_total{{listener=\"{}\"}} {}",
+                    escape(name),
+                    c.not_found.load(Relaxed)
+                );
             }
         }
         {

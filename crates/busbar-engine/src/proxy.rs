@@ -111,6 +111,14 @@ pub async fn handle(
             return Box::pin(answer_unserved(shared, req, peer, &target.name, resp)).await;
         }
         Match::NotFound => {
+            // Rare enough to look the listener's counters up by name.
+            if let Some(name) = runtime.listener_names.get(index) {
+                shared
+                    .metrics
+                    .listener(name)
+                    .not_found
+                    .fetch_add(1, Relaxed);
+            }
             let e = MediationError::new(
                 ErrorKind::NotFound,
                 Blame::Client,
