@@ -600,6 +600,15 @@ pub fn validate(loaded: &LoadedConfig) -> Vec<ConfigError> {
                     format!("{path}.methods"),
                     format!("invalid HTTP method '{m}'"),
                 );
+            } else if m.bytes().any(|b| b.is_ascii_lowercase()) {
+                err(
+                    None,
+                    format!("{path}.methods"),
+                    format!(
+                        "method '{m}': methods are case-sensitive (RFC 9110 §9.1) and clients send '{}'",
+                        m.to_ascii_uppercase()
+                    ),
+                );
             }
         }
         let listeners: Vec<String> = if p.listeners.is_empty() {
@@ -2242,6 +2251,29 @@ mod tests {
         );
         assert!(with("access.log").is_empty());
         assert!(with("stdout").is_empty());
+    }
+
+    #[test]
+    fn paths_and_methods_no_request_could_have_are_refused() {
+        for (bad, why) in [
+            ("/service/x?a=b", "a path has no '?'"),
+            ("/a#top", "a path has no '#'"),
+            ("/with space", "no spaces or control characters"),
+            ("/tab\\there", "no spaces or control characters"),
+        ] {
+            let errs = check(&OK.replace("path: /p", &format!("path: \"{bad}\"")));
+            assert_eq!(errs.len(), 1, "{bad}: {errs:#?}");
+            assert!(
+                errs[0].starts_with("t.yaml:7: proxies.P.path: ") && errs[0].contains(why),
+                "{errs:#?}"
+            );
+        }
+        let errs =
+            load_errors(&OK.replace("path: /p", "path: /p\n    methods: [get, POST, PURGE]"));
+        assert_eq!(
+            errs,
+            vec!["t.yaml:8: proxies.P.methods: method 'get': methods are case-sensitive (RFC 9110 §9.1) and clients send 'GET'".to_owned()]
+        );
     }
 
     #[test]

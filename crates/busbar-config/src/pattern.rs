@@ -45,6 +45,18 @@ impl PathPattern {
         let Some(rest) = text.strip_prefix('/') else {
             return Err(format!("path '{text}' must start with '/'"));
         };
+        // A request's path never holds these: a pattern with one would match nothing.
+        if let Some(c) = text.chars().find(|c| matches!(c, '?' | '#')) {
+            return Err(format!(
+                "path '{text}': a path has no '{c}' (the query and the fragment are not part of it)"
+            ));
+        }
+        if text.chars().any(|c| c.is_whitespace() || c.is_control()) {
+            return Err(format!(
+                "path '{}': a request's path has no spaces or control characters (percent-encode them)",
+                text.escape_debug()
+            ));
+        }
         let raw: Vec<&str> = rest.split('/').collect();
         let mut segments = Vec::with_capacity(raw.len());
         let mut prefix = false;
