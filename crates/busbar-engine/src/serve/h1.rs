@@ -27,7 +27,7 @@ use bytes::{Bytes, BytesMut};
 use http::header::{
     HeaderName, HeaderValue, CONNECTION, CONTENT_LENGTH, DATE, EXPECT, TRAILER, TRANSFER_ENCODING,
 };
-use http::{HeaderMap, Method, Request, StatusCode, Uri, Version};
+use http::{HeaderMap, Method, Request, Response, StatusCode, Uri, Version};
 use http_body::{Body as _, Frame, SizeHint};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
@@ -691,8 +691,32 @@ pub async fn serve<H: Handler>(
                 let _ = write_refusal(&wire, &refusal, &mut wbuf).await;
                 Served::Close { unread: true }
             }
+            // One request and its answer, written out here rather than as an async fn of its
+            // own: that future would carry the head and the request beside the handler's
+            // future, which takes the request, in this connection's state, last touched a
+            // round of all the connections ago (at hundreds of them, memory out of the cache).
             Some(Ok(head)) => {
-                exchange(&wire, head, handler, info, settings, shutdown, &mut wbuf).await
+                let (request, asked) = open(&wire, head);
+                let answer = {
+                    let mut answering = pin!(handler.handle(request, info));
+                    poll_fn(|cx| {
+                        if let Poll::Ready(resp) = answering.as_mut().poll(cx) {
+                            return Poll::Ready(Some(resp));
+                        }
+                        if lock(&wire).poll_client_gone(cx) {
+                            return Poll::Ready(None);
+                        }
+                        Poll::Pending
+                    })
+                    .await
+                };
+                match answer {
+                    // The client left first: the handler's work is dropped with its future.
+                    None => Served::Close { unread: false },
+                    Some(answer) => {
+                        answer_with(&wire, answer, &asked, settings, shutdown, &mut wbuf).await
+                    }
+                }
             }
         };
         match served {
@@ -703,24 +727,26 @@ pub async fn serve<H: Handler>(
     }
 }
 
-/// One request and its answer.
-async fn exchange<H: Handler>(
-    wire: &Arc<Mutex<Wire>>,
-    head: Head,
-    handler: &H,
-    info: &ConnInfo,
-    settings: &ConnSettings,
-    shutdown: &watch::Receiver<bool>,
-    wbuf: &mut Vec<u8>,
-) -> Served {
+/// What the answer to a request depends on, of the request's head.
+struct Asked {
+    method: Method,
+    version: Version,
+    keep_alive: bool,
+}
+
+/// The request of `head` with its body, which reads from `wire`.
+fn open(wire: &Arc<Mutex<Wire>>, head: Head) -> (Request<RequestBody>, Asked) {
     let Head {
         request,
         framing,
         keep_alive,
         expect_continue,
     } = head;
-    let method = request.method().clone();
-    let version = request.version();
+    let asked = Asked {
+        method: request.method().clone(),
+        version: request.version(),
+        keep_alive,
+    };
     let body = if matches!(framing, Framing::Length(0)) {
         RequestBody::empty()
     } else {
@@ -734,48 +760,39 @@ async fn exchange<H: Handler>(
             failed: None,
         }
     };
-    let answer = {
-        let mut answering = pin!(handler.handle(request.map(|()| body), info));
-        poll_fn(|cx| {
-            if let Poll::Ready(resp) = answering.as_mut().poll(cx) {
-                return Poll::Ready(Some(resp));
-            }
-            if lock(wire).poll_client_gone(cx) {
-                return Poll::Ready(None);
-            }
-            Poll::Pending
-        })
-        .await
-    };
-    // The client left first: the handler's work is dropped with its future.
-    let Some(answer) = answer else {
-        return Served::Close { unread: false };
-    };
-    let (parts, body) = answer.into_parts();
+    (request.map(|()| body), asked)
+}
+
+/// Sends the handler's answer to the request; says whether the connection carries another.
+async fn answer_with(
+    wire: &Mutex<Wire>,
+    answer: Response<ResponseBody>,
+    asked: &Asked,
+    settings: &ConnSettings,
+    shutdown: &watch::Receiver<bool>,
+    wbuf: &mut Vec<u8>,
+) -> Served {
     // Shutdown that started while the handler worked closes the connection after this answer,
     // so the answer says so: a client must not send another request on it.
-    let mut close = !keep_alive || !settings.keep_alive || *shutdown.borrow();
+    let mut close = !asked.keep_alive || !settings.keep_alive || *shutdown.borrow();
     {
         let w = lock(wire);
         if !w.body_held && !w.body_ended {
             close = true;
         }
     }
-    let out = answer_framing(&method, version, parts.status, &parts.headers, &body);
-    if out == Out::Close {
-        close = true;
-    }
-    close |= encode_head(wbuf, &parts, &method, out, close, version, &body);
+    let (body, out, told) = encode_answer(wbuf, answer, asked, close);
+    close = told || out == Out::Close;
     let sent = match send_body(wire, wbuf, body, out).await {
         Ok(()) => Ok(()),
         Err(Unsent::Cut(e)) => Err(e),
         // Nothing went out: the client gets the error answer in its place.
         Err(Unsent::Failed(e, body)) => match body.failed_before_sending(&e) {
             Some(answer) => {
-                let (parts, body) = answer.into_parts();
-                let out = answer_framing(&method, version, parts.status, &parts.headers, &body);
-                close |= encode_head(wbuf, &parts, &method, out, close, version, &body);
-                send_body(wire, wbuf, body, out)
+                let (body, out, told) = encode_answer(wbuf, answer, asked, close);
+                close = told;
+                // Boxed: this path's future stays out of every request's.
+                Box::pin(send_body(wire, wbuf, body, out))
                     .await
                     .map_err(Unsent::into_io)
             }
@@ -793,6 +810,34 @@ async fn exchange<H: Handler>(
             Served::Close { unread: false }
         }
     }
+}
+
+/// Writes the head of `answer` into `wbuf`: its body, how the body goes out, and `close` or
+/// whether the head told the client the connection closes (the handler asked for that).
+fn encode_answer(
+    wbuf: &mut Vec<u8>,
+    answer: Response<ResponseBody>,
+    asked: &Asked,
+    close: bool,
+) -> (ResponseBody, Out, bool) {
+    let (parts, body) = answer.into_parts();
+    let out = answer_framing(
+        &asked.method,
+        asked.version,
+        parts.status,
+        &parts.headers,
+        &body,
+    );
+    let closing = encode_head(
+        wbuf,
+        &parts,
+        &asked.method,
+        out,
+        close,
+        asked.version,
+        &body,
+    );
+    (body, out, close || closing)
 }
 
 /// How the answer's body goes out (RFC 9112 §6): its exact length when the body knows it or
