@@ -688,7 +688,9 @@ pub async fn serve<H: Handler>(
                 }
                 handler.refused(refusal.status.as_u16(), info);
                 tracing::debug!(status = refusal.status.as_u16(), "{}", refusal.why);
-                let _ = write_refusal(&wire, &refusal, &mut wbuf).await;
+                // Written out before the wait: the head is not kept in the connection's state.
+                encode_refusal(&refusal, &mut wbuf);
+                let _ = write_all(&wire, &mut [&wbuf[..]]).await;
                 Served::Close { unread: true }
             }
             // One request and its answer, written out here rather than as an async fn of its
@@ -714,7 +716,20 @@ pub async fn serve<H: Handler>(
                     // The client left first: the handler's work is dropped with its future.
                     None => Served::Close { unread: false },
                     Some(answer) => {
-                        answer_with(&wire, answer, &asked, settings, shutdown, &mut wbuf).await
+                        let (body, out, mut close) =
+                            ready_answer(&wire, answer, &asked, settings, shutdown, &mut wbuf);
+                        let sent = match send_body(&wire, &wbuf, body, out).await {
+                            Ok(()) => Ok(()),
+                            Err(Unsent::Cut(e)) => Err(e),
+                            // Boxed: this path's future stays out of every request's.
+                            Err(Unsent::Failed(e, body)) => {
+                                Box::pin(answer_failed(
+                                    &wire, e, body, &asked, &mut close, &mut wbuf,
+                                ))
+                                .await
+                            }
+                        };
+                        served(&wire, sent, close)
                     }
                 }
             }
@@ -763,15 +778,16 @@ fn open(wire: &Arc<Mutex<Wire>>, head: Head) -> (Request<RequestBody>, Asked) {
     (request.map(|()| body), asked)
 }
 
-/// Sends the handler's answer to the request; says whether the connection carries another.
-async fn answer_with(
+/// Writes the head of the handler's answer into `wbuf`: the answer's body, how it goes out,
+/// and whether the connection closes after it.
+fn ready_answer(
     wire: &Mutex<Wire>,
     answer: Response<ResponseBody>,
     asked: &Asked,
     settings: &ConnSettings,
     shutdown: &watch::Receiver<bool>,
     wbuf: &mut Vec<u8>,
-) -> Served {
+) -> (ResponseBody, Out, bool) {
     // Shutdown that started while the handler worked closes the connection after this answer,
     // so the answer says so: a client must not send another request on it.
     let mut close = !asked.keep_alive || !settings.keep_alive || *shutdown.borrow();
@@ -782,23 +798,33 @@ async fn answer_with(
         }
     }
     let (body, out, told) = encode_answer(wbuf, answer, asked, close);
-    close = told || out == Out::Close;
-    let sent = match send_body(wire, wbuf, body, out).await {
-        Ok(()) => Ok(()),
-        Err(Unsent::Cut(e)) => Err(e),
-        // Nothing went out: the client gets the error answer in its place.
-        Err(Unsent::Failed(e, body)) => match body.failed_before_sending(&e) {
-            Some(answer) => {
-                let (body, out, told) = encode_answer(wbuf, answer, asked, close);
-                close = told;
-                // Boxed: this path's future stays out of every request's.
-                Box::pin(send_body(wire, wbuf, body, out))
-                    .await
-                    .map_err(Unsent::into_io)
-            }
-            None => Err(io::Error::other(e)),
-        },
-    };
+    (body, out, told || out == Out::Close)
+}
+
+/// Nothing of the answer went out, its body failed first: the client gets the error answer
+/// in its place.
+async fn answer_failed(
+    wire: &Mutex<Wire>,
+    e: busbar_core::BoxError,
+    body: ResponseBody,
+    asked: &Asked,
+    close: &mut bool,
+    wbuf: &mut Vec<u8>,
+) -> io::Result<()> {
+    match body.failed_before_sending(&e) {
+        Some(answer) => {
+            let (body, out, told) = encode_answer(wbuf, answer, asked, *close);
+            *close = told;
+            send_body(wire, wbuf, body, out)
+                .await
+                .map_err(Unsent::into_io)
+        }
+        None => Err(io::Error::other(e)),
+    }
+}
+
+/// Whether the connection carries another request, once the answer was `sent`.
+fn served(wire: &Mutex<Wire>, sent: io::Result<()>, close: bool) -> Served {
     let w = lock(wire);
     match sent {
         Ok(()) if !close && !w.body_held && w.body_ended => Served::Next,
@@ -980,115 +1006,125 @@ impl From<io::Error> for Unsent {
 }
 
 /// Writes `head` and the answer's body framed by `out`.
-async fn send_body(
-    wire: &Mutex<Wire>,
-    head: &[u8],
+///
+/// Not an async fn: that future would keep `body` twice, as its argument and as the local the
+/// argument is moved into; this one keeps it once.
+#[allow(clippy::manual_async_fn)]
+fn send_body<'a>(
+    wire: &'a Mutex<Wire>,
+    head: &'a [u8],
     mut body: ResponseBody,
     out: Out,
-) -> Result<(), Unsent> {
-    let mut head = head;
-    // The body is dropped as soon as it ended, before its last bytes are written: the request
-    // is over for its meter (latency, access log) when the answer is all handed over.
-    if out == Out::None {
+) -> impl Future<Output = Result<(), Unsent>> + Send + 'a {
+    async move {
+        let mut head = head;
+        // The body is dropped as soon as it ended, before its last bytes are written: the request
+        // is over for its meter (latency, access log) when the answer is all handed over.
+        if out == Out::None {
+            drop(body);
+            return Ok(write_all(wire, &mut [head]).await?);
+        }
+        let mut sent: u64 = 0;
+        let mut size_line = Vec::with_capacity(18);
+        // The body's last data, kept to go out with what ends the body.
+        let mut last = None;
+        loop {
+            // The next frame; when none is ready yet, the head waits for it a moment (`HEAD_HOLD`),
+            // then goes first on its own.
+            let polled = poll_fn(|cx| Poll::Ready(Pin::new(&mut body).poll_frame(cx))).await;
+            let next = match polled {
+                Poll::Ready(next) => next,
+                Poll::Pending if !head.is_empty() => {
+                    let first = poll_fn(|cx| Pin::new(&mut body).poll_frame(cx));
+                    // Boxed: the timer stays out of every exchange's future.
+                    match Box::pin(tokio::time::timeout(HEAD_HOLD, first)).await {
+                        Ok(next) => next,
+                        Err(_) => {
+                            write_all(wire, &mut [head]).await?;
+                            head = &[];
+                            continue;
+                        }
+                    }
+                }
+                Poll::Pending => {
+                    let waited = poll_fn(|cx| {
+                        if let Poll::Ready(next) = Pin::new(&mut body).poll_frame(cx) {
+                            return Poll::Ready(Some(next));
+                        }
+                        if lock(wire).poll_client_gone(cx) {
+                            return Poll::Ready(None);
+                        }
+                        Poll::Pending
+                    })
+                    .await;
+                    match waited {
+                        Some(next) => next,
+                        None => {
+                            return Err(io::Error::other("the client closed the connection").into())
+                        }
+                    }
+                }
+            };
+            let data = match next {
+                None => break,
+                Some(Err(e)) if sent == 0 && !head.is_empty() => {
+                    return Err(Unsent::Failed(e, body))
+                }
+                Some(Err(e)) => return Err(io::Error::other(e).into()),
+                Some(Ok(frame)) => match frame.into_data() {
+                    Ok(data) => data,
+                    // Trailers are not sent.
+                    Err(_) => continue,
+                },
+            };
+            if data.is_empty() {
+                continue;
+            }
+            sent += data.len() as u64;
+            if let Out::Length(n) = out {
+                if sent > n {
+                    return Err(
+                        io::Error::other(format!("the body is longer than its {n} bytes")).into(),
+                    );
+                }
+            }
+            if body.is_end_stream() {
+                last = Some(data);
+                break;
+            }
+            if out == Out::Chunked {
+                chunk_size_line(&mut size_line, data.len());
+                write_all(wire, &mut [head, &size_line, &data, b"\r\n"]).await?;
+            } else {
+                write_all(wire, &mut [head, &data]).await?;
+            }
+            head = &[];
+        }
         drop(body);
-        return Ok(write_all(wire, &mut [head]).await?);
-    }
-    let mut sent: u64 = 0;
-    let mut size_line = Vec::with_capacity(18);
-    // The body's last data, kept to go out with what ends the body.
-    let mut last = None;
-    loop {
-        // The next frame; when none is ready yet, the head waits for it a moment (`HEAD_HOLD`),
-        // then goes first on its own.
-        let polled = poll_fn(|cx| Poll::Ready(Pin::new(&mut body).poll_frame(cx))).await;
-        let next = match polled {
-            Poll::Ready(next) => next,
-            Poll::Pending if !head.is_empty() => {
-                let first = poll_fn(|cx| Pin::new(&mut body).poll_frame(cx));
-                // Boxed: the timer stays out of every exchange's future.
-                match Box::pin(tokio::time::timeout(HEAD_HOLD, first)).await {
-                    Ok(next) => next,
-                    Err(_) => {
-                        write_all(wire, &mut [head]).await?;
-                        head = &[];
-                        continue;
-                    }
-                }
-            }
-            Poll::Pending => {
-                let waited = poll_fn(|cx| {
-                    if let Poll::Ready(next) = Pin::new(&mut body).poll_frame(cx) {
-                        return Poll::Ready(Some(next));
-                    }
-                    if lock(wire).poll_client_gone(cx) {
-                        return Poll::Ready(None);
-                    }
-                    Poll::Pending
-                })
-                .await;
-                match waited {
-                    Some(next) => next,
-                    None => return Err(io::Error::other("the client closed the connection").into()),
-                }
-            }
+        let short = matches!(out, Out::Length(n) if sent != n);
+        let ended_short = || {
+            io::Error::other(format!(
+                "the body ended after {sent} bytes, not the length its head said"
+            ))
         };
-        let data = match next {
-            None => break,
-            Some(Err(e)) if sent == 0 && !head.is_empty() => return Err(Unsent::Failed(e, body)),
-            Some(Err(e)) => return Err(io::Error::other(e).into()),
-            Some(Ok(frame)) => match frame.into_data() {
-                Ok(data) => data,
-                // Trailers are not sent.
-                Err(_) => continue,
-            },
-        };
-        if data.is_empty() {
-            continue;
+        if short && last.is_none() {
+            return Err(ended_short().into());
         }
-        sent += data.len() as u64;
-        if let Out::Length(n) = out {
-            if sent > n {
-                return Err(
-                    io::Error::other(format!("the body is longer than its {n} bytes")).into(),
-                );
+        // The last bytes and what ends the body go out together.
+        match (out, &last) {
+            (Out::Chunked, Some(data)) => {
+                chunk_size_line(&mut size_line, data.len());
+                write_all(wire, &mut [head, &size_line, data, b"\r\n0\r\n\r\n"]).await?;
             }
+            (Out::Chunked, None) => write_all(wire, &mut [head, b"0\r\n\r\n"]).await?,
+            (_, Some(data)) => write_all(wire, &mut [head, data]).await?,
+            (_, None) => write_all(wire, &mut [head]).await?,
         }
-        if body.is_end_stream() {
-            last = Some(data);
-            break;
+        if short {
+            return Err(ended_short().into());
         }
-        if out == Out::Chunked {
-            chunk_size_line(&mut size_line, data.len());
-            write_all(wire, &mut [head, &size_line, &data, b"\r\n"]).await?;
-        } else {
-            write_all(wire, &mut [head, &data]).await?;
-        }
-        head = &[];
+        Ok(())
     }
-    drop(body);
-    let short = matches!(out, Out::Length(n) if sent != n);
-    let ended_short = || {
-        io::Error::other(format!(
-            "the body ended after {sent} bytes, not the length its head said"
-        ))
-    };
-    if short && last.is_none() {
-        return Err(ended_short().into());
-    }
-    // The last bytes and what ends the body go out together.
-    match (out, &last) {
-        (Out::Chunked, Some(data)) => {
-            chunk_size_line(&mut size_line, data.len());
-            write_all(wire, &mut [head, &size_line, data, b"\r\n0\r\n\r\n"]).await?;
-        }
-        (Out::Chunked, None) => write_all(wire, &mut [head, b"0\r\n\r\n"]).await?,
-        (_, Some(data)) => write_all(wire, &mut [head, data]).await?,
-        (_, None) => write_all(wire, &mut [head]).await?,
-    }
-    if short {
-        return Err(ended_short().into());
-    }
-    Ok(())
 }
 
 /// `size` in hexadecimal and CRLF: a chunk's first line.
@@ -1138,12 +1174,8 @@ async fn write_all(wire: &Mutex<Wire>, bufs: &mut [&[u8]]) -> io::Result<()> {
     .await
 }
 
-/// Answers a refused request, plain text saying why; the connection closes after it.
-async fn write_refusal(
-    wire: &Mutex<Wire>,
-    refusal: &Refusal,
-    wbuf: &mut Vec<u8>,
-) -> io::Result<()> {
+/// The answer to a refused request, plain text saying why; the connection closes after it.
+fn encode_refusal(refusal: &Refusal, wbuf: &mut Vec<u8>) {
     wbuf.clear();
     let reason = refusal.status.canonical_reason().unwrap_or("Unknown");
     let _ = write!(
@@ -1156,7 +1188,6 @@ async fn write_refusal(
     wbuf.extend_from_slice(b"\r\n\r\n");
     wbuf.extend_from_slice(refusal.why.as_bytes());
     wbuf.push(b'\n');
-    write_all(wire, &mut [wbuf]).await
 }
 
 /// Ends the connection. With a request body maybe still coming (`unread`), the write side is
