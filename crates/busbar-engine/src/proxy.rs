@@ -3,6 +3,7 @@
 //! answer, rendered in one place ([`MediationError::render`]).
 
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
@@ -67,18 +68,103 @@ impl Handler for ProxyHandler {
 
 /// Handles one request on listener `index`; the client may pause its body up to
 /// `body_timeout`.
-pub async fn handle(
+///
+/// What comes before the proxy runs (routing, the trace, the meter, the exchange) is done when
+/// the future is made rather than when it is first polled, which is right after: the future
+/// keeps what the proxy needs, not the request. As an async fn it would keep the request
+/// twice, as its argument and as the local the argument is moved into, in memory that is cold
+/// when hundreds of connections take turns.
+pub fn handle(
     shared: &Shared,
     index: usize,
     body_timeout: Duration,
     req: Request<RequestBody>,
     peer: Option<SocketAddr>,
-) -> Response<ResponseBody> {
+) -> impl std::future::Future<Output = Response<ResponseBody>> + Send {
+    let started = start(shared, index, body_timeout, req, peer);
+    async move {
+        // Dropped in the order they were made, the exchange first.
+        let Started {
+            _runtime,
+            proxy,
+            outcome,
+            mut meter,
+            mut ex,
+        } = match started {
+            Ok(started) => started,
+            Err(unserved) => return unserved.await,
+        };
+        // Whoever read the body (a step, or the call streaming it to a back end), a client that
+        // stalled its body gets 408, and the connection closes.
+        let result = match run_proxy(&proxy, &mut ex).await {
+            Err(e) if outcome.timed_out.load(Relaxed) => {
+                let mut stalled = MediationError::new(
+                    ErrorKind::ClientBody,
+                    Blame::Client,
+                    format!("The request body stalled for more than {body_timeout:?}"),
+                )
+                .with_source(e);
+                stalled.status = Some(StatusCode::REQUEST_TIMEOUT);
+                Err(stalled)
+            }
+            other => other,
+        };
+        meter.set_format(ex.format);
+        let mut resp = match result {
+            Ok(mut resp) => {
+                strip_hop_by_hop(resp.headers_mut());
+                meter.set_status(resp.status().as_u16());
+                meter.set_backend(ex.backend_time);
+                resp.map(|inner| ResponseBody::response(inner, meter))
+            }
+            Err(e) => {
+                proxy.counters.error(e.kind);
+                log_error(&proxy, &ex, &e);
+                meter.set_backend(ex.backend_time);
+                error_response(&e, ex.format, Some(meter))
+            }
+        };
+        // Answered while the exchange still holds an unread request body (a `respond` before any
+        // read, a header route's fault): a small rest is read so the connection can carry the
+        // next request; a larger one is not, and the answer says the connection ends. A body a
+        // call took is the back-end connection's to finish (an echo answers while it uploads).
+        if !outcome.ended.load(Relaxed) && !http_body::Body::is_end_stream(&ex.request_body) {
+            // Boxed: this path's future stays out of every request's.
+            Box::pin(drain_small(&mut ex.request_body)).await;
+            if !outcome.ended.load(Relaxed) {
+                close_after(&mut resp);
+            }
+        }
+        resp
+    }
+}
+
+/// A request routed to its proxy, ready to run.
+struct Started {
+    /// The runtime the request was routed in, held as long as the request.
+    _runtime: Arc<crate::runtime::Runtime>,
+    proxy: Arc<Proxy>,
+    outcome: Arc<BodyOutcome>,
+    meter: Meter,
+    ex: Box<Exchange>,
+}
+
+/// The request's future when no proxy runs: the request is answered with an error.
+type Unserved = Pin<Box<dyn std::future::Future<Output = Response<ResponseBody>> + Send>>;
+
+/// Routes the request and makes its exchange; or the answer of a request no proxy takes.
+fn start(
+    shared: &Shared,
+    index: usize,
+    body_timeout: Duration,
+    req: Request<RequestBody>,
+    peer: Option<SocketAddr>,
+) -> Result<Started, Unserved> {
     if let Some(e) = malformed(&req) {
         tracing::debug!(path = req.uri().path(), "{e}");
         let format = MessageFormat::from_request_headers(req.headers());
         let resp = error_response(&e, format, None);
-        return Box::pin(answer_unserved(shared, req, peer, "-", resp)).await;
+        return Err(unserved(shared, req, peer, "-", resp));
     }
     let runtime = shared.runtime.load_full();
     let (proxy, params) = match runtime.route(index, req.method(), req.uri().path()) {
@@ -96,7 +182,7 @@ pub async fn handle(
             if let Some(allow) = allow_header(&allow) {
                 resp.headers_mut().insert(ALLOW, allow);
             }
-            return Box::pin(answer_unserved(shared, req, peer, &target.name, resp)).await;
+            return Err(unserved(shared, req, peer, &target.name, resp));
         }
         Match::BadParameter { target, name } => {
             let meter = Meter::start(target.counters.clone());
@@ -108,7 +194,7 @@ pub async fn handle(
             target.counters.error(e.kind);
             let format = MessageFormat::from_request_headers(req.headers());
             let resp = error_response(&e, format, Some(meter));
-            return Box::pin(answer_unserved(shared, req, peer, &target.name, resp)).await;
+            return Err(unserved(shared, req, peer, &target.name, resp));
         }
         Match::NotFound => {
             // Rare enough to look the listener's counters up by name.
@@ -126,7 +212,7 @@ pub async fn handle(
             );
             let format = MessageFormat::from_request_headers(req.headers());
             let resp = error_response(&e, format, None);
-            return Box::pin(answer_unserved(shared, req, peer, "-", resp)).await;
+            return Err(unserved(shared, req, peer, "-", resp));
         }
     };
     let tracing = &runtime.config.config.tracing;
@@ -175,7 +261,7 @@ pub async fn handle(
         ended: false,
         errored: false,
     });
-    let mut meter = Meter::start(proxy.counters.clone())
+    let meter = Meter::start(proxy.counters.clone())
         .with_access(pending)
         .with_span(server_span);
     let (parts, incoming) = req.into_parts();
@@ -192,48 +278,13 @@ pub async fn handle(
     let mut ex = Box::new(Exchange::new(parts, body, proxy.name.clone()));
     ex.params = params;
     ex.trace = trace;
-    // Whoever read the body (a step, or the call streaming it to a back end), a client that
-    // stalled its body gets 408, and the connection closes.
-    let result = match run_proxy(&proxy, &mut ex).await {
-        Err(e) if outcome.timed_out.load(Relaxed) => {
-            let mut stalled = MediationError::new(
-                ErrorKind::ClientBody,
-                Blame::Client,
-                format!("The request body stalled for more than {body_timeout:?}"),
-            )
-            .with_source(e);
-            stalled.status = Some(StatusCode::REQUEST_TIMEOUT);
-            Err(stalled)
-        }
-        other => other,
-    };
-    meter.set_format(ex.format);
-    let mut resp = match result {
-        Ok(mut resp) => {
-            strip_hop_by_hop(resp.headers_mut());
-            meter.set_status(resp.status().as_u16());
-            meter.set_backend(ex.backend_time);
-            resp.map(|inner| ResponseBody::response(inner, meter))
-        }
-        Err(e) => {
-            proxy.counters.error(e.kind);
-            log_error(&proxy, &ex, &e);
-            meter.set_backend(ex.backend_time);
-            error_response(&e, ex.format, Some(meter))
-        }
-    };
-    // Answered while the exchange still holds an unread request body (a `respond` before any
-    // read, a header route's fault): a small rest is read so the connection can carry the
-    // next request; a larger one is not, and the answer says the connection ends. A body a
-    // call took is the back-end connection's to finish (an echo answers while it uploads).
-    if !outcome.ended.load(Relaxed) && !http_body::Body::is_end_stream(&ex.request_body) {
-        // Boxed: this path's future stays out of every request's.
-        Box::pin(drain_small(&mut ex.request_body)).await;
-        if !outcome.ended.load(Relaxed) {
-            close_after(&mut resp);
-        }
-    }
-    resp
+    Ok(Started {
+        _runtime: runtime,
+        proxy,
+        ex,
+        meter,
+        outcome,
+    })
 }
 
 /// Marks an answer as the connection's last: sent while the request body is not read to its
@@ -423,18 +474,20 @@ where
 /// An answer sent before any proxy ran (malformed, no such path, wrong method): logged, and
 /// the request's body ended (read and dropped when small, else the answer says the
 /// connection closes after it).
-async fn answer_unserved(
+fn unserved(
     shared: &Shared,
     mut req: Request<RequestBody>,
     peer: Option<SocketAddr>,
     proxy: &str,
     mut resp: Response<ResponseBody>,
-) -> Response<ResponseBody> {
+) -> Unserved {
     log_unserved(shared, &req, peer, proxy, &resp);
-    if !drain_small(req.body_mut()).await {
-        close_after(&mut resp);
-    }
-    resp
+    Box::pin(async move {
+        if !drain_small(req.body_mut()).await {
+            close_after(&mut resp);
+        }
+        resp
+    })
 }
 
 /// Logs an error once, where it is handled: back-end and internal failures as warnings,

@@ -263,18 +263,27 @@ impl Endpoint {
                 ex.body_gone = Some(BodyGone::Unreadable);
                 Err(e)
             }
-            Err(e) => {
-                // A later call (in on_error, say) may send the request again if its body was
-                // kept whole; otherwise it fails at once, saying why.
-                match replay.body().await {
-                    Ok(body) => ex.request_body = body,
-                    Err(why) => {
-                        ex.body_gone = Some(BodyGone::Lost(why.into()));
-                    }
-                }
-                Err(e)
+            // Boxed: this path's future stays out of every call's, and the result is not kept
+            // across a wait in the common one.
+            Err(e) => Box::pin(Self::keep_for_later(ex, replay, e)).await,
+        }
+    }
+
+    /// After a failed call, what is left of the request body: a later call (in on_error, say)
+    /// may send the request again if its body was kept whole; otherwise it fails at once,
+    /// saying why.
+    async fn keep_for_later(
+        ex: &mut Exchange,
+        replay: Replay,
+        e: MediationError,
+    ) -> Result<(), MediationError> {
+        match replay.body().await {
+            Ok(body) => ex.request_body = body,
+            Err(why) => {
+                ex.body_gone = Some(BodyGone::Lost(why.into()));
             }
         }
+        Err(e)
     }
 
     /// One request through the whole policy (for future scatter-gather branches and BPEL

@@ -13,6 +13,7 @@
 //! the whole request and has not answered within `timeout`).
 
 use std::borrow::Cow;
+use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::AtomicUsize;
 use std::sync::atomic::Ordering::Relaxed;
@@ -524,181 +525,187 @@ impl Upstream {
     /// attempt's `traceparent` and `tracestate`, which replace the caller's.
     /// `probe` tells, when the attempt fails after its body went out, whether the body can be
     /// sent again.
-    pub async fn call(
-        &self,
-        head: &http::request::Parts,
-        trace: Option<(&HeaderValue, Option<&HeaderValue>)>,
+    pub fn call<'a>(
+        &'a self,
+        head: &'a http::request::Parts,
+        trace: Option<(&'a HeaderValue, Option<&'a HeaderValue>)>,
         body: Body,
         probe: Option<ReplayProbe>,
-    ) -> Result<Response<Body>, MediationError> {
-        let permit = self.permit().await?;
-        // Past the queue of max_connections: the attempt goes to this URL.
-        self.stats.attempts.fetch_add(1, Relaxed);
+    ) -> impl Future<Output = Result<Response<Body>, MediationError>> + 'a {
+        // Not an async fn: that future would keep `body` and `probe` twice, as its arguments
+        // and as the locals the arguments are moved into.
         let replayable_after_send = idempotent(&head.method)
             && probe
                 .as_ref()
                 .map_or_else(|| body.is_buffered(), |p| p.replayable());
-        let target = self.target_of(head)?;
-        let outgoing = h1::Outgoing {
-            method: &head.method,
-            target: target.path_and_query().map_or("", |pq| pq.as_str()),
-            headers: &head.headers,
-            host: &self.host_header,
-            authorization: self.basic_auth.as_ref(),
-            trace,
-        };
-        let sending = Arc::new(Sending::new(self.counters.clone()));
-        let mut lease = match self.pools.take_idle() {
-            Some(conn) => Lease {
-                pools: self.pools.clone(),
-                conn: Some(conn),
-                _permit: permit,
-            },
-            None => self.connect(permit).await?,
-        };
-        // A request goes once more on a fresh connection when a reused one closes before any
-        // answer byte (the back end's keep-alive timeout crossing the request): a request that
-        // is safe to repeat and has no body, and any request shown never to have reached the
-        // back end ([`Conn::never_delivered`]) whose body can be sent again.
         let bodyless = http_body::Body::is_end_stream(&body);
-        let repeatable = idempotent(&head.method) && bodyless;
-        let mut again = true;
         let mut body = Some(body);
-        let (answer, exchange) = loop {
-            let Some(conn) = lease.conn.as_mut() else {
-                return Err(MediationError::internal(
-                    "connection lease without a connection",
-                ));
+        async move {
+            let permit = self.permit().await?;
+            // Past the queue of max_connections: the attempt goes to this URL.
+            self.stats.attempts.fetch_add(1, Relaxed);
+            let target = self.target_of(head)?;
+            let outgoing = h1::Outgoing {
+                method: &head.method,
+                target: target.path_and_query().map_or("", |pq| pq.as_str()),
+                headers: &head.headers,
+                host: &self.host_header,
+                authorization: self.basic_auth.as_ref(),
+                trace,
             };
-            let reused = conn.used > 0;
-            sending.restart();
-            let mut exchange =
-                conn.exchange(&outgoing, body.take().unwrap_or_default(), sending.clone());
-            let sent = self
-                .answer(std::future::poll_fn(|cx| exchange.poll(conn, cx)), &sending)
-                .await;
-            if let Ok(Err(h1::Failure::Closed(error))) = &sent {
-                let resend = again
-                    && reused
-                    && conn.nothing_read()
-                    && (repeatable
-                        || (conn.never_delivered(error.as_ref())
-                            && (bodyless || probe.as_ref().is_some_and(|p| p.replayable()))));
-                if resend {
-                    again = false;
-                    self.stats.resent.fetch_add(1, Relaxed);
-                    if let (false, Some(probe)) = (bodyless, &probe) {
-                        // The attempt's body gives back what it did not send.
-                        drop(exchange);
-                        let whole = probe.body().await;
-                        body =
-                            Some(whole.map_err(|why| self.error(ErrorKind::UpstreamReset, why))?);
-                    }
-                    let permit = lease._permit.take();
-                    lease = self.connect(permit).await?;
-                    continue;
-                }
-            }
-            break (sent, exchange);
-        };
-        let answer = match answer {
-            Err(stalled) => {
-                let what = match stalled {
-                    Stalled::Reading => format!(
-                        "stopped reading the request for {:?}",
-                        self.settings.timeout
-                    ),
-                    Stalled::Answering => {
-                        format!("did not answer within {:?}", self.settings.timeout)
-                    }
+            let sending = Arc::new(Sending::new(self.counters.clone()));
+            let mut lease = match self.pools.take_idle() {
+                Some(conn) => Lease {
+                    pools: self.pools.clone(),
+                    conn: Some(conn),
+                    _permit: permit,
+                },
+                None => self.connect(permit).await?,
+            };
+            // A request goes once more on a fresh connection when a reused one closes before any
+            // answer byte (the back end's keep-alive timeout crossing the request): a request that
+            // is safe to repeat and has no body, and any request shown never to have reached the
+            // back end ([`Conn::never_delivered`]) whose body can be sent again.
+            let repeatable = idempotent(&head.method) && bodyless;
+            let mut again = true;
+            let (answer, exchange) = loop {
+                let Some(conn) = lease.conn.as_mut() else {
+                    return Err(MediationError::internal(
+                        "connection lease without a connection",
+                    ));
                 };
+                let reused = conn.used > 0;
+                sending.restart();
+                let mut exchange =
+                    conn.exchange(&outgoing, body.take().unwrap_or_default(), sending.clone());
+                let sent = self
+                    .answer(std::future::poll_fn(|cx| exchange.poll(conn, cx)), &sending)
+                    .await;
+                if let Ok(Err(h1::Failure::Closed(error))) = &sent {
+                    let resend = again
+                        && reused
+                        && conn.nothing_read()
+                        && (repeatable
+                            || (conn.never_delivered(error.as_ref())
+                                && (bodyless || probe.as_ref().is_some_and(|p| p.replayable()))));
+                    if resend {
+                        again = false;
+                        self.stats.resent.fetch_add(1, Relaxed);
+                        if let (false, Some(probe)) = (bodyless, &probe) {
+                            // The attempt's body gives back what it did not send.
+                            drop(exchange);
+                            let whole = probe.body().await;
+                            body = Some(
+                                whole.map_err(|why| self.error(ErrorKind::UpstreamReset, why))?,
+                            );
+                        }
+                        let permit = lease._permit.take();
+                        lease = self.connect(permit).await?;
+                        continue;
+                    }
+                }
+                break (sent, exchange);
+            };
+            let answer = match answer {
+                Err(stalled) => {
+                    let what = match stalled {
+                        Stalled::Reading => format!(
+                            "stopped reading the request for {:?}",
+                            self.settings.timeout
+                        ),
+                        Stalled::Answering => {
+                            format!("did not answer within {:?}", self.settings.timeout)
+                        }
+                    };
+                    return Err(self
+                        .error(ErrorKind::ResponseTimeout, what)
+                        .retryable(replayable_after_send));
+                }
+                Ok(Ok(answer)) => answer,
+                Ok(Err(failure)) => {
+                    // The request body failed (the client reset, sent malformed chunks, or a
+                    // check refused it): the back end is not to blame, and sending the request
+                    // again cannot help.
+                    if let Some(failure) = sending.take_failure() {
+                        return Err(client_body_error(failure));
+                    }
+                    let (what, cause) = no_answer(failure);
+                    let mut error = self
+                        .error(ErrorKind::UpstreamReset, what)
+                        .retryable(replayable_after_send);
+                    if let Some(cause) = cause {
+                        error = error.with_source(cause);
+                    }
+                    return Err(error);
+                }
+            };
+            let h1::Answer {
+                response,
+                framing,
+                keep,
+                ..
+            } = answer;
+            // RFC 9110 15: a status is 100 to 599, and a 101 switches to the protocol an `Upgrade`
+            // asked for, which busbar never sends (hop-by-hop). Forwarded, either would leave the
+            // client reading a connection in a state it cannot know; the back end's connection is
+            // closed with the lease.
+            let status = response.status();
+            if status == StatusCode::SWITCHING_PROTOCOLS || status.as_u16() >= 600 {
                 return Err(self
-                    .error(ErrorKind::ResponseTimeout, what)
+                    .error(
+                        ErrorKind::UpstreamReset,
+                        format_args!("answered with an invalid status {}", status.as_u16()),
+                    )
                     .retryable(replayable_after_send));
             }
-            Ok(Ok(answer)) => answer,
-            Ok(Err(failure)) => {
-                // The request body failed (the client reset, sent malformed chunks, or a
-                // check refused it): the back end is not to blame, and sending the request
-                // again cannot help.
-                if let Some(failure) = sending.take_failure() {
-                    return Err(client_body_error(failure));
-                }
-                let (what, cause) = no_answer(failure);
-                let mut error = self
-                    .error(ErrorKind::UpstreamReset, what)
-                    .retryable(replayable_after_send);
-                if let Some(cause) = cause {
-                    error = error.with_source(cause);
-                }
-                return Err(error);
+            let (mut parts, ()) = response.into_parts();
+            // A proxy answers in its own HTTP version (RFC 9110 6.2, 7.6.3): an HTTP/1.0 back end
+            // must not turn the client's keep-alive HTTP/1.1 connection into a 1.0 one.
+            parts.version = Version::HTTP_11;
+            // RFC 9112 6.3: with Transfer-Encoding, a Content-Length is wrong (the body is read by
+            // the encoding); forwarded, it would cut the client's copy at its count.
+            if parts.headers.contains_key(TRANSFER_ENCODING) {
+                parts.headers.remove(CONTENT_LENGTH);
             }
-        };
-        let h1::Answer {
-            response,
-            framing,
-            keep,
-            ..
-        } = answer;
-        // RFC 9110 15: a status is 100 to 599, and a 101 switches to the protocol an `Upgrade`
-        // asked for, which busbar never sends (hop-by-hop). Forwarded, either would leave the
-        // client reading a connection in a state it cannot know; the back end's connection is
-        // closed with the lease.
-        let status = response.status();
-        if status == StatusCode::SWITCHING_PROTOCOLS || status.as_u16() >= 600 {
-            return Err(self
-                .error(
-                    ErrorKind::UpstreamReset,
-                    format_args!("answered with an invalid status {}", status.as_u16()),
-                )
-                .retryable(replayable_after_send));
+            strip_hop_by_hop(&mut parts.headers);
+            // The rest of a request the back end answered before it had all of it goes on going
+            // out while the answer is read, unless the socket already failed under it.
+            let upload =
+                (!exchange.upload.finished && !exchange.stopped()).then_some(exchange.upload);
+            let body = match framing {
+                h1::Framing::Empty => {
+                    // Used again only if the whole request went out and nothing else came.
+                    if keep
+                        && upload.is_none()
+                        && lease.conn.as_deref().is_some_and(h1::clean_after_answer)
+                    {
+                        lease.release();
+                    }
+                    Body::empty()
+                }
+                framing => {
+                    let exact = match framing {
+                        h1::Framing::Length(n) => Some(n),
+                        _ => None,
+                    };
+                    let guarded = LeasedBody {
+                        lease: Some(lease),
+                        framing,
+                        keep,
+                        upload,
+                        idle_timeout: self.settings.timeout,
+                        timer: None,
+                        cx: self.body_cx.clone(),
+                        settles: !self.fails_on(status),
+                        received: 0,
+                        cut: false,
+                        sending,
+                    };
+                    Body::stream(guarded, exact, Origin::Upstream)
+                }
+            };
+            Ok(Response::from_parts(parts, body))
         }
-        let (mut parts, ()) = response.into_parts();
-        // A proxy answers in its own HTTP version (RFC 9110 6.2, 7.6.3): an HTTP/1.0 back end
-        // must not turn the client's keep-alive HTTP/1.1 connection into a 1.0 one.
-        parts.version = Version::HTTP_11;
-        // RFC 9112 6.3: with Transfer-Encoding, a Content-Length is wrong (the body is read by
-        // the encoding); forwarded, it would cut the client's copy at its count.
-        if parts.headers.contains_key(TRANSFER_ENCODING) {
-            parts.headers.remove(CONTENT_LENGTH);
-        }
-        strip_hop_by_hop(&mut parts.headers);
-        // The rest of a request the back end answered before it had all of it goes on going
-        // out while the answer is read, unless the socket already failed under it.
-        let upload = (!exchange.upload.finished && !exchange.stopped()).then_some(exchange.upload);
-        let body = match framing {
-            h1::Framing::Empty => {
-                // Used again only if the whole request went out and nothing else came.
-                if keep
-                    && upload.is_none()
-                    && lease.conn.as_deref().is_some_and(h1::clean_after_answer)
-                {
-                    lease.release();
-                }
-                Body::empty()
-            }
-            framing => {
-                let exact = match framing {
-                    h1::Framing::Length(n) => Some(n),
-                    _ => None,
-                };
-                let guarded = LeasedBody {
-                    lease: Some(lease),
-                    framing,
-                    keep,
-                    upload,
-                    idle_timeout: self.settings.timeout,
-                    timer: None,
-                    cx: self.body_cx.clone(),
-                    settles: !self.fails_on(status),
-                    received: 0,
-                    cut: false,
-                    sending,
-                };
-                Body::stream(guarded, exact, Origin::Upstream)
-            }
-        };
-        Ok(Response::from_parts(parts, body))
     }
 
     /// Waits for the response head. The endpoint's `timeout` runs only while the back end is
@@ -1203,8 +1210,6 @@ impl http_body::Body for LeasedBody {
         }
     }
 }
-
-use std::future::Future as _;
 
 #[cfg(test)]
 mod tests {

@@ -27,7 +27,7 @@ use bytes::{Bytes, BytesMut};
 use http::header::{
     HeaderName, HeaderValue, CONNECTION, CONTENT_LENGTH, DATE, EXPECT, TRAILER, TRANSFER_ENCODING,
 };
-use http::{HeaderMap, Method, Request, StatusCode, Uri, Version};
+use http::{HeaderMap, Method, Request, Response, StatusCode, Uri, Version};
 use http_body::{Body as _, Frame, SizeHint};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
@@ -688,11 +688,50 @@ pub async fn serve<H: Handler>(
                 }
                 handler.refused(refusal.status.as_u16(), info);
                 tracing::debug!(status = refusal.status.as_u16(), "{}", refusal.why);
-                let _ = write_refusal(&wire, &refusal, &mut wbuf).await;
+                // Written out before the wait: the head is not kept in the connection's state.
+                encode_refusal(&refusal, &mut wbuf);
+                let _ = write_all(&wire, &mut [&wbuf[..]]).await;
                 Served::Close { unread: true }
             }
+            // One request and its answer, written out here rather than as an async fn of its
+            // own: that future would carry the head and the request beside the handler's
+            // future, which takes the request, in this connection's state, last touched a
+            // round of all the connections ago (at hundreds of them, memory out of the cache).
             Some(Ok(head)) => {
-                exchange(&wire, head, handler, info, settings, shutdown, &mut wbuf).await
+                let (request, asked) = open(&wire, head);
+                let answer = {
+                    let mut answering = pin!(handler.handle(request, info));
+                    poll_fn(|cx| {
+                        if let Poll::Ready(resp) = answering.as_mut().poll(cx) {
+                            return Poll::Ready(Some(resp));
+                        }
+                        if lock(&wire).poll_client_gone(cx) {
+                            return Poll::Ready(None);
+                        }
+                        Poll::Pending
+                    })
+                    .await
+                };
+                match answer {
+                    // The client left first: the handler's work is dropped with its future.
+                    None => Served::Close { unread: false },
+                    Some(answer) => {
+                        let (body, out, mut close) =
+                            ready_answer(&wire, answer, &asked, settings, shutdown, &mut wbuf);
+                        let sent = match send_body(&wire, &wbuf, body, out).await {
+                            Ok(()) => Ok(()),
+                            Err(Unsent::Cut(e)) => Err(e),
+                            // Boxed: this path's future stays out of every request's.
+                            Err(Unsent::Failed(e, body)) => {
+                                Box::pin(answer_failed(
+                                    &wire, e, body, &asked, &mut close, &mut wbuf,
+                                ))
+                                .await
+                            }
+                        };
+                        served(&wire, sent, close)
+                    }
+                }
             }
         };
         match served {
@@ -703,24 +742,26 @@ pub async fn serve<H: Handler>(
     }
 }
 
-/// One request and its answer.
-async fn exchange<H: Handler>(
-    wire: &Arc<Mutex<Wire>>,
-    head: Head,
-    handler: &H,
-    info: &ConnInfo,
-    settings: &ConnSettings,
-    shutdown: &watch::Receiver<bool>,
-    wbuf: &mut Vec<u8>,
-) -> Served {
+/// What the answer to a request depends on, of the request's head.
+struct Asked {
+    method: Method,
+    version: Version,
+    keep_alive: bool,
+}
+
+/// The request of `head` with its body, which reads from `wire`.
+fn open(wire: &Arc<Mutex<Wire>>, head: Head) -> (Request<RequestBody>, Asked) {
     let Head {
         request,
         framing,
         keep_alive,
         expect_continue,
     } = head;
-    let method = request.method().clone();
-    let version = request.version();
+    let asked = Asked {
+        method: request.method().clone(),
+        version: request.version(),
+        keep_alive,
+    };
     let body = if matches!(framing, Framing::Length(0)) {
         RequestBody::empty()
     } else {
@@ -734,54 +775,56 @@ async fn exchange<H: Handler>(
             failed: None,
         }
     };
-    let answer = {
-        let mut answering = pin!(handler.handle(request.map(|()| body), info));
-        poll_fn(|cx| {
-            if let Poll::Ready(resp) = answering.as_mut().poll(cx) {
-                return Poll::Ready(Some(resp));
-            }
-            if lock(wire).poll_client_gone(cx) {
-                return Poll::Ready(None);
-            }
-            Poll::Pending
-        })
-        .await
-    };
-    // The client left first: the handler's work is dropped with its future.
-    let Some(answer) = answer else {
-        return Served::Close { unread: false };
-    };
-    let (parts, body) = answer.into_parts();
+    (request.map(|()| body), asked)
+}
+
+/// Writes the head of the handler's answer into `wbuf`: the answer's body, how it goes out,
+/// and whether the connection closes after it.
+fn ready_answer(
+    wire: &Mutex<Wire>,
+    answer: Response<ResponseBody>,
+    asked: &Asked,
+    settings: &ConnSettings,
+    shutdown: &watch::Receiver<bool>,
+    wbuf: &mut Vec<u8>,
+) -> (ResponseBody, Out, bool) {
     // Shutdown that started while the handler worked closes the connection after this answer,
     // so the answer says so: a client must not send another request on it.
-    let mut close = !keep_alive || !settings.keep_alive || *shutdown.borrow();
+    let mut close = !asked.keep_alive || !settings.keep_alive || *shutdown.borrow();
     {
         let w = lock(wire);
         if !w.body_held && !w.body_ended {
             close = true;
         }
     }
-    let out = answer_framing(&method, version, parts.status, &parts.headers, &body);
-    if out == Out::Close {
-        close = true;
+    let (body, out, told) = encode_answer(wbuf, answer, asked, close);
+    (body, out, told || out == Out::Close)
+}
+
+/// Nothing of the answer went out, its body failed first: the client gets the error answer
+/// in its place.
+async fn answer_failed(
+    wire: &Mutex<Wire>,
+    e: busbar_core::BoxError,
+    body: ResponseBody,
+    asked: &Asked,
+    close: &mut bool,
+    wbuf: &mut Vec<u8>,
+) -> io::Result<()> {
+    match body.failed_before_sending(&e) {
+        Some(answer) => {
+            let (body, out, told) = encode_answer(wbuf, answer, asked, *close);
+            *close = told;
+            send_body(wire, wbuf, body, out)
+                .await
+                .map_err(Unsent::into_io)
+        }
+        None => Err(io::Error::other(e)),
     }
-    close |= encode_head(wbuf, &parts, &method, out, close, version, &body);
-    let sent = match send_body(wire, wbuf, body, out).await {
-        Ok(()) => Ok(()),
-        Err(Unsent::Cut(e)) => Err(e),
-        // Nothing went out: the client gets the error answer in its place.
-        Err(Unsent::Failed(e, body)) => match body.failed_before_sending(&e) {
-            Some(answer) => {
-                let (parts, body) = answer.into_parts();
-                let out = answer_framing(&method, version, parts.status, &parts.headers, &body);
-                close |= encode_head(wbuf, &parts, &method, out, close, version, &body);
-                send_body(wire, wbuf, body, out)
-                    .await
-                    .map_err(Unsent::into_io)
-            }
-            None => Err(io::Error::other(e)),
-        },
-    };
+}
+
+/// Whether the connection carries another request, once the answer was `sent`.
+fn served(wire: &Mutex<Wire>, sent: io::Result<()>, close: bool) -> Served {
     let w = lock(wire);
     match sent {
         Ok(()) if !close && !w.body_held && w.body_ended => Served::Next,
@@ -793,6 +836,34 @@ async fn exchange<H: Handler>(
             Served::Close { unread: false }
         }
     }
+}
+
+/// Writes the head of `answer` into `wbuf`: its body, how the body goes out, and `close` or
+/// whether the head told the client the connection closes (the handler asked for that).
+fn encode_answer(
+    wbuf: &mut Vec<u8>,
+    answer: Response<ResponseBody>,
+    asked: &Asked,
+    close: bool,
+) -> (ResponseBody, Out, bool) {
+    let (parts, body) = answer.into_parts();
+    let out = answer_framing(
+        &asked.method,
+        asked.version,
+        parts.status,
+        &parts.headers,
+        &body,
+    );
+    let closing = encode_head(
+        wbuf,
+        &parts,
+        &asked.method,
+        out,
+        close,
+        asked.version,
+        &body,
+    );
+    (body, out, close || closing)
 }
 
 /// How the answer's body goes out (RFC 9112 §6): its exact length when the body knows it or
@@ -935,115 +1006,125 @@ impl From<io::Error> for Unsent {
 }
 
 /// Writes `head` and the answer's body framed by `out`.
-async fn send_body(
-    wire: &Mutex<Wire>,
-    head: &[u8],
+///
+/// Not an async fn: that future would keep `body` twice, as its argument and as the local the
+/// argument is moved into; this one keeps it once.
+#[allow(clippy::manual_async_fn)]
+fn send_body<'a>(
+    wire: &'a Mutex<Wire>,
+    head: &'a [u8],
     mut body: ResponseBody,
     out: Out,
-) -> Result<(), Unsent> {
-    let mut head = head;
-    // The body is dropped as soon as it ended, before its last bytes are written: the request
-    // is over for its meter (latency, access log) when the answer is all handed over.
-    if out == Out::None {
+) -> impl Future<Output = Result<(), Unsent>> + Send + 'a {
+    async move {
+        let mut head = head;
+        // The body is dropped as soon as it ended, before its last bytes are written: the request
+        // is over for its meter (latency, access log) when the answer is all handed over.
+        if out == Out::None {
+            drop(body);
+            return Ok(write_all(wire, &mut [head]).await?);
+        }
+        let mut sent: u64 = 0;
+        let mut size_line = Vec::with_capacity(18);
+        // The body's last data, kept to go out with what ends the body.
+        let mut last = None;
+        loop {
+            // The next frame; when none is ready yet, the head waits for it a moment (`HEAD_HOLD`),
+            // then goes first on its own.
+            let polled = poll_fn(|cx| Poll::Ready(Pin::new(&mut body).poll_frame(cx))).await;
+            let next = match polled {
+                Poll::Ready(next) => next,
+                Poll::Pending if !head.is_empty() => {
+                    let first = poll_fn(|cx| Pin::new(&mut body).poll_frame(cx));
+                    // Boxed: the timer stays out of every exchange's future.
+                    match Box::pin(tokio::time::timeout(HEAD_HOLD, first)).await {
+                        Ok(next) => next,
+                        Err(_) => {
+                            write_all(wire, &mut [head]).await?;
+                            head = &[];
+                            continue;
+                        }
+                    }
+                }
+                Poll::Pending => {
+                    let waited = poll_fn(|cx| {
+                        if let Poll::Ready(next) = Pin::new(&mut body).poll_frame(cx) {
+                            return Poll::Ready(Some(next));
+                        }
+                        if lock(wire).poll_client_gone(cx) {
+                            return Poll::Ready(None);
+                        }
+                        Poll::Pending
+                    })
+                    .await;
+                    match waited {
+                        Some(next) => next,
+                        None => {
+                            return Err(io::Error::other("the client closed the connection").into())
+                        }
+                    }
+                }
+            };
+            let data = match next {
+                None => break,
+                Some(Err(e)) if sent == 0 && !head.is_empty() => {
+                    return Err(Unsent::Failed(e, body))
+                }
+                Some(Err(e)) => return Err(io::Error::other(e).into()),
+                Some(Ok(frame)) => match frame.into_data() {
+                    Ok(data) => data,
+                    // Trailers are not sent.
+                    Err(_) => continue,
+                },
+            };
+            if data.is_empty() {
+                continue;
+            }
+            sent += data.len() as u64;
+            if let Out::Length(n) = out {
+                if sent > n {
+                    return Err(
+                        io::Error::other(format!("the body is longer than its {n} bytes")).into(),
+                    );
+                }
+            }
+            if body.is_end_stream() {
+                last = Some(data);
+                break;
+            }
+            if out == Out::Chunked {
+                chunk_size_line(&mut size_line, data.len());
+                write_all(wire, &mut [head, &size_line, &data, b"\r\n"]).await?;
+            } else {
+                write_all(wire, &mut [head, &data]).await?;
+            }
+            head = &[];
+        }
         drop(body);
-        return Ok(write_all(wire, &mut [head]).await?);
-    }
-    let mut sent: u64 = 0;
-    let mut size_line = Vec::with_capacity(18);
-    // The body's last data, kept to go out with what ends the body.
-    let mut last = None;
-    loop {
-        // The next frame; when none is ready yet, the head waits for it a moment (`HEAD_HOLD`),
-        // then goes first on its own.
-        let polled = poll_fn(|cx| Poll::Ready(Pin::new(&mut body).poll_frame(cx))).await;
-        let next = match polled {
-            Poll::Ready(next) => next,
-            Poll::Pending if !head.is_empty() => {
-                let first = poll_fn(|cx| Pin::new(&mut body).poll_frame(cx));
-                // Boxed: the timer stays out of every exchange's future.
-                match Box::pin(tokio::time::timeout(HEAD_HOLD, first)).await {
-                    Ok(next) => next,
-                    Err(_) => {
-                        write_all(wire, &mut [head]).await?;
-                        head = &[];
-                        continue;
-                    }
-                }
-            }
-            Poll::Pending => {
-                let waited = poll_fn(|cx| {
-                    if let Poll::Ready(next) = Pin::new(&mut body).poll_frame(cx) {
-                        return Poll::Ready(Some(next));
-                    }
-                    if lock(wire).poll_client_gone(cx) {
-                        return Poll::Ready(None);
-                    }
-                    Poll::Pending
-                })
-                .await;
-                match waited {
-                    Some(next) => next,
-                    None => return Err(io::Error::other("the client closed the connection").into()),
-                }
-            }
+        let short = matches!(out, Out::Length(n) if sent != n);
+        let ended_short = || {
+            io::Error::other(format!(
+                "the body ended after {sent} bytes, not the length its head said"
+            ))
         };
-        let data = match next {
-            None => break,
-            Some(Err(e)) if sent == 0 && !head.is_empty() => return Err(Unsent::Failed(e, body)),
-            Some(Err(e)) => return Err(io::Error::other(e).into()),
-            Some(Ok(frame)) => match frame.into_data() {
-                Ok(data) => data,
-                // Trailers are not sent.
-                Err(_) => continue,
-            },
-        };
-        if data.is_empty() {
-            continue;
+        if short && last.is_none() {
+            return Err(ended_short().into());
         }
-        sent += data.len() as u64;
-        if let Out::Length(n) = out {
-            if sent > n {
-                return Err(
-                    io::Error::other(format!("the body is longer than its {n} bytes")).into(),
-                );
+        // The last bytes and what ends the body go out together.
+        match (out, &last) {
+            (Out::Chunked, Some(data)) => {
+                chunk_size_line(&mut size_line, data.len());
+                write_all(wire, &mut [head, &size_line, data, b"\r\n0\r\n\r\n"]).await?;
             }
+            (Out::Chunked, None) => write_all(wire, &mut [head, b"0\r\n\r\n"]).await?,
+            (_, Some(data)) => write_all(wire, &mut [head, data]).await?,
+            (_, None) => write_all(wire, &mut [head]).await?,
         }
-        if body.is_end_stream() {
-            last = Some(data);
-            break;
+        if short {
+            return Err(ended_short().into());
         }
-        if out == Out::Chunked {
-            chunk_size_line(&mut size_line, data.len());
-            write_all(wire, &mut [head, &size_line, &data, b"\r\n"]).await?;
-        } else {
-            write_all(wire, &mut [head, &data]).await?;
-        }
-        head = &[];
+        Ok(())
     }
-    drop(body);
-    let short = matches!(out, Out::Length(n) if sent != n);
-    let ended_short = || {
-        io::Error::other(format!(
-            "the body ended after {sent} bytes, not the length its head said"
-        ))
-    };
-    if short && last.is_none() {
-        return Err(ended_short().into());
-    }
-    // The last bytes and what ends the body go out together.
-    match (out, &last) {
-        (Out::Chunked, Some(data)) => {
-            chunk_size_line(&mut size_line, data.len());
-            write_all(wire, &mut [head, &size_line, data, b"\r\n0\r\n\r\n"]).await?;
-        }
-        (Out::Chunked, None) => write_all(wire, &mut [head, b"0\r\n\r\n"]).await?,
-        (_, Some(data)) => write_all(wire, &mut [head, data]).await?,
-        (_, None) => write_all(wire, &mut [head]).await?,
-    }
-    if short {
-        return Err(ended_short().into());
-    }
-    Ok(())
 }
 
 /// `size` in hexadecimal and CRLF: a chunk's first line.
@@ -1093,12 +1174,8 @@ async fn write_all(wire: &Mutex<Wire>, bufs: &mut [&[u8]]) -> io::Result<()> {
     .await
 }
 
-/// Answers a refused request, plain text saying why; the connection closes after it.
-async fn write_refusal(
-    wire: &Mutex<Wire>,
-    refusal: &Refusal,
-    wbuf: &mut Vec<u8>,
-) -> io::Result<()> {
+/// The answer to a refused request, plain text saying why; the connection closes after it.
+fn encode_refusal(refusal: &Refusal, wbuf: &mut Vec<u8>) {
     wbuf.clear();
     let reason = refusal.status.canonical_reason().unwrap_or("Unknown");
     let _ = write!(
@@ -1111,7 +1188,6 @@ async fn write_refusal(
     wbuf.extend_from_slice(b"\r\n\r\n");
     wbuf.extend_from_slice(refusal.why.as_bytes());
     wbuf.push(b'\n');
-    write_all(wire, &mut [wbuf]).await
 }
 
 /// Ends the connection. With a request body maybe still coming (`unread`), the write side is
