@@ -1007,6 +1007,15 @@ fn a_misspelt_log_level_is_refused_and_a_misspelt_rust_log_ignored() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Writes `text` to the config `file` of the busbar whose admin listener is `admin` and
+/// reloads it: the admin's answer.
+fn reload_with(admin: std::net::SocketAddr, file: &Path, text: &str) -> Resp {
+    std::fs::write(file, text).expect("write the config");
+    Client::connect(admin)
+        .request("POST", "/reload", &[], b"")
+        .expect("reload answered")
+}
+
 /// An endpoint a reload leaves as it was keeps its state: an open breaker stays open (a reload
 /// by config management every minute must not let calls through to a back end that is down).
 #[test]
@@ -1029,18 +1038,16 @@ fn a_reload_keeps_an_unchanged_endpoints_breaker() {
     let statuses: Vec<u16> = (0..4).map(|_| status()).collect();
     assert_eq!(statuses, [502, 502, 502, 503]);
     for body in ["two", "one"] {
-        std::fs::write(&file, text.replace("body: one", &format!("body: {body}"))).expect("write");
-        let r = Client::connect(admin)
-            .request("POST", "/reload", &[], b"")
-            .expect("reload");
+        let r = reload_with(
+            admin,
+            &file,
+            &text.replace("body: one", &format!("body: {body}")),
+        );
         assert_eq!(r.status, 200, "{}", r.text());
         assert_eq!(status(), 503, "the breaker closed with the reload");
     }
     // A changed endpoint is a new one, breaker closed.
-    std::fs::write(&file, text.replace("failures: 3", "failures: 4")).expect("write");
-    let r = Client::connect(admin)
-        .request("POST", "/reload", &[], b"")
-        .expect("reload");
+    let r = reload_with(admin, &file, &text.replace("failures: 3", "failures: 4"));
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(status(), 502);
     assert!(stop(&mut child).success());
@@ -1067,10 +1074,7 @@ fn metrics_of_a_proxy_a_reload_took_away_are_dropped() {
             .text()
     };
     for n in 1..=20 {
-        std::fs::write(&file, text.replace("Name0", &format!("Name{n}"))).expect("write");
-        let r = Client::connect(admin)
-            .request("POST", "/reload", &[], b"")
-            .expect("reload");
+        let r = reload_with(admin, &file, &text.replace("Name0", &format!("Name{n}")));
         assert_eq!(r.status, 200, "{}", r.text());
         assert_eq!(Client::connect(addr).get("/p").expect("answer").status, 200);
     }
@@ -1103,12 +1107,6 @@ fn a_reload_refuses_changes_that_only_a_restart_applies() {
     let file = dir.join("c.yaml");
     let text = std::fs::read_to_string(&file).expect("read");
     let admin: std::net::SocketAddr = format!("127.0.0.1:{admin}").parse().expect("addr");
-    let reload = |text: &str| {
-        std::fs::write(&file, text).expect("write");
-        Client::connect(admin)
-            .request("POST", "/reload", &[], b"")
-            .expect("reload answer")
-    };
     for (changed, key) in [
         (text.replace("delay: 1ms", "delay: 100ms"), "echo"),
         (
@@ -1116,7 +1114,7 @@ fn a_reload_refuses_changes_that_only_a_restart_applies() {
             "shutdown",
         ),
     ] {
-        let r = reload(&changed);
+        let r = reload_with(admin, &file, &changed);
         assert_eq!(r.status, 400, "{}", r.text());
         assert!(
             r.text().contains(&format!(
@@ -1126,7 +1124,7 @@ fn a_reload_refuses_changes_that_only_a_restart_applies() {
             r.text()
         );
     }
-    let r = reload(&text.replace("body: ok", "body: new"));
+    let r = reload_with(admin, &file, &text.replace("body: ok", "body: new"));
     assert_eq!(r.status, 200, "{}", r.text());
     assert!(stop(&mut child).success());
     let _ = std::fs::remove_dir_all(&dir);
