@@ -217,25 +217,23 @@ fn validate_refuses_xpath_functions_and_variables_no_message_could_evaluate() {
         "listeners:\n  http: { bind: \"127.0.0.1:0\" }\nproxies:\n  P:\n    path: /p\n    in:\n      - route:\n          - when: { xpath: \"nosuchfn(//a)\" }\n            then: [ { respond: {} } ]\n          - when: { xpath: \"$undefined\" }\n            then: [ { respond: {} } ]\n          - when: { xpath: \"false() and current()\" }\n            then: [ { respond: {} } ]\n          - when: { xpath: \"count(//a) > 1 and not(//b[normalize-space()])\" }\n            then: [ { respond: {} } ]\n",
     );
     assert_eq!(code, Some(1), "{err}");
-    for (line, what) in [
-        (
-            ":8: proxies.P.in[0].route[0].when.xpath:",
-            "unknown function 'nosuchfn()'",
-        ),
-        (
-            ":10: proxies.P.in[0].route[1].when.xpath:",
-            "undefined variable '$undefined'",
-        ),
-        (
-            ":12: proxies.P.in[0].route[2].when.xpath:",
-            "'current()' (an XSLT function",
-        ),
-    ] {
-        assert!(
-            err.lines().any(|l| l.contains(line) && l.contains(what)),
-            "{line} {what}:\n{err}"
-        );
-    }
+    assert_each_line(
+        &err,
+        &[
+            (
+                ":8: proxies.P.in[0].route[0].when.xpath:",
+                "unknown function 'nosuchfn()'",
+            ),
+            (
+                ":10: proxies.P.in[0].route[1].when.xpath:",
+                "undefined variable '$undefined'",
+            ),
+            (
+                ":12: proxies.P.in[0].route[2].when.xpath:",
+                "'current()' (an XSLT function",
+            ),
+        ],
+    );
     assert!(
         err.contains("3 problem(s)"),
         "the core functions pass:\n{err}"
@@ -251,17 +249,15 @@ fn validate_reports_each_bad_namespace_binding_at_its_line_beside_other_errors()
         "listeners:\n  http: { bind: \"127.0.0.1:0\" }\nnamespaces:\n  ok: \"urn:ok\"\n  \"1a\": \"urn:bad\"\n  e: \"\"\nproxies:\n  A:\n    path: /a\n    namespaces:\n      xmlns: \"urn:x\"\n    in:\n      - route:\n          - when: { xpath: \"/zz:a\" }\n            then: [ { respond: {} } ]\n          - when: { xpath: \"count(/ok:a) = 1\" }\n            then: [ { respond: {} } ]\n",
     );
     assert_eq!(code, Some(1), "{err}");
-    for (line, what) in [
-        (":5: namespaces.1a:", "'1a'"),
-        (":6: namespaces.e:", "empty"),
-        (":11: proxies.A.namespaces.xmlns:", "'xmlns'"),
-        (":14: proxies.A.in[0].route[0].when.xpath:", "zz"),
-    ] {
-        assert!(
-            err.lines().any(|l| l.contains(line) && l.contains(what)),
-            "{line} {what}:\n{err}"
-        );
-    }
+    assert_each_line(
+        &err,
+        &[
+            (":5: namespaces.1a:", "'1a'"),
+            (":6: namespaces.e:", "empty"),
+            (":11: proxies.A.namespaces.xmlns:", "'xmlns'"),
+            (":14: proxies.A.in[0].route[0].when.xpath:", "zz"),
+        ],
+    );
     assert!(
         err.contains("4 problem(s)"),
         "the good binding serves:\n{err}"
@@ -385,17 +381,15 @@ fn validate_reports_compile_errors_beside_a_misspelt_key_elsewhere() {
         "listeners:\n  http: { bind: \"127.0.0.1:0\" }\nendpoints:\n  echo: { url: \"http://127.0.0.1:9/\", timout: 30s }\nproxies:\n  A:\n    path: /a\n    in:\n      - route:\n          - when: { xpath: \"//a[\" }\n            then: [ { call: echo } ]\n  B: { path: /b, in: [ { jq: '{a: .b' } ] }\n  C: { path: /c, in: [ { xslt: { stylesheet: missing.xsl } } ] }\n",
     );
     assert_eq!(code, Some(1));
-    for (line, what) in [
-        (":4: ", "unknown field `timout`"),
-        (":10: proxies.A.in[0].route[0].when.xpath:", "invalid XPath"),
-        (":12: proxies.B.in[0].jq:", "expected closing brace"),
-        (":13: proxies.C.in[0].xslt.stylesheet:", "file not found"),
-    ] {
-        assert!(
-            err.lines().any(|l| l.contains(line) && l.contains(what)),
-            "{line} {what}:\n{err}"
-        );
-    }
+    assert_each_line(
+        &err,
+        &[
+            (":4: ", "unknown field `timout`"),
+            (":10: proxies.A.in[0].route[0].when.xpath:", "invalid XPath"),
+            (":12: proxies.B.in[0].jq:", "expected closing brace"),
+            (":13: proxies.C.in[0].xslt.stylesheet:", "file not found"),
+        ],
+    );
     assert!(err.contains("4 problem(s)"), "one line per problem:\n{err}");
     let _ = std::fs::remove_dir_all(&dir);
 }

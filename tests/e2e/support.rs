@@ -364,6 +364,16 @@ pub fn validate_in(dir: &std::path::Path, yaml: &str) -> (Option<i32>, String) {
     )
 }
 
+/// Asserts that some line of `err` holds both parts of each pair: where (`:12: key:`) and what.
+pub fn assert_each_line(err: &str, expected: &[(&str, &str)]) {
+    for (line, what) in expected {
+        assert!(
+            err.lines().any(|l| l.contains(line) && l.contains(what)),
+            "{line} {what}:\n{err}"
+        );
+    }
+}
+
 /// `busbar validate` on `yaml` written in `dir`: (success, stdout).
 pub fn validate_stdout(dir: &std::path::Path, yaml: &str) -> (bool, String) {
     let out = run_validate(dir, yaml);
