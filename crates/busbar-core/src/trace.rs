@@ -36,6 +36,26 @@ impl std::fmt::Display for SpanId {
     }
 }
 
+/// A `traceparent` value (version 00): always 55 bytes of visible ASCII.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Traceparent([u8; 55]);
+
+impl Traceparent {
+    /// The value's bytes, as they go on the wire.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+/// Lower-case hex of `bytes` into `out` (twice as long).
+fn hex_into(out: &mut [u8], bytes: &[u8]) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    for (pair, b) in out.chunks_exact_mut(2).zip(bytes) {
+        pair[0] = HEX[usize::from(b >> 4)];
+        pair[1] = HEX[usize::from(b & 0xf)];
+    }
+}
+
 impl TraceId {
     /// A new random trace id.
     pub fn random() -> Self {
@@ -344,18 +364,20 @@ impl TraceContext {
 
     /// The `traceparent` value naming `span` (a back-end attempt's client span) as the parent.
     pub fn traceparent(&self, span: SpanId) -> HeaderValue {
-        const HEX: &[u8; 16] = b"0123456789abcdef";
+        HeaderValue::from_bytes(self.traceparent_bytes(span).as_bytes())
+            .unwrap_or_else(|_| HeaderValue::from_static(""))
+    }
+
+    /// The same value as [`TraceContext::traceparent`], written in place: no allocation and
+    /// no validation pass, for a back-end request head written straight to its buffer.
+    pub fn traceparent_bytes(&self, span: SpanId) -> Traceparent {
         let mut out = *b"00-00000000000000000000000000000000-0000000000000000-00";
-        for i in 0..32 {
-            out[3 + i] = HEX[((self.trace_id.0 >> (124 - 4 * i)) & 0xf) as usize];
-        }
-        for i in 0..16 {
-            out[36 + i] = HEX[((span.0 >> (60 - 4 * i)) & 0xf) as usize];
-        }
+        hex_into(&mut out[3..35], &self.trace_id.0.to_be_bytes());
+        hex_into(&mut out[36..52], &span.0.to_be_bytes());
         if self.sampled {
             out[54] = b'1';
         }
-        HeaderValue::from_bytes(&out).unwrap_or_else(|_| HeaderValue::from_static(""))
+        Traceparent(out)
     }
 
     /// Sets `traceparent` (child of `span`) and the caller's `tracestate` on an outgoing
@@ -610,6 +632,13 @@ mod tests {
         let v = t.traceparent(SpanId(1));
         assert_eq!(v, "00-0123456789abcdeffedcba9876543210-0000000000000001-01");
         assert!(parse_traceparent(v.as_bytes()).is_some());
+        assert_eq!(t.traceparent_bytes(SpanId(1)).as_bytes(), v.as_bytes());
+        t.sampled = false;
+        let raw = t.traceparent_bytes(SpanId(u64::MAX));
+        assert_eq!(
+            raw.as_bytes(),
+            b"00-0123456789abcdeffedcba9876543210-ffffffffffffffff-00"
+        );
     }
 
     #[derive(Debug, Default)]

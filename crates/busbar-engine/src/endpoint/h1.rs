@@ -28,7 +28,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio_rustls::client::TlsStream;
 
-use busbar_core::trace::{TRACEPARENT, TRACESTATE};
+use busbar_core::trace::{Traceparent, TRACEPARENT, TRACESTATE};
 use busbar_core::Body;
 
 use crate::headers::HopByHop;
@@ -377,13 +377,18 @@ pub struct Outgoing<'a> {
     pub authorization: Option<&'a HeaderValue>,
     /// `traceparent` and `tracestate` of the attempt's span: they replace the caller's, and
     /// without a state of its own the caller's `tracestate` does not go out either.
-    pub trace: Option<(&'a HeaderValue, Option<&'a HeaderValue>)>,
+    pub trace: Option<(&'a Traceparent, Option<&'a HeaderValue>)>,
 }
 
 fn push_field(out: &mut Vec<u8>, name: &str, value: &HeaderValue) {
+    push_raw(out, name, value.as_bytes());
+}
+
+/// A field whose value is known to be valid.
+fn push_raw(out: &mut Vec<u8>, name: &str, value: &[u8]) {
     out.extend_from_slice(name.as_bytes());
     out.extend_from_slice(b": ");
-    out.extend_from_slice(value.as_bytes());
+    out.extend_from_slice(value);
     out.extend_from_slice(b"\r\n");
 }
 
@@ -416,7 +421,7 @@ fn encode_head(out: &mut Vec<u8>, head: &Outgoing<'_>, body: &Body) -> bool {
         push_field(out, "authorization", auth);
     }
     if let Some((parent, state)) = head.trace {
-        push_field(out, "traceparent", parent);
+        push_raw(out, "traceparent", parent.as_bytes());
         if let Some(state) = state {
             push_field(out, "tracestate", state);
         }
@@ -1245,8 +1250,10 @@ mod tests {
         }
         let host = HeaderValue::from_static("backend:9000");
         let auth = HeaderValue::from_static("Basic dTpw");
-        let parent =
-            HeaderValue::from_static("00-33333333333333333333333333333333-4444444444444444-01");
+        let mut context = busbar_core::TraceContext::detached();
+        context.trace_id = busbar_core::trace::TraceId(0x3333_3333_3333_3333_3333_3333_3333_3333);
+        context.sampled = true;
+        let parent = context.traceparent_bytes(busbar_core::trace::SpanId(0x4444_4444_4444_4444));
         let state = HeaderValue::from_static("busbar=2");
         let head = |trace, authorization| Outgoing {
             method: &Method::POST,

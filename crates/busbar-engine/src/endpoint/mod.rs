@@ -382,7 +382,7 @@ impl Endpoint {
                         );
                         r
                     });
-                (trace.traceparent(span), trace.tracestate.clone())
+                (trace.traceparent_bytes(span), trace.tracestate.clone())
             });
 
             self.counters.attempts.fetch_add(1, Relaxed);

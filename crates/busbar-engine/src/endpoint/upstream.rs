@@ -528,7 +528,7 @@ impl Upstream {
     pub fn call<'a>(
         &'a self,
         head: &'a http::request::Parts,
-        trace: Option<(&'a HeaderValue, Option<&'a HeaderValue>)>,
+        trace: Option<(&'a busbar_core::trace::Traceparent, Option<&'a HeaderValue>)>,
         body: Body,
         probe: Option<ReplayProbe>,
     ) -> impl Future<Output = Result<Response<Body>, MediationError>> + 'a {
