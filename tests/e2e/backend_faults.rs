@@ -1337,3 +1337,80 @@ fn a_back_end_that_states_its_keep_alive_timeout_has_its_connections_closed_befo
         "a new one after 1.4 s"
     );
 }
+
+#[test]
+fn a_back_end_answer_over_max_body_is_a_502_that_keeps_the_client_connection() {
+    // The answers are 4 KiB, the proxies read at most 1 KiB of a body. The JSON answer is
+    // chunked (found too large while read), the SOAP one has a Content-Length (found at once).
+    let json = format!("[{}0]", "0,".repeat(2048));
+    let chunked: &'static [u8] = Box::leak(
+        format!(
+            "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n{:x}\r\n{json}\r\n0\r\n\r\n",
+            json.len()
+        )
+        .into_bytes()
+        .into_boxed_slice(),
+    );
+    let xml = format!(
+        "<soapenv:Envelope xmlns:soapenv=\"http://schemas.xmlsoap.org/soap/envelope/\"><soapenv:Body><r>{}</r></soapenv:Body></soapenv:Envelope>",
+        "x".repeat(4096)
+    );
+    let sized: &'static [u8] = Box::leak(
+        format!(
+            "HTTP/1.1 200 OK\r\nContent-Type: text/xml; charset=UTF-8\r\nContent-Length: {}\r\n\r\n{xml}",
+            xml.len()
+        )
+        .into_bytes()
+        .into_boxed_slice(),
+    );
+    let (json_back, soap_back) = (answering_with(chunked), answering_with(sized));
+    let dir = temp_dir("answer-over-max-body");
+    let sheet = dir.join("copy.xsl");
+    std::fs::write(&sheet, "<xsl:stylesheet version=\"1.0\" xmlns:xsl=\"http://www.w3.org/1999/XSL/Transform\"><xsl:template match=\"/\"><xsl:copy-of select=\".\"/></xsl:template></xsl:stylesheet>").expect("write");
+    let h = engine(&format!(
+        "endpoints:\n  j: {{ url: \"http://{json_back}/j\", timeout: 5s }}\n  s: {{ url: \"http://{soap_back}/s\", timeout: 5s }}\nproxies:\n  J:\n    path: /j\n    max_body: 1KiB\n    in:\n      - call: j\n    out:\n      - jq: '.'\n  S:\n    path: /s\n    max_body: 1KiB\n    in:\n      - call: s\n    out:\n      - xslt: {{ stylesheet: \"{}\" }}\n  Ok:\n    path: /ok\n    in:\n      - respond: {{ status: 200, body: \"ok\", content_type: text/plain }}\n",
+        sheet.display()
+    ));
+    let mut c = Client::connect(h.http());
+    let r = c.post("/j", &[JSON], b"{}").expect("response");
+    assert_eq!(r.status, 502, "{}", r.text());
+    assert_eq!(r.header("content-type"), Some("application/problem+json"));
+    assert!(
+        r.text()
+            .contains("The back end's answer is larger than max_body (1024 bytes)"),
+        "{}",
+        r.text()
+    );
+    assert_ne!(r.header("connection"), Some("close"));
+    // The client sent nothing wrong: its connection carries the next request.
+    let r = c.get("/ok").expect("the connection is still open");
+    assert_eq!((r.status, r.text()), (200, "ok".to_owned()));
+
+    let soap = b"<soapenv:Envelope xmlns:soapenv=\"http://schemas.xmlsoap.org/soap/envelope/\"><soapenv:Body><q/></soapenv:Body></soapenv:Envelope>";
+    let r = c
+        .post("/s", &[("Content-Type", "text/xml; charset=UTF-8")], soap)
+        .expect("response");
+    let t = r.text();
+    assert_eq!(r.status, 500, "{t}");
+    assert!(t.contains("<faultcode>soapenv:Server</faultcode>"), "{t}");
+    assert!(
+        t.contains("The back end's answer is larger than max_body (1024 bytes)"),
+        "{t}"
+    );
+    assert_ne!(r.header("connection"), Some("close"));
+    let r = c.get("/ok").expect("the connection is still open");
+    assert_eq!((r.status, r.text()), (200, "ok".to_owned()));
+
+    // Counted as a body over the limit, on the proxies whose back ends sent them.
+    for proxy in ["J", "S"] {
+        assert_eq!(
+            metric(
+                h.admin(),
+                &format!("busbar_proxy_errors_total{{proxy=\"{proxy}\",kind=\"body_too_large\"}}")
+            ),
+            Some(1.0),
+            "{proxy}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

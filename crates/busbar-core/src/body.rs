@@ -64,10 +64,13 @@ pub enum BodyError {
     #[error("{0}")]
     Rejected(String),
     /// A step needed the whole body, and it is larger than the configured `max_body`.
-    #[error("body larger than max_body ({limit} bytes)")]
+    #[error("{} larger than max_body ({limit} bytes)", too_large_name(*origin))]
     TooLarge {
         /// The configured limit, in bytes.
         limit: u64,
+        /// Which side sent the body; `None` for a body a step built in memory, which neither
+        /// side sent as it is.
+        origin: Option<Origin>,
     },
 }
 
@@ -75,6 +78,14 @@ fn origin_name(origin: Origin) -> &'static str {
     match origin {
         Origin::Client => "request",
         Origin::Upstream => "response",
+    }
+}
+
+fn too_large_name(origin: Option<Origin>) -> &'static str {
+    match origin {
+        Some(Origin::Client) => "request body",
+        Some(Origin::Upstream) => "response body",
+        None => "body",
     }
 }
 
@@ -259,7 +270,10 @@ impl Body {
                     s.checked(Some(&data))?;
                     s.read_len += data.len() as u64;
                     if s.read_len > limit {
-                        return Err(BodyError::TooLarge { limit });
+                        return Err(BodyError::TooLarge {
+                            limit,
+                            origin: Some(s.origin),
+                        });
                     }
                     s.read.push_back(data.clone());
                     return Ok(Some(data));
@@ -291,7 +305,11 @@ impl Body {
     pub async fn bytes(&mut self, limit: u64) -> Result<Bytes, BodyError> {
         if let Some(len) = self.exact_len() {
             if len > limit {
-                return Err(BodyError::TooLarge { limit });
+                let origin = match &self.kind {
+                    Kind::Stream(s) => Some(s.origin),
+                    Kind::Empty | Kind::Full(_) => None,
+                };
+                return Err(BodyError::TooLarge { limit, origin });
             }
         }
         while self.read_chunk(limit).await?.is_some() {}
@@ -450,7 +468,45 @@ mod tests {
     async fn buffering_more_than_the_limit_is_refused() {
         let mut body = Body::stream(chunks(&[b"abc", b"def"]), None, Origin::Client);
         let err = body.bytes(4).await.expect_err("too large");
-        assert!(matches!(err, BodyError::TooLarge { limit: 4 }));
+        assert!(matches!(
+            err,
+            BodyError::TooLarge {
+                limit: 4,
+                origin: Some(Origin::Client)
+            }
+        ));
+    }
+
+    #[tokio::test]
+    async fn a_too_large_body_names_the_side_that_sent_it() {
+        // Found out while reading, and at once from the announced length.
+        for exact in [None, Some(6)] {
+            let mut body = Body::stream(chunks(&[b"abc", b"def"]), exact, Origin::Upstream);
+            let err = body.bytes(4).await.expect_err("too large");
+            assert!(
+                matches!(
+                    err,
+                    BodyError::TooLarge {
+                        limit: 4,
+                        origin: Some(Origin::Upstream)
+                    }
+                ),
+                "{exact:?}: {err:?}"
+            );
+            assert_eq!(
+                err.to_string(),
+                "response body larger than max_body (4 bytes)"
+            );
+        }
+        let mut built = Body::full(&b"abcdef"[..]);
+        let err = built.bytes(4).await.expect_err("too large");
+        assert!(matches!(
+            err,
+            BodyError::TooLarge {
+                limit: 4,
+                origin: None
+            }
+        ));
     }
 
     #[tokio::test]

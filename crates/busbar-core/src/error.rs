@@ -36,7 +36,8 @@ pub enum ErrorKind {
     UpstreamReset,
     /// The client's request could not be read (reset, malformed framing).
     ClientBody,
-    /// A buffered body exceeded `max_body`.
+    /// A body a step buffers exceeded `max_body`: the client's request (413), a back end's
+    /// answer (502) or a step's own output (500).
     BodyTooLarge,
     /// The request was malformed for the step that read it (bad XML, bad JSON).
     BadRequest,
@@ -227,7 +228,11 @@ impl MediationError {
         let by_kind = match self.kind {
             ErrorKind::NotFound => Some(StatusCode::NOT_FOUND),
             ErrorKind::MethodNotAllowed => Some(StatusCode::METHOD_NOT_ALLOWED),
-            ErrorKind::BodyTooLarge => Some(StatusCode::PAYLOAD_TOO_LARGE),
+            // Only the client's own body is too large for the client to fix; a back end's
+            // answer over the limit is a failed back end, as the blame below answers it.
+            ErrorKind::BodyTooLarge if self.blame == Blame::Client => {
+                Some(StatusCode::PAYLOAD_TOO_LARGE)
+            }
             ErrorKind::Unavailable => Some(StatusCode::SERVICE_UNAVAILABLE),
             _ => None,
         };
@@ -272,10 +277,30 @@ impl MediationError {
 impl From<BodyError> for MediationError {
     fn from(e: BodyError) -> Self {
         match &e {
-            BodyError::TooLarge { limit } => MediationError::new(
+            BodyError::TooLarge {
+                limit,
+                origin: Some(Origin::Client),
+            } => MediationError::new(
                 ErrorKind::BodyTooLarge,
                 Blame::Client,
                 format!("Message body larger than {limit} bytes"),
+            ),
+            // The client sent nothing wrong: the back end answered more than the proxy reads.
+            BodyError::TooLarge {
+                limit,
+                origin: Some(Origin::Upstream),
+            } => MediationError::new(
+                ErrorKind::BodyTooLarge,
+                Blame::Upstream,
+                format!("The back end's answer is larger than max_body ({limit} bytes)"),
+            ),
+            BodyError::TooLarge {
+                limit,
+                origin: None,
+            } => MediationError::new(
+                ErrorKind::BodyTooLarge,
+                Blame::Internal,
+                format!("A step's output is larger than max_body ({limit} bytes)"),
             ),
             BodyError::Rejected(msg) => MediationError::new(
                 ErrorKind::BadRequest,
@@ -323,6 +348,46 @@ mod tests {
              response body"
         );
         assert_eq!(e.status(MessageFormat::Problem), 502);
+    }
+
+    #[test]
+    fn a_back_end_answer_over_max_body_is_the_back_ends_failure_not_the_clients() {
+        let e = MediationError::from(BodyError::TooLarge {
+            limit: 1024,
+            origin: Some(Origin::Upstream),
+        });
+        assert_eq!(e.kind, ErrorKind::BodyTooLarge);
+        assert_eq!(e.blame, Blame::Upstream);
+        assert_eq!(
+            e.reason,
+            "The back end's answer is larger than max_body (1024 bytes)"
+        );
+        assert_eq!(e.status(MessageFormat::Problem), 502);
+        for (v, code) in [
+            (SoapVersion::V11, "soapenv:Server"),
+            (SoapVersion::V12, "env:Receiver"),
+        ] {
+            let (status, fault) = e.render(MessageFormat::Soap(v));
+            assert_eq!(status, 500, "{v:?}");
+            let body = String::from_utf8_lossy(&fault.body).into_owned();
+            assert!(body.contains(code), "{body}");
+        }
+
+        let client = MediationError::from(BodyError::TooLarge {
+            limit: 1024,
+            origin: Some(Origin::Client),
+        });
+        assert_eq!(client.blame, Blame::Client);
+        assert_eq!(client.reason, "Message body larger than 1024 bytes");
+        assert_eq!(client.status(MessageFormat::Problem), 413);
+        assert_eq!(client.status(MessageFormat::Soap(SoapVersion::V11)), 413);
+
+        let built = MediationError::from(BodyError::TooLarge {
+            limit: 1024,
+            origin: None,
+        });
+        assert_eq!(built.blame, Blame::Internal);
+        assert_eq!(built.status(MessageFormat::Problem), 500);
     }
 
     #[test]

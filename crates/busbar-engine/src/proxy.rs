@@ -530,7 +530,11 @@ pub(crate) fn error_response(
         };
         resp.headers_mut().insert(http::header::RETRY_AFTER, after);
     }
-    if e.kind == ErrorKind::BodyTooLarge || e.kind == ErrorKind::ClientBody {
+    // Only a client's own body that was too large or failed: a back end's answer over
+    // `max_body` leaves the request read and the connection fit for the next one.
+    if (e.kind == ErrorKind::BodyTooLarge && e.blame == Blame::Client)
+        || e.kind == ErrorKind::ClientBody
+    {
         // The rest of the request body was not read: the connection cannot carry another
         // request.
         resp.headers_mut()

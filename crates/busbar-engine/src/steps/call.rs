@@ -55,18 +55,70 @@ fn template(path: &str) -> Result<Vec<Piece>, String> {
     Ok(pieces)
 }
 
-/// Percent-encodes a parameter as one path segment: everything but RFC 3986's unreserved
-/// characters, so `/`, `?`, `#`, `%` and `..` cannot change the path's shape.
+/// Percent-encodes a parameter as (part of) one path segment: everything but RFC 3986's
+/// unreserved characters, so `/`, `?`, `#` and `%` cannot change the path's shape. A `.` stays
+/// (`1.5`, `file.json`): only a whole `.` or `..` segment moves a path, and [`render`] escapes
+/// those.
 fn segment(value: &str) -> String {
     let mut out = String::with_capacity(value.len());
     for b in value.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'~') {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
             out.push(b as char);
         } else {
             out.push_str(&format!("%{b:02X}"));
         }
     }
     out
+}
+
+/// Ends the segment of `out` that starts at `start`: when a parameter went into it and it is
+/// a dot segment (`.` or `..`, which a server resolves against the path), its dots are
+/// escaped, so it is a name and not a step up.
+fn close_segment(out: &mut String, start: usize, has_param: bool) {
+    if has_param && matches!(&out[start..], "." | "..") {
+        let dots = out.len() - start;
+        out.truncate(start);
+        for _ in 0..dots {
+            out.push_str("%2E");
+        }
+    }
+}
+
+/// The call path: `pieces` with the exchange's path parameters put in.
+fn render(pieces: &[Piece], ex: &Exchange) -> Result<String, MediationError> {
+    let mut out = String::new();
+    // The segment being written: where it starts, and whether a parameter is in it.
+    let (mut start, mut has_param) = (0, false);
+    for p in pieces {
+        match p {
+            Piece::Text(t) => {
+                // A `?` or `#` of the template ends the path's last segment as a `/`
+                // ends one.
+                let mut rest = t.as_str();
+                while let Some(end) = rest.find(['/', '?', '#']) {
+                    out.push_str(&rest[..end]);
+                    close_segment(&mut out, start, has_param);
+                    out.push_str(&rest[end..=end]);
+                    (start, has_param) = (out.len(), false);
+                    rest = &rest[end + 1..];
+                }
+                out.push_str(rest);
+            }
+            Piece::Param(name) => match ex.param(name) {
+                Some(v) => {
+                    out.push_str(&segment(v));
+                    has_param = true;
+                }
+                None => {
+                    return Err(MediationError::internal(format!(
+                        "the call path needs the path parameter '{name}', which this route does not have"
+                    )))
+                }
+            },
+        }
+    }
+    close_segment(&mut out, start, has_param);
+    Ok(out)
 }
 
 impl CallStep {
@@ -110,24 +162,6 @@ impl CallStep {
         }
         Ok(step)
     }
-
-    fn render(&self, pieces: &[Piece], ex: &Exchange) -> Result<String, MediationError> {
-        let mut out = String::new();
-        for p in pieces {
-            match p {
-                Piece::Text(t) => out.push_str(t),
-                Piece::Param(name) => match ex.param(name) {
-                    Some(v) => out.push_str(&segment(v)),
-                    None => {
-                        return Err(MediationError::internal(format!(
-                            "the call path needs the path parameter '{name}', which this route does not have"
-                        )))
-                    }
-                },
-            }
-        }
-        Ok(out)
-    }
 }
 
 impl Apply for CallStep {
@@ -138,7 +172,7 @@ impl Apply for CallStep {
             ));
         }
         if let Some(pieces) = &self.path {
-            let suffix = self.render(pieces, ex)?;
+            let suffix = render(pieces, ex)?;
             ex.request.extensions.insert(PathSuffix(suffix));
         }
         if let Some(m) = &self.method {
@@ -162,7 +196,7 @@ impl Apply for CallStep {
 #[cfg(test)]
 mod tests {
     use super::super::testing::*;
-    use super::{segment, template, Piece};
+    use super::{render, segment, template, Piece};
 
     #[test]
     fn an_unknown_endpoint_is_a_build_error_at_the_steps_path() {
@@ -191,8 +225,40 @@ mod tests {
         assert!(template("/a/}").is_err());
         assert_eq!(segment("42"), "42");
         assert_eq!(segment("a b"), "a%20b");
-        assert_eq!(segment("../x"), "..%2Fx".replace("..", "%2E%2E"));
+        assert_eq!(segment("../x"), "..%2Fx");
         assert_eq!(segment("a/b?c#d%"), "a%2Fb%3Fc%23d%25");
         assert_eq!(segment("é"), "%C3%A9");
+    }
+
+    /// `template` filled with `params` as a route would have matched them.
+    fn path_of(template_text: &str, params: &[(&str, &str)]) -> String {
+        let mut ex = exchange(&[], b"");
+        for (k, v) in params {
+            ex.params.push(((*k).into(), (*v).to_owned()));
+        }
+        let pieces = template(template_text).expect("template");
+        render(&pieces, &ex).expect("path")
+    }
+
+    #[test]
+    fn dots_in_a_parameter_stay_unless_they_would_make_a_dot_segment() {
+        let id = |v| path_of("/stock/{id}", &[("id", v)]);
+        assert_eq!(id("1.5"), "/stock/1.5");
+        assert_eq!(id("file.json"), "/stock/file.json");
+        assert_eq!(id(".hidden"), "/stock/.hidden");
+        assert_eq!(id("..."), "/stock/...");
+        assert_eq!(id("."), "/stock/%2E");
+        assert_eq!(id(".."), "/stock/%2E%2E");
+        // A `/` in the value stays inside the segment, so nothing it holds can climb.
+        assert_eq!(id("a/.."), "/stock/a%2F..");
+        assert_eq!(id("../x"), "/stock/..%2Fx");
+        // A dot segment made with the template's own text, or with two parameters, or ended
+        // by the template's query.
+        assert_eq!(path_of("/x/.{id}/y", &[("id", ".")]), "/x/%2E%2E/y");
+        assert_eq!(path_of("/x/{a}{b}", &[("a", "."), ("b", ".")]), "/x/%2E%2E");
+        assert_eq!(path_of("/x/{id}?v=1", &[("id", "..")]), "/x/%2E%2E?v=1");
+        assert_eq!(path_of("/x/{id}#f", &[("id", ".")]), "/x/%2E#f");
+        // The template's own dot segments are the config's, written as it wrote them.
+        assert_eq!(path_of("/a/../{id}", &[("id", "b")]), "/a/../b");
     }
 }
