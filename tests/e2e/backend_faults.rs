@@ -889,6 +889,39 @@ fn a_response_cut_or_stalled_mid_body_is_a_failure_of_its_url_and_opens_its_brea
     assert_eq!(requests.load(Ordering::SeqCst), 2);
 }
 
+#[test]
+fn a_step_reading_an_answer_paused_past_the_timeout_fails_as_a_timeout() {
+    // 5 of the 10 bytes announced, then a pause longer than the endpoint's timeout ("stall")
+    // or a close ("cut"): the step that reads the whole answer fails as the back end did.
+    let addr = scripted(|mut r| {
+        let Some(head) = read_head(&mut r) else {
+            return;
+        };
+        if read_body(&mut r, &head).is_none() {
+            return;
+        }
+        let _ = r.get_mut().write_all(
+            b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 10\r\n\r\n[1,2,",
+        );
+        if head.path.ends_with("/stall") {
+            std::thread::sleep(Duration::from_secs(3));
+        }
+    });
+    let h = engine(&format!(
+        "endpoints:\n  svc:\n    url: \"http://{addr}/e\"\n    timeout: 300ms\nproxies:\n  P:\n    path: /p/{{case}}\n    in:\n      - call: {{ endpoint: svc, path: \"/{{case}}\" }}\n    out:\n      - jq: '.'\n"
+    ));
+    for (case, status, what) in [
+        ("stall", 504, "paused longer than 300ms after 5 bytes"),
+        ("cut", 502, "broke off"),
+    ] {
+        let r = Client::connect(h.http())
+            .post(&format!("/p/{case}"), &[JSON], b"{}")
+            .expect("an answer");
+        assert_eq!(r.status, status, "{case}: {}", r.text());
+        assert!(r.text().contains(what), "{case}: {}", r.text());
+    }
+}
+
 /// A keep-alive back end that answers each request with "ok" and records when a client
 /// connection ended (`closed`); with `close_after`, it closes each connection itself that long
 /// after its first answer.
