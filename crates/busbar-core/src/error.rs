@@ -269,9 +269,9 @@ impl MediationError {
     }
 }
 
-/// A back end's answer that broke off or paused past its endpoint's timeout mid-body: what it
-/// is counted as (`upstream_reset` or `response_timeout`) and what happened. A step that reads
-/// such a body fails as that kind (a timeout is a 504).
+/// A back end's answer that broke off, paused past its endpoint's timeout or passed its
+/// deadline mid-body: what it is counted as (`upstream_reset` or `response_timeout`) and what
+/// happened. A step that reads such a body fails as that kind (a timeout is a 504).
 #[derive(Debug)]
 pub struct AnswerCut {
     /// The error kind it counts as.
