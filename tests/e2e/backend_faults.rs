@@ -889,6 +889,261 @@ fn a_response_cut_or_stalled_mid_body_is_a_failure_of_its_url_and_opens_its_brea
     assert_eq!(requests.load(Ordering::SeqCst), 2);
 }
 
+#[test]
+fn a_step_reading_an_answer_paused_past_the_timeout_fails_as_a_timeout() {
+    // 5 of the 10 bytes announced, then a pause longer than the endpoint's timeout ("stall")
+    // or a close ("cut"): the step that reads the whole answer fails as the back end did.
+    let addr = scripted(|mut r| {
+        let Some(head) = read_head(&mut r) else {
+            return;
+        };
+        if read_body(&mut r, &head).is_none() {
+            return;
+        }
+        let _ = r.get_mut().write_all(
+            b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 10\r\n\r\n[1,2,",
+        );
+        if head.path.ends_with("/stall") {
+            std::thread::sleep(Duration::from_secs(3));
+        }
+    });
+    let h = engine(&format!(
+        "endpoints:\n  svc:\n    url: \"http://{addr}/e\"\n    timeout: 300ms\nproxies:\n  P:\n    path: /p/{{case}}\n    in:\n      - call: {{ endpoint: svc, path: \"/{{case}}\" }}\n    out:\n      - jq: '.'\n"
+    ));
+    for (case, status, what) in [
+        ("stall", 504, "paused longer than 300ms after 5 bytes"),
+        ("cut", 502, "broke off"),
+    ] {
+        let r = Client::connect(h.http())
+            .post(&format!("/p/{case}"), &[JSON], b"{}")
+            .expect("an answer");
+        assert_eq!(r.status, status, "{case}: {}", r.text());
+        assert!(r.text().contains(what), "{case}: {}", r.text());
+    }
+}
+
+/// A back end that reads each request whole, sends the head of a 100 000-byte JSON answer
+/// and then one byte of it every 200 ms, for as long as the connection takes them; `ended`
+/// counts the connections that ended under it.
+fn trickling(ended: Arc<AtomicUsize>) -> SocketAddr {
+    scripted(move |mut r| {
+        let Some(head) = read_head(&mut r) else {
+            return;
+        };
+        if read_body(&mut r, &head).is_none() {
+            return;
+        }
+        let w = r.get_mut();
+        let mut sent = w.write_all(
+            b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n[",
+        );
+        while sent.is_ok() {
+            std::thread::sleep(Duration::from_millis(200));
+            sent = w.write_all(b"1");
+        }
+        ended.fetch_add(1, Ordering::SeqCst);
+    })
+}
+
+#[test]
+fn an_answer_trickling_past_the_endpoints_deadline_is_cut_at_the_deadline() {
+    // The back end never pauses for the 5 s `timeout`: only the 1 s deadline ends it.
+    let ended = Arc::new(AtomicUsize::new(0));
+    let addr = trickling(ended.clone());
+    let h = engine(&format!(
+        "endpoints:\n  svc:\n    url: \"http://{addr}/e\"\n    timeout: 5s\n    deadline: 1s\nproxies:\n  Whole:\n    path: /whole\n    in:\n      - call: svc\n    out:\n      - jq: '.'\n  Through:\n    path: /through\n    in:\n      - call: svc\n"
+    ));
+    let in_time =
+        |took: Duration| took >= Duration::from_millis(900) && took < Duration::from_secs(4);
+
+    // A step that reads the whole answer fails at the deadline, as the back end's timeout.
+    let mut c = Client::connect(h.http());
+    c.stream
+        .get_ref()
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("read timeout");
+    let start = std::time::Instant::now();
+    let r = c.post("/whole", &[JSON], b"{}").expect("an answer");
+    let took = start.elapsed();
+    assert_eq!(r.status, 504, "{}", r.text());
+    assert!(
+        r.text()
+            .contains("endpoint 'svc' passed its deadline of 1s"),
+        "{}",
+        r.text()
+    );
+    assert!(in_time(took), "answered after {took:?}");
+
+    // Passed on as it comes, the answer's head reaches the client, and its connection is cut
+    // at the deadline: never a body that looks complete.
+    let stream = TcpStream::connect(h.http()).expect("connect");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("read timeout");
+    let mut s = BufReader::new(stream);
+    let start = std::time::Instant::now();
+    s.get_mut()
+        .write_all(b"POST /through HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}")
+        .expect("send");
+    let head = read_answer_head(&mut s);
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    assert!(
+        head.to_ascii_lowercase().contains("content-length: 100000"),
+        "{head}"
+    );
+    let mut body = Vec::new();
+    let end = std::io::Read::read_to_end(&mut s, &mut body);
+    let took = start.elapsed();
+    assert!(
+        !matches!(&end, Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut)),
+        "the connection was not cut: {end:?} after {took:?}"
+    );
+    assert!(
+        !body.is_empty() && body.len() < 100,
+        "{} bytes of the body",
+        body.len()
+    );
+    assert!(in_time(took), "cut after {took:?}");
+
+    // Both are counted as the endpoint's timeouts, and both back-end connections were closed.
+    let admin = h.admin();
+    for series in [
+        "busbar_endpoint_responses_cut_total{endpoint=\"svc\"}",
+        "busbar_endpoint_errors_total{endpoint=\"svc\",kind=\"response_timeout\"}",
+    ] {
+        assert!(
+            eventually(Duration::from_secs(5), || metric(admin, series)
+                == Some(2.0)),
+            "{series}: {:?}",
+            metric(admin, series)
+        );
+    }
+    assert!(
+        eventually(Duration::from_secs(5), || ended.load(Ordering::SeqCst) == 2),
+        "back-end connections ended: {}",
+        ended.load(Ordering::SeqCst)
+    );
+}
+
+#[test]
+fn an_answer_head_later_than_the_deadline_is_a_gateway_timeout_retried_as_one() {
+    // The head comes after 3 s, well within the 5 s `timeout`, but past the 1 s deadline.
+    let requests = Arc::new(AtomicUsize::new(0));
+    let seen = requests.clone();
+    let addr = scripted(move |mut r| {
+        while let Some(head) = read_head(&mut r) {
+            if read_body(&mut r, &head).is_none() {
+                return;
+            }
+            seen.fetch_add(1, Ordering::SeqCst);
+            std::thread::sleep(Duration::from_secs(3));
+            if r.get_mut()
+                .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nlate")
+                .is_err()
+            {
+                return;
+            }
+        }
+    });
+    let h = engine(&format!(
+        "endpoints:\n  svc:\n    url: \"http://{addr}/e\"\n    timeout: 5s\n    deadline: 1s\n    retries: 1\nproxies:\n  P:\n    path: /p\n    in:\n      - call: svc\n"
+    ));
+    // A POST that reached the back end is not sent again, as after a timeout.
+    let start = std::time::Instant::now();
+    let r = Client::connect(h.http())
+        .post("/p", &[JSON], b"{}")
+        .expect("an answer");
+    let took = start.elapsed();
+    assert_eq!(r.status, 504, "{}", r.text());
+    assert!(
+        r.text()
+            .contains("Endpoint 'svc' did not answer within its deadline of 1s"),
+        "{}",
+        r.text()
+    );
+    assert!(took < Duration::from_secs(3), "answered after {took:?}");
+    assert_eq!(requests.load(Ordering::SeqCst), 1);
+    // A GET is tried once more, with a deadline of its own.
+    let start = std::time::Instant::now();
+    let r = Client::connect(h.http()).get("/p").expect("an answer");
+    let took = start.elapsed();
+    assert_eq!(r.status, 504, "{}", r.text());
+    assert!(
+        took >= Duration::from_millis(1900) && took < Duration::from_secs(3),
+        "answered after {took:?}"
+    );
+    assert_eq!(requests.load(Ordering::SeqCst), 3);
+    let admin = h.admin();
+    assert_eq!(
+        metric(admin, "busbar_endpoint_retries_total{endpoint=\"svc\"}"),
+        Some(1.0)
+    );
+}
+
+#[test]
+fn a_prompt_answer_passes_a_deadline_unchanged_on_a_connection_kept_for_the_next() {
+    let (addr, seen) = recording(true);
+    let h = engine(&format!(
+        "endpoints:\n  svc:\n    url: \"http://{addr}/e\"\n    deadline: 1s\nproxies:\n  P:\n    path: /p\n    in:\n      - call: svc\n"
+    ));
+    let sent = payload(1 << 20, 7);
+    let mut c = Client::connect(h.http());
+    for i in 0..2 {
+        if i == 1 {
+            // Longer than the deadline: the next attempt's runs from its own start.
+            std::thread::sleep(Duration::from_millis(1200));
+        }
+        let r = c
+            .post("/p", &[("Content-Type", "application/octet-stream")], &sent)
+            .expect("an answer");
+        assert_eq!(r.status, 200, "answer {i}: {}", r.text());
+        assert_eq!(r.header("content-length"), Some("1048576"), "answer {i}");
+        assert!(r.body == sent, "answer {i}: the body changed");
+    }
+    assert_eq!(seen.connections.load(Ordering::SeqCst), 1);
+}
+
+#[test]
+fn a_reload_applies_a_changed_deadline() {
+    // Six bytes of JSON, one every 200 ms: whole within 5 s, cut at 500 ms.
+    let addr = scripted(|mut r| {
+        while let Some(head) = read_head(&mut r) {
+            if read_body(&mut r, &head).is_none() {
+                return;
+            }
+            let w = r.get_mut();
+            if w.write_all(
+                b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 6\r\n\r\n",
+            )
+            .is_err()
+            {
+                return;
+            }
+            for b in b"[1,22]" {
+                std::thread::sleep(Duration::from_millis(200));
+                if w.write_all(&[*b]).is_err() {
+                    return;
+                }
+            }
+        }
+    });
+    let h = engine(&format!(
+        "endpoints:\n  svc:\n    url: \"http://{addr}/e\"\n    deadline: 5s\nproxies:\n  P:\n    path: /p\n    in:\n      - call: svc\n    out:\n      - jq: '.'\n"
+    ));
+    let r = Client::connect(h.http())
+        .post("/p", &[JSON], b"{}")
+        .expect("an answer");
+    assert_eq!((r.status, r.text()), (200, "[1,22]".to_owned()));
+    let text = std::fs::read_to_string(&h.config).expect("read the config");
+    std::fs::write(&h.config, text.replace("deadline: 5s", "deadline: 500ms")).expect("write");
+    h.engine().reload().expect("reload");
+    let r = Client::connect(h.http())
+        .post("/p", &[JSON], b"{}")
+        .expect("an answer");
+    assert_eq!(r.status, 504, "{}", r.text());
+    assert!(r.text().contains("deadline of 500ms"), "{}", r.text());
+}
+
 /// A keep-alive back end that answers each request with "ok" and records when a client
 /// connection ended (`closed`); with `close_after`, it closes each connection itself that long
 /// after its first answer.

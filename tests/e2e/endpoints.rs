@@ -782,6 +782,23 @@ fn validate_refuses_a_url_port_outside_1_to_65535_at_its_line() {
 }
 
 #[test]
+fn validate_refuses_an_endpoint_deadline_of_zero_or_not_a_duration_at_its_line() {
+    let dir = temp_dir("deadline");
+    for (value, what) in [
+        ("0s", "endpoints.svc.deadline: must be greater than zero"),
+        ("soon", "invalid duration 'soon'"),
+    ] {
+        let (code, err) = validate_in(
+            &dir,
+            &format!("listeners:\n  http: {{ bind: \"127.0.0.1:0\" }}\nendpoints:\n  svc:\n    url: \"http://127.0.0.1:8080/svc\"\n    deadline: {value}\nproxies:\n  P: {{ path: /p, in: [ {{ call: svc }} ] }}\n"),
+        );
+        assert_eq!(code, Some(1), "{value}: {err}");
+        assert_each_line(&err, &[("c.yaml:6: ", what), ("c.yaml:6: ", "deadline")]);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
 fn a_retry_stopped_by_the_breaker_it_opened_answers_with_the_back_ends_own_status() {
     let (addr, seen) = raw_back_end(|_| Some((503, b"status 503 from the back end".to_vec())));
     let url = format!("http://{addr}/svc");

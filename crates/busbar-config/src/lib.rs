@@ -740,6 +740,13 @@ fn check_endpoint(
             );
         }
     }
+    if let Some(d) = e.deadline.as_ref().filter(|d| d.value.0.is_zero()) {
+        err(
+            line_of(d),
+            format!("{path}.deadline"),
+            "must be greater than zero".into(),
+        );
+    }
     check_statuses(&e.retry_on_status, &format!("{path}.retry_on_status"), err);
     if let Failover::OnStatus(f) = &e.failover {
         check_statuses(&f.on_status, &format!("{path}.failover.on_status"), err);
@@ -1624,6 +1631,25 @@ mod tests {
         let errs = check(&yaml);
         assert!(errs[0].starts_with("t.yaml:4: "), "{errs:?}");
         assert!(errs[0].contains("invalid duration '2 parsecs'"), "{errs:?}");
+    }
+
+    #[test]
+    fn an_endpoint_deadline_of_zero_or_not_a_duration_is_refused_with_its_line() {
+        let at = |d: &str| {
+            OK.replace(
+                "timeout: 2s }",
+                &format!("timeout: 2s,\n    deadline: {d} }}"),
+            )
+        };
+        assert_eq!(
+            check(&at("0s")),
+            ["t.yaml:5: endpoints.echo.deadline: must be greater than zero"]
+        );
+        let errs = check(&at("soon"));
+        assert_eq!(errs.len(), 1, "{errs:?}");
+        assert!(errs[0].starts_with("t.yaml:5: "), "{errs:?}");
+        assert!(errs[0].contains("invalid duration 'soon'"), "{errs:?}");
+        assert_eq!(check(&at("1500ms")), Vec::<String>::new());
     }
 
     #[test]

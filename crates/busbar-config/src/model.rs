@@ -507,6 +507,12 @@ pub struct EndpointFields {
     /// each pause while its response body streams.
     #[serde(default = "default_timeout")]
     pub timeout: Duration,
+    /// The most one attempt may take, from when it starts sending the request to the last byte
+    /// of the answer's body, however steadily the back end answers. Past it the attempt fails
+    /// as a `timeout` does: before the response head, with 504 (and retried or failed over as
+    /// a timeout is); while the body streams, the body is cut. Off unless set.
+    #[serde(default)]
+    pub deadline: Option<Spanned<Duration>>,
     /// Idle keep-alive connections kept per worker thread and URL.
     #[serde(default = "default_pool_size")]
     pub pool_size: usize,

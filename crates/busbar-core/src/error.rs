@@ -274,6 +274,39 @@ impl MediationError {
     }
 }
 
+/// A back end's answer that broke off, paused past its endpoint's timeout or passed its
+/// deadline mid-body: what it is counted as (`upstream_reset` or `response_timeout`) and what
+/// happened. A step that reads such a body fails as that kind (a timeout is a 504).
+#[derive(Debug)]
+pub struct AnswerCut {
+    /// The error kind it counts as.
+    pub kind: ErrorKind,
+    /// What happened, naming the endpoint.
+    pub message: String,
+}
+
+impl AnswerCut {
+    /// The kind of the [`AnswerCut`] in `e` or anywhere in its causes.
+    pub fn kind_in(e: &(dyn std::error::Error + 'static)) -> Option<ErrorKind> {
+        let mut cause = Some(e);
+        while let Some(c) = cause {
+            if let Some(cut) = c.downcast_ref::<AnswerCut>() {
+                return Some(cut.kind);
+            }
+            cause = c.source();
+        }
+        None
+    }
+}
+
+impl std::fmt::Display for AnswerCut {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for AnswerCut {}
+
 impl From<BodyError> for MediationError {
     fn from(e: BodyError) -> Self {
         match &e {
@@ -316,12 +349,12 @@ impl From<BodyError> for MediationError {
                 "Reading the request body failed",
             ),
             // What the back end did (it names the endpoint) is the client's to know, as for
-            // an answer that never came.
+            // an answer that never came; a body cut for time is a timeout, as a late head is.
             BodyError::Read {
                 origin: Origin::Upstream,
                 source,
             } => MediationError::new(
-                ErrorKind::UpstreamReset,
+                AnswerCut::kind_in(source.as_ref()).unwrap_or(ErrorKind::UpstreamReset),
                 Blame::Upstream,
                 format!("Reading the back-end response failed: {source}"),
             ),
@@ -388,6 +421,26 @@ mod tests {
         });
         assert_eq!(built.blame, Blame::Internal);
         assert_eq!(built.status(MessageFormat::Problem), 500);
+    }
+
+    #[test]
+    fn a_back_end_body_cut_for_time_is_a_gateway_timeout() {
+        let cut = |kind| AnswerCut {
+            kind,
+            message: "endpoint 'svc' paused longer than 1s after 5 bytes of its response body"
+                .into(),
+        };
+        let e = MediationError::from(BodyError::Read {
+            origin: Origin::Upstream,
+            source: Box::new(cut(ErrorKind::ResponseTimeout)),
+        });
+        assert_eq!(e.kind, ErrorKind::ResponseTimeout);
+        assert_eq!(e.status(MessageFormat::Problem), 504);
+        let e = MediationError::from(BodyError::Read {
+            origin: Origin::Upstream,
+            source: Box::new(cut(ErrorKind::UpstreamReset)),
+        });
+        assert_eq!(e.status(MessageFormat::Problem), 502);
     }
 
     #[test]

@@ -355,23 +355,7 @@ impl std::error::Error for ClientBodyFailed {
     }
 }
 
-/// A back end's answer that broke off or paused past its endpoint's timeout mid-body: what it
-/// is counted as (`upstream_reset` or `response_timeout`) and what happened.
-#[derive(Debug)]
-pub struct AnswerCut {
-    /// The error kind the proxy counts it as.
-    pub kind: busbar_core::ErrorKind,
-    /// What happened, naming the endpoint.
-    pub message: String,
-}
-
-impl std::fmt::Display for AnswerCut {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.message)
-    }
-}
-
-impl std::error::Error for AnswerCut {}
+pub use busbar_core::error::AnswerCut;
 
 /// What became of a request body, for the answer: whoever read it (a step, or a call
 /// streaming it to a back end).
@@ -929,14 +913,7 @@ pub type ResponseBody = Metered<Body>;
 /// The kind a back end's failed answer body counts as: its [`AnswerCut`]'s, anywhere in its
 /// causes, or `upstream_reset`.
 fn cut_kind(e: &BoxError) -> ErrorKind {
-    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(e.as_ref());
-    while let Some(c) = cause {
-        if let Some(cut) = c.downcast_ref::<AnswerCut>() {
-            return cut.kind;
-        }
-        cause = c.source();
-    }
-    ErrorKind::UpstreamReset
+    AnswerCut::kind_in(e.as_ref()).unwrap_or(ErrorKind::UpstreamReset)
 }
 
 /// True when `e`, or an error it wraps, is the client's: its request body failed (reset,

@@ -5,8 +5,8 @@
 //! URL; [`breaker`] suspends a failing URL; [`retry`] keeps the request body so it can be sent
 //! again, and caps retries with a budget. [`Endpoint`] composes them, outermost first:
 //! metrics → one retry loop (retries, failover to the next URL) → balancer and breakers →
-//! the URL's client, whose `timeout` bounds each attempt. Errors say whether a retry may help
-//! ([`MediationError::retryable`]) where they are made; the loop here reads that.
+//! the URL's client, whose `timeout` (and `deadline`) bound each attempt. Errors say whether a
+//! retry may help ([`MediationError::retryable`]) where they are made; the loop here reads that.
 
 pub mod balance;
 pub mod breaker;
@@ -124,6 +124,7 @@ impl Endpoint {
         let settings = UpstreamSettings {
             connect_timeout: cfg.connect_timeout.0,
             timeout: cfg.timeout.0,
+            deadline: cfg.deadline.as_ref().map(|d| d.value.0),
             pool_size: cfg.pool_size,
             keep_alive: cfg.keep_alive.0,
             max_connections: cfg.max_connections,

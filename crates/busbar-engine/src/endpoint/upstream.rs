@@ -46,6 +46,9 @@ pub struct UpstreamSettings {
     /// end does not read the request body, and the longest pause while the response body
     /// streams.
     pub timeout: Duration,
+    /// The most one attempt may take, from when it starts sending the request to the last
+    /// byte of the answer's body; none when `None`.
+    pub deadline: Option<Duration>,
     /// Idle connections kept per worker.
     pub pool_size: usize,
     /// Longest idle time of a pooled connection.
@@ -109,6 +112,8 @@ struct BodyContext {
     endpoint: Arc<str>,
     /// As [`Upstream::suffix`].
     suffix: String,
+    /// As [`UpstreamSettings::deadline`]: what a body cut at its deadline says.
+    deadline: Option<Duration>,
 }
 
 #[derive(Debug)]
@@ -468,6 +473,7 @@ impl Upstream {
             health,
             endpoint: endpoint.clone(),
             suffix: suffix.clone(),
+            deadline: settings.deadline,
         });
         Ok(Self {
             label: shown.into(),
@@ -562,6 +568,9 @@ impl Upstream {
                 },
                 None => self.connect(permit).await?,
             };
+            // The attempt's deadline runs from here, through a fresh connection taken below,
+            // to the end of the answer's body. Without one, no clock is read for it.
+            let deadline = self.settings.deadline.map(|d| Instant::now() + d);
             // A request goes once more on a fresh connection when a reused one closes before any
             // answer byte (the back end's keep-alive timeout crossing the request): a request that
             // is safe to repeat and has no body, and any request shown never to have reached the
@@ -579,7 +588,11 @@ impl Upstream {
                 let mut exchange =
                     conn.exchange(&outgoing, body.take().unwrap_or_default(), sending.clone());
                 let sent = self
-                    .answer(std::future::poll_fn(|cx| exchange.poll(conn, cx)), &sending)
+                    .answer(
+                        std::future::poll_fn(|cx| exchange.poll(conn, cx)),
+                        &sending,
+                        deadline,
+                    )
                     .await;
                 if let Ok(Err(h1::Failure::Closed(error))) = &sent {
                     let resend = again
@@ -616,6 +629,10 @@ impl Upstream {
                         Stalled::Answering => {
                             format!("did not answer within {:?}", self.settings.timeout)
                         }
+                        Stalled::Deadline => format!(
+                            "did not answer within its deadline of {:?}",
+                            self.settings.deadline.unwrap_or_default()
+                        ),
                     };
                     return Err(self
                         .error(ErrorKind::ResponseTimeout, what)
@@ -695,6 +712,7 @@ impl Upstream {
                         upload,
                         idle_timeout: self.settings.timeout,
                         timer: None,
+                        deadline: deadline.map(|at| Box::pin(tokio::time::sleep_until(at.into()))),
                         cx: self.body_cx.clone(),
                         settles: !self.fails_on(status),
                         received: 0,
@@ -711,24 +729,33 @@ impl Upstream {
     /// Waits for the response head. The endpoint's `timeout` runs only while the back end is
     /// the one holding things up: from the moment the whole request is sent, or from the last
     /// chunk of the request body it took while more is ready to go. While the request body
-    /// waits for the client, the back end is not timed.
+    /// waits for the client, the back end is not timed. The attempt's `deadline`, when it has
+    /// one, runs throughout.
     async fn answer<F: std::future::Future>(
         &self,
         send: F,
         sending: &Sending,
+        deadline: Option<Instant>,
     ) -> Result<F::Output, Stalled> {
         let timeout = self.settings.timeout;
         let mut send = std::pin::pin!(send);
         loop {
             let (phase, since) = sending.phase();
-            let wake = match phase {
+            let now = Instant::now();
+            let mut wake = match phase {
                 // Looked at again later: the client may send more, and the back end's time
                 // starts then.
-                Phase::WaitingForClient => Instant::now() + timeout,
+                Phase::WaitingForClient => now + timeout,
                 Phase::Writing => since + timeout,
                 Phase::Sent => since + timeout,
             };
-            if phase != Phase::WaitingForClient && Instant::now() >= wake {
+            if let Some(at) = deadline {
+                if now >= at {
+                    return Err(Stalled::Deadline);
+                }
+                wake = wake.min(at);
+            }
+            if phase != Phase::WaitingForClient && now >= wake {
                 return Err(if phase == Phase::Sent {
                     Stalled::Answering
                 } else {
@@ -907,6 +934,8 @@ enum Stalled {
     Reading,
     /// The back end had the whole request and did not answer.
     Answering,
+    /// The attempt's deadline passed before the answer's head.
+    Deadline,
 }
 
 /// Shared by one attempt, the upload that reports to it, and the answer's body.
@@ -1036,7 +1065,8 @@ fn with_causes(e: &(dyn std::error::Error + 'static)) -> String {
 }
 
 /// A back-end response body, read from its connection, that returns the connection to the pool
-/// once read to the end, and fails if the back end stalls longer than the endpoint's timeout.
+/// once read to the end, and fails if the back end stalls longer than the endpoint's timeout or
+/// is still sending at the attempt's deadline.
 /// While it is read, the rest of a request the back end answered early goes on going out. A
 /// body the back end cuts short is counted once on the endpoint (`responses_cut`) and as a
 /// failure of its URL (its failures counter and breaker), and fails with an error that names
@@ -1050,6 +1080,8 @@ struct LeasedBody {
     upload: Option<h1::Upload>,
     idle_timeout: Duration,
     timer: Option<Pin<Box<tokio::time::Sleep>>>,
+    /// Fires at the attempt's deadline, when it has one.
+    deadline: Option<Pin<Box<tokio::time::Sleep>>>,
     cx: Arc<BodyContext>,
     /// The answer's status counted as a success so far: the body's end or cut settles it on
     /// the breaker. An answer already counted as a failure is not counted again.
@@ -1068,6 +1100,7 @@ impl LeasedBody {
     fn cut(&mut self, kind: ErrorKind, what: impl std::fmt::Display) -> BoxError {
         self.lease = None;
         self.timer = None;
+        self.deadline = None;
         if !std::mem::replace(&mut self.cut, true) {
             self.cx.counters.responses_cut.fetch_add(1, Relaxed);
             if std::mem::take(&mut self.settles) {
@@ -1091,6 +1124,7 @@ impl LeasedBody {
     fn client_failed(&mut self, failure: BoxError) -> BoxError {
         self.lease = None;
         self.timer = None;
+        self.deadline = None;
         self.cut = true;
         Box::new(crate::serve::ClientBodyFailed(failure))
     }
@@ -1105,6 +1139,7 @@ impl LeasedBody {
             }
         }
         self.upload = None;
+        self.deadline = None;
         if std::mem::take(&mut self.settles) {
             if let Some(b) = &self.cx.health.breaker {
                 b.body_ended();
@@ -1124,6 +1159,19 @@ impl http_body::Body for LeasedBody {
         let this = &mut *self;
         if this.cut {
             return Poll::Ready(None);
+        }
+        // Past the deadline the body is cut however steadily it comes, as after a pause.
+        if this
+            .deadline
+            .as_mut()
+            .is_some_and(|d| d.as_mut().poll(cx).is_ready())
+        {
+            this.cx.counters.error(ErrorKind::ResponseTimeout);
+            let what = format!(
+                "passed its deadline of {:?}",
+                this.cx.deadline.unwrap_or_default()
+            );
+            return Poll::Ready(Some(Err(this.cut(ErrorKind::ResponseTimeout, what))));
         }
         let Some(conn) = this.lease.as_mut().and_then(|l| l.conn.as_deref_mut()) else {
             return Poll::Ready(None);
