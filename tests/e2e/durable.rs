@@ -1190,3 +1190,62 @@ fn a_transient_process_does_not_wait_for_an_unreachable_store() {
     let _ = std::fs::remove_dir_all(dir);
     let _ = std::fs::remove_dir_all(other);
 }
+
+/// Waits for `node`'s process to end; its exit status.
+fn ended(node: &mut Node) -> Option<std::process::ExitStatus> {
+    let mut status = None;
+    eventually(Duration::from_secs(30), || {
+        status = node.child.try_wait().ok().flatten();
+        status.is_some()
+    });
+    status
+}
+
+/// A second busbar process with the name of a live node on the same PostgreSQL database
+/// refuses to start, naming the node and the setting, and runs none of its instances; a
+/// node started again after a `kill -9` takes its instances back.
+#[test]
+fn a_second_process_with_a_live_nodes_name_on_postgres_refuses_to_start() {
+    let pg = TempPostgres::start().unwrap_or_else(|e| panic!("{e}"));
+    let dir = folder("PT4S");
+    let db = Db::Postgres(&pg);
+    let (recorder, seen) = recording_back_end();
+    let mut first = Node::start(&dir, "dup", &db, recorder);
+    for i in 0..5 {
+        let r = first.call("/durable/Sleeper", "urn:dur:sleep", &format!("d{i}"));
+        assert_eq!(r.status, 200, "{}", r.text());
+    }
+    let yaml = std::fs::read_to_string(dir.join("dup.yaml")).expect("config");
+    let (http, admin) = (free_addr(), free_addr());
+    let yaml = yaml
+        .replace(&first.http.to_string(), &http.to_string())
+        .replace(&first.admin.to_string(), &admin.to_string());
+    let mut second = Node::spawn(&dir, "dup2", http, admin, &yaml);
+    let status = ended(&mut second);
+    assert!(
+        status.is_some_and(|s| !s.success()),
+        "{status:?}: {}",
+        second.log_text()
+    );
+    let log = second.log_text();
+    assert!(
+        log.contains("node 'dup' is run by another busbar process")
+            && log.contains("persistence.node"),
+        "{log}"
+    );
+    let all = eventually(Duration::from_secs(20), || recorded(&seen).len() == 5);
+    assert!(all, "{:?}\n{}", recorded(&seen), first.log_text());
+    std::thread::sleep(Duration::from_secs(1));
+    let got = recorded(&seen);
+    assert!(got.values().all(|n| *n == 1), "{got:?}");
+    // A restart after a crash is no second process: the node takes its instances back.
+    for i in 0..3 {
+        let r = first.call("/durable/Sleeper", "urn:dur:sleep", &format!("r{i}"));
+        assert_eq!(r.status, 200, "{}", r.text());
+    }
+    first.kill();
+    let again = Node::start(&dir, "dup", &db, recorder);
+    let all = eventually(Duration::from_secs(20), || recorded(&seen).len() == 8);
+    assert!(all, "{:?}\n{}", recorded(&seen), again.log_text());
+    let _ = std::fs::remove_dir_all(dir);
+}

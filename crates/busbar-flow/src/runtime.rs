@@ -233,6 +233,60 @@ pub struct Persistence {
     pub retention: Duration,
 }
 
+/// This process's boot id: random, chosen once per process. A node's heartbeat row carries
+/// it, so a second process started with the same node name is told apart from the first
+/// and refused ([`crate::store::Beat::Held`]).
+pub fn boot_id() -> &'static str {
+    static BOOT: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    BOOT.get_or_init(|| {
+        use std::hash::BuildHasher;
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        // RandomState is seeded from the OS's random source.
+        let h =
+            std::collections::hash_map::RandomState::new().hash_one((std::process::id(), nanos));
+        format!("{h:016x}")
+    })
+}
+
+/// Why the saved instances of a store could not be taken up.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RecoverError {
+    /// The store failed (unreachable, a statement refused): worth trying again.
+    Store(String),
+    /// Another running busbar process uses this node's name on the store: this one must not
+    /// run the node's instances.
+    NodeTaken(String),
+}
+
+impl std::fmt::Display for RecoverError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RecoverError::Store(e) | RecoverError::NodeTaken(e) => f.write_str(e),
+        }
+    }
+}
+
+impl std::convert::From<String> for RecoverError {
+    fn from(e: String) -> Self {
+        RecoverError::Store(e)
+    }
+}
+
+/// The error for a node name another process holds.
+fn node_taken(p: &Persistence, other_ms: i64) -> RecoverError {
+    RecoverError::NodeTaken(format!(
+        "node '{}' is run by another busbar process (its heartbeat in the {} store was written \
+         {} ms ago, within the lease of {:?}): two processes must not share a node name; set \
+         `persistence.node` to a name of its own for each busbar process",
+        p.node,
+        p.store.kind(),
+        durable::now_ms().saturating_sub(other_ms).max(0),
+        p.lease
+    ))
+}
+
 /// Longest a message waits for the saved instances to be taken up after a start.
 const RECOVERY_WAIT: Duration = Duration::from_secs(30);
 
@@ -618,8 +672,10 @@ impl Engine {
     /// elsewhere, or not at all, do not. A store that fails does not hold up the others:
     /// the first error is returned once every store was tried, and a call with `own` again
     /// takes up only the stores not recovered yet (this node's instances of the others run
-    /// already).
-    pub async fn recover(&self, own: bool) -> Result<usize, String> {
+    /// already). A node name that another running process holds on a store is
+    /// [`RecoverError::NodeTaken`]; after a start (`own`) the node waits half a lease first
+    /// to see whether that process still beats (it may be the one this process replaces).
+    pub async fn recover(&self, own: bool) -> Result<usize, RecoverError> {
         let mut resumed = 0;
         let mut failed = None;
         for slot in self.slots() {
@@ -631,6 +687,8 @@ impl Engine {
                     resumed += n;
                     slot.recovered.send_replace(true);
                 }
+                // A node name held by another process is the error to tell.
+                Err(e @ RecoverError::NodeTaken(_)) => failed = Some(e),
                 Err(e) => {
                     failed.get_or_insert(e);
                 }
@@ -642,10 +700,36 @@ impl Engine {
         }
     }
 
-    async fn recover_store(&self, p: &Persistence, own: bool) -> Result<usize, String> {
+    /// Writes this node's heartbeat on `p`'s store, unless another running process holds
+    /// the node's name there. After a start (`own`) a heartbeat of another process is
+    /// watched for half a lease: one that stood still meanwhile is a process that has
+    /// stopped (the one this process replaces), and the node is taken.
+    async fn beat(&self, p: &Persistence, own: bool) -> Result<(), RecoverError> {
+        use crate::store::Beat;
+        let beat = p
+            .store
+            .heartbeat(&p.node, boot_id(), durable::now_ms(), p.lease, None)
+            .await?;
+        let seen = match beat {
+            Beat::Written => return Ok(()),
+            Beat::Held { heartbeat_ms, .. } if !own => return Err(node_taken(p, heartbeat_ms)),
+            Beat::Held { heartbeat_ms, .. } => heartbeat_ms,
+        };
+        tracing::info!(node = %p.node, "another process wrote this node's heartbeat within the lease: waiting to see whether it still runs");
+        tokio::time::sleep(p.lease / 2).await;
+        match p
+            .store
+            .heartbeat(&p.node, boot_id(), durable::now_ms(), p.lease, Some(seen))
+            .await?
+        {
+            Beat::Written => Ok(()),
+            Beat::Held { heartbeat_ms, .. } => Err(node_taken(p, heartbeat_ms)),
+        }
+    }
+
+    async fn recover_store(&self, p: &Persistence, own: bool) -> Result<usize, RecoverError> {
         let mut resumed = 0;
-        let now = durable::now_ms();
-        p.store.heartbeat(&p.node, now).await?;
+        self.beat(p, own).await?;
         let lives = self.durable_processes(p);
         let names: Vec<String> = lives.iter().map(|l| l.process.name.clark()).collect();
         if names.is_empty() {
@@ -802,7 +886,7 @@ impl Engine {
                 let Some(inner) = weak.upgrade() else { return };
                 let engine = Engine { inner };
                 for p in engine.persistence() {
-                    if let Err(e) = p.store.heartbeat(&p.node, durable::now_ms()).await {
+                    if let Err(e) = engine.beat(&p, false).await {
                         tracing::warn!(node = %p.node, "cannot write the heartbeat: {e}");
                     }
                 }
