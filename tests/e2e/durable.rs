@@ -1249,3 +1249,57 @@ fn a_second_process_with_a_live_nodes_name_on_postgres_refuses_to_start() {
     assert!(all, "{:?}\n{}", recorded(&seen), again.log_text());
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// An instance that a live node runs is that node's to terminate: a DELETE sent to another
+/// node's admin API is refused with 409 naming the node, and the instance goes on; sent to
+/// its own node it is terminated.
+#[test]
+fn a_delete_on_another_node_spares_an_instance_a_live_node_runs() {
+    let pg = TempPostgres::start().unwrap_or_else(|e| panic!("{e}"));
+    let dir = folder("PT2S");
+    let db = Db::Postgres(&pg);
+    let (recorder, _seen) = recording_back_end();
+    let a = Node::start(&dir, "a", &db, recorder);
+    let b = Node::start(&dir, "b", &db, recorder);
+    let admin = |node: &Node, method: &str, path: &str| {
+        Client::connect(node.admin)
+            .request(method, path, &[], b"")
+            .expect("admin")
+    };
+    assert_eq!(a.call("/durable/Waiter", "urn:dur:start", "s1").status, 200);
+    assert_eq!(a.call("/durable/Waiter", "urn:dur:start", "s2").status, 200);
+    let waiting: serde_json::Value =
+        serde_json::from_slice(&admin(&a, "GET", "/processes/stored?state=waiting").body)
+            .expect("json");
+    let ids: Vec<u64> = waiting
+        .as_array()
+        .expect("list")
+        .iter()
+        .filter_map(|w| w["id"].as_u64())
+        .collect();
+    assert_eq!(ids.len(), 2, "{waiting}");
+    let r = admin(&b, "DELETE", &format!("/processes/instances/{}", ids[0]));
+    assert_eq!(r.status, 409, "{}", r.text());
+    assert!(r.text().contains("node 'a'"), "{}", r.text());
+    let s1_or_s2 = |id: u64| {
+        let d: serde_json::Value =
+            serde_json::from_slice(&admin(&a, "GET", &format!("/processes/instances/{id}")).body)
+                .expect("json");
+        d["state"].as_str().unwrap_or("").to_owned()
+    };
+    assert_eq!(s1_or_s2(ids[0]), "waiting");
+    // Both conversations go on at node a.
+    for key in ["s1", "s2"] {
+        let r = a.call("/durable/Waiter", "urn:dur:finish", key);
+        assert_eq!(r.status, 200, "{}\n{}", r.text(), a.log_text());
+    }
+    // Its own node terminates a running instance.
+    assert_eq!(a.call("/durable/Waiter", "urn:dur:start", "s3").status, 200);
+    let waiting: serde_json::Value =
+        serde_json::from_slice(&admin(&a, "GET", "/processes/stored?state=waiting").body)
+            .expect("json");
+    let id = waiting[0]["id"].as_u64().expect("a waiting instance");
+    let r = admin(&a, "DELETE", &format!("/processes/instances/{id}"));
+    assert_eq!(r.status, 204, "{}", r.text());
+    let _ = std::fs::remove_dir_all(dir);
+}

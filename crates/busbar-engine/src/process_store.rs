@@ -34,7 +34,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use busbar_flow::runtime::BoxFuture;
-use busbar_flow::store::{Beat, Counts, Finish, KeyOwner, Save, State, Store, Stored};
+use busbar_flow::store::{Beat, Counts, Finish, KeyOwner, Save, State, Store, Stored, Terminated};
 use busbar_sql::{
     Database, DbError, FileLock, LockError, NumericAs, Output, Query, Shape, Statement, Value,
 };
@@ -158,6 +158,18 @@ WHERE busbar_bpel_nodes.boot IS NULL OR busbar_bpel_nodes.boot = excluded.boot
 
 const NODE_ROW: &str = "SELECT boot, heartbeat FROM busbar_bpel_nodes WHERE node = :node";
 
+/// A waiting instance no live node other than `:node` runs: no owner, this node, or an
+/// owner whose heartbeat is older than the lease.
+const UNRUN: &str = "(owner IS NULL OR owner = :node
+  OR NOT EXISTS (SELECT 1 FROM busbar_bpel_nodes n
+                 WHERE n.node = busbar_bpel_instances.owner AND n.heartbeat >= :stale))";
+
+/// The instance, its owner and the owner's heartbeat.
+const RUNNER: &str = "
+SELECT i.state, i.owner, n.heartbeat
+FROM busbar_bpel_instances i LEFT JOIN busbar_bpel_nodes n ON n.node = i.owner
+WHERE i.id = :id";
+
 /// Which waiting instances a node may claim; `{processes}` is the dialect's way of reading
 /// the JSON array of process names bound to `:processes`. `:paged` = 1 keeps only ids after
 /// `:after` (the last of the page before), in the stored (signed) order the claim sorts by.
@@ -274,6 +286,9 @@ struct Sql {
     insert_first: Arc<Statement>,
     heartbeat: Arc<Statement>,
     node_row: Arc<Statement>,
+    terminate_keys: Arc<Statement>,
+    terminate: Arc<Statement>,
+    runner: Arc<Statement>,
     /// Adds the boot id column to an older table.
     add_boot: Arc<Statement>,
     claim: Arc<Statement>,
@@ -372,6 +387,17 @@ impl Sql {
             })?,
             heartbeat: parse(HEARTBEAT)?,
             node_row: parse(NODE_ROW)?,
+            terminate_keys: parse(&format!(
+                "DELETE FROM busbar_bpel_keys WHERE instance = :id
+                   AND EXISTS (SELECT 1 FROM busbar_bpel_instances
+                               WHERE id = :id AND state = 'waiting' AND {UNRUN})"
+            ))?,
+            terminate: parse(&format!(
+                "UPDATE busbar_bpel_instances
+                 SET state = 'terminated', owner = :node, updated = :now, due = NULL
+                 WHERE id = :id AND state = 'waiting' AND {UNRUN}"
+            ))?,
+            runner: parse(RUNNER)?,
             add_boot: parse(if postgres {
                 ADD_BOOT_POSTGRES
             } else {
@@ -496,6 +522,13 @@ struct KeyRow {
 struct NodeRow {
     boot: Option<String>,
     heartbeat: i64,
+}
+
+#[derive(Debug, Deserialize)]
+struct RunnerRow {
+    state: String,
+    owner: Option<String>,
+    heartbeat: Option<i64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -1139,6 +1172,46 @@ impl Store for SqlStore {
     ) -> BoxFuture<'_, Result<bool, String>> {
         let node = node.map(str::to_owned);
         Box::pin(self.transition_now(id, from, to, node, now_ms))
+    }
+
+    fn terminate_waiting(
+        &self,
+        instance: u64,
+        node: &str,
+        lease: Duration,
+        now_ms: i64,
+    ) -> BoxFuture<'_, Result<Terminated, String>> {
+        let stale_ms = stale(now_ms, lease);
+        let params = [
+            ("id", id(instance)),
+            ("from", text(State::Waiting.as_str())),
+            ("node", text(node)),
+            ("now", Value::Int(now_ms)),
+            ("stale", Value::Int(stale_ms)),
+        ];
+        Box::pin(async move {
+            let what = |e: String| format!("terminating instance {instance}: {e}");
+            // The row is locked first (PostgreSQL), so its owner cannot change meanwhile.
+            let mut batch = Batch::of(&self.sql.lock_in_state, &params)?;
+            batch.push(&self.sql.terminate_keys, &params)?;
+            batch.push(&self.sql.terminate, &params)?;
+            let out = self.run(batch, Shape::Empty).await.map_err(what)?;
+            if affected(out)? > 0 {
+                return Ok(Terminated::Done);
+            }
+            let out = self
+                .run(Batch::of(&self.sql.runner, &params)?, Shape::Row)
+                .await
+                .map_err(what)?;
+            Ok(match row::<RunnerRow>(out)? {
+                Some(r) if r.state == State::Waiting.as_str() => match r.owner {
+                    Some(o) if r.heartbeat.is_some_and(|h| h >= stale_ms) => Terminated::RunBy(o),
+                    // Its node's lease ran out just now: not terminated, but nobody runs it.
+                    _ => Terminated::NotWaiting,
+                },
+                _ => Terminated::NotWaiting,
+            })
+        })
     }
 
     fn cleanup(&self, before_ms: i64) -> BoxFuture<'_, Result<u64, String>> {
@@ -1800,6 +1873,36 @@ mod tests {
         );
     }
 
+    async fn a_terminate_spares_an_instance_a_live_node_runs(s: &SqlStore) {
+        must(beat(s, "a", NOW).await);
+        must(s.save(waiting(1, P, "a", NOW, &["k1"])).await);
+        must(s.save(waiting(2, P, "gone", NOW, &["k2"])).await);
+        must(s.save(waiting(3, P, "b", NOW, &["k3"])).await);
+        let r = must(s.terminate_waiting(1, "b", LEASE, NOW + 1).await);
+        assert_eq!(r, Terminated::RunBy("a".into()));
+        assert_eq!(must(s.get(1).await).map(|r| r.state), Some(State::Waiting));
+        assert_eq!(keys_of(s, 1).await, ["k1"]);
+        // A node without heartbeat, or this node itself, runs nothing here.
+        for id in [2, 3] {
+            let r = must(s.terminate_waiting(id, "b", LEASE, NOW + 1).await);
+            assert_eq!(r, Terminated::Done);
+            let got = must(s.get(id).await).expect("row");
+            assert_eq!(
+                (got.state, got.owner.as_deref()),
+                (State::Terminated, Some("b"))
+            );
+            assert!(keys_of(s, id).await.is_empty());
+        }
+        let r = must(s.terminate_waiting(2, "b", LEASE, NOW + 1).await);
+        assert_eq!(r, Terminated::NotWaiting);
+        let r = must(s.terminate_waiting(99, "b", LEASE, NOW + 1).await);
+        assert_eq!(r, Terminated::NotWaiting);
+        // Once node a's lease ran out, its instance may go.
+        let later = NOW + LEASE.as_millis() as i64 + 1;
+        let r = must(s.terminate_waiting(1, "b", LEASE, later).await);
+        assert_eq!(r, Terminated::Done);
+    }
+
     /// Every case, each on empty tables.
     async fn suite(s: &SqlStore) {
         macro_rules! cases {
@@ -1826,6 +1929,7 @@ mod tests {
             lists_filter_and_show_the_newest_first,
             init_runs_again_without_harm,
             a_node_beating_in_another_process_holds_its_name,
+            a_terminate_spares_an_instance_a_live_node_runs,
         );
     }
 

@@ -1004,24 +1004,28 @@ impl Engine {
         Ok(out)
     }
 
-    /// Ends a waiting durable instance that no node here runs (its node is gone). False
-    /// when it is not waiting.
-    pub async fn terminate_stored(&self, id: u64) -> Result<bool, String> {
+    /// Ends a waiting durable instance that no live node runs (not this one, which would
+    /// have it in memory: see [`Engine::terminate`]). An instance that another node whose
+    /// heartbeat is within the lease runs is left to it ([`Terminated::RunBy`]).
+    ///
+    /// [`Terminated::RunBy`]: crate::store::Terminated::RunBy
+    pub async fn terminate_stored(&self, id: u64) -> Result<crate::store::Terminated, String> {
+        use crate::store::Terminated;
+        let mut out = Terminated::NotWaiting;
         for p in self.persistence() {
-            if p.store
-                .transition(
-                    id,
-                    crate::store::State::Waiting,
-                    crate::store::State::Terminated,
-                    Some(&p.node),
-                    durable::now_ms(),
-                )
+            match p
+                .store
+                .terminate_waiting(id, &p.node, p.lease, durable::now_ms())
                 .await?
             {
-                return Ok(true);
+                Terminated::NotWaiting => {}
+                t => {
+                    out = t;
+                    break;
+                }
             }
         }
-        Ok(false)
+        Ok(out)
     }
 
     /// Runs a faulted durable instance again from its last saved wait point. An error

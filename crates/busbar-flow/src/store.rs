@@ -136,6 +136,17 @@ pub enum Beat {
     Held { boot: String, heartbeat_ms: i64 },
 }
 
+/// How a terminate of a waiting instance went ([`Store::terminate_waiting`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Terminated {
+    /// Terminated now.
+    Done,
+    /// No such instance, or it is not waiting.
+    NotWaiting,
+    /// Another node whose heartbeat is within the lease runs it.
+    RunBy(String),
+}
+
 /// Instances per process and state, as [`Store::counts`] returns them.
 pub type Counts = Vec<(String, State, u64)>;
 
@@ -228,6 +239,16 @@ pub trait Store: Send + Sync + std::fmt::Debug {
         node: Option<&str>,
         now_ms: i64,
     ) -> BoxFuture<'_, Result<bool, String>>;
+
+    /// Terminates waiting instance `id` (recorded as owned by `node`) unless a node other
+    /// than `node` whose heartbeat is within the lease runs it.
+    fn terminate_waiting(
+        &self,
+        id: u64,
+        node: &str,
+        lease: Duration,
+        now_ms: i64,
+    ) -> BoxFuture<'_, Result<Terminated, String>>;
 
     /// Deletes finished instances (completed, faulted, terminated) last updated before
     /// `before_ms`; returns how many.
