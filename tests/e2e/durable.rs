@@ -1303,3 +1303,51 @@ fn a_delete_on_another_node_spares_an_instance_a_live_node_runs() {
     assert_eq!(r.status, 204, "{}", r.text());
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// A node frozen (SIGSTOP) for longer than its lease wakes up to find its instances taken
+/// over by the other node: it fences itself, running none of their timers, so each
+/// instance's invoke happens once, on the node that took it.
+#[test]
+fn a_node_frozen_past_its_lease_leaves_the_instances_taken_over_to_the_other_node() {
+    let pg = TempPostgres::start().unwrap_or_else(|e| panic!("{e}"));
+    let dir = folder("PT4S");
+    let db = Db::Postgres(&pg);
+    let (recorder, seen) = recording_back_end();
+    let a = Node::start(&dir, "a", &db, recorder);
+    let b = Node::start(&dir, "b", &db, recorder);
+    let n = 10;
+    for i in 0..n {
+        let r = a.call("/durable/Sleeper", "urn:dur:sleep", &format!("f{i}"));
+        assert_eq!(r.status, 200, "{}", r.text());
+    }
+    let signal = |sig: &str| {
+        let ok = Command::new("kill")
+            .args([sig, &a.child.id().to_string()])
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "kill {sig}");
+    };
+    // Frozen for 5 s, past the 2 s lease: b takes the instances over and runs their timers
+    // (due 4 s after their start) while a sleeps.
+    signal("-STOP");
+    std::thread::sleep(Duration::from_secs(5));
+    signal("-CONT");
+    let all = eventually(Duration::from_secs(20), || recorded(&seen).len() == n);
+    assert!(all, "{:?}\n{}", recorded(&seen), b.log_text());
+    std::thread::sleep(Duration::from_secs(3));
+    let got = recorded(&seen);
+    assert!(
+        got.values().all(|c| *c == 1),
+        "{got:?}\n{}\n{}",
+        a.log_text(),
+        b.log_text()
+    );
+    // Node a goes on serving new instances.
+    let r = a.call("/durable/Sleeper", "urn:dur:sleep", "after");
+    assert_eq!(r.status, 200, "{}", r.text());
+    let done = eventually(Duration::from_secs(15), || {
+        recorded(&seen).get("slept after") == Some(&1)
+    });
+    assert!(done, "{:?}\n{}", recorded(&seen), a.log_text());
+    let _ = std::fs::remove_dir_all(dir);
+}
