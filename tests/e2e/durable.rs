@@ -1351,3 +1351,48 @@ fn a_node_frozen_past_its_lease_leaves_the_instances_taken_over_to_the_other_nod
     assert!(done, "{:?}\n{}", recorded(&seen), a.log_text());
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// PostgreSQL is down at start: a message for a conversation, and one that would start an
+/// instance, wait for the take-up and then get a retryable 503 server fault saying the
+/// store is not available yet, not a `noMatchingInstance` that tells the client to give up.
+#[test]
+fn messages_for_an_unreachable_store_get_a_retryable_503() {
+    let pg = TempPostgres::start().unwrap_or_else(|e| panic!("{e}"));
+    pg.stop().unwrap_or_else(|e| panic!("{e}"));
+    let dir = folder("PT2S");
+    let (recorder, _seen) = recording_back_end();
+    let (http, admin) = (free_addr(), free_addr());
+    let yaml = format!(
+        "workers: 1\nadmin: {{ bind: \"{admin}\" }}\nlisteners:\n  http: {{ bind: \"{http}\" }}\n\
+         databases:\n  flows: {{ url: \"{}\" }}\n\
+         endpoints:\n  recorder: {{ url: \"http://{recorder}/record\", timeout: 10s }}\n\
+         processes:\n  Durable:\n    dir: {}\n    partners: {{ recorder: recorder }}\n    \
+         persistence: {{ database: flows, node: n1, lease: 2s }}\n",
+        pg.url(),
+        dir.display(),
+    );
+    let node = Node::spawn(&dir, "n1", http, admin, &yaml);
+    let up = eventually(Duration::from_secs(30), || {
+        std::net::TcpStream::connect(node.http).is_ok()
+    });
+    assert!(up, "{}", node.log_text());
+    std::thread::scope(|s| {
+        for (action, key) in [("urn:dur:finish", "q1"), ("urn:dur:start", "q2")] {
+            let node = &node;
+            s.spawn(move || {
+                let r = node.call("/durable/Waiter", action, key);
+                assert_eq!(r.status, 503, "{action}: {}", r.text());
+                let t = r.text();
+                // A server-side fault: SOAP 1.1 gives its own name as the faultcode (SOAP
+                // 1.2 a `Receiver` code with it as the subcode), never `Client`.
+                assert!(
+                    t.contains("bb:storeUnavailable</faultcode>")
+                        && !t.contains("Client")
+                        && t.contains("not available yet"),
+                    "{action}: {t}"
+                );
+            });
+        }
+    });
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -440,7 +440,7 @@ pub async fn serve(
 /// again later, 500 for the others.
 fn fault_status(f: &busbar_flow::Fault) -> StatusCode {
     let retry = f.name.ns == busbar_flow::runtime::BUSBAR_FAULT_NS
-        && matches!(f.name.local.as_str(), "leaseLost");
+        && matches!(f.name.local.as_str(), "leaseLost" | "storeUnavailable");
     if retry {
         StatusCode::SERVICE_UNAVAILABLE
     } else {

@@ -1266,6 +1266,17 @@ impl Engine {
             if !*d.recovered.borrow() {
                 let mut rx = d.recovered.subscribe();
                 let _ = tokio::time::timeout(RECOVERY_WAIT, rx.wait_for(|r| *r)).await;
+                // Its instance may well be in the store: "no such instance" would tell the
+                // client to give up on a conversation that goes on.
+                if !*d.recovered.borrow() {
+                    return Outcome::Fault(Fault::busbar(
+                        "storeUnavailable",
+                        format!(
+                            "the {} store of durable instances is not available yet: send again later",
+                            d.persistence.store.kind()
+                        ),
+                    ));
+                }
             }
         }
         let outcome = match provider {
