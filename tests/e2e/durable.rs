@@ -1190,3 +1190,209 @@ fn a_transient_process_does_not_wait_for_an_unreachable_store() {
     let _ = std::fs::remove_dir_all(dir);
     let _ = std::fs::remove_dir_all(other);
 }
+
+/// Waits for `node`'s process to end; its exit status.
+fn ended(node: &mut Node) -> Option<std::process::ExitStatus> {
+    let mut status = None;
+    eventually(Duration::from_secs(30), || {
+        status = node.child.try_wait().ok().flatten();
+        status.is_some()
+    });
+    status
+}
+
+/// A second busbar process with the name of a live node on the same PostgreSQL database
+/// refuses to start, naming the node and the setting, and runs none of its instances; a
+/// node started again after a `kill -9` takes its instances back.
+#[test]
+fn a_second_process_with_a_live_nodes_name_on_postgres_refuses_to_start() {
+    let pg = TempPostgres::start().unwrap_or_else(|e| panic!("{e}"));
+    let dir = folder("PT4S");
+    let db = Db::Postgres(&pg);
+    let (recorder, seen) = recording_back_end();
+    let mut first = Node::start(&dir, "dup", &db, recorder);
+    for i in 0..5 {
+        let r = first.call("/durable/Sleeper", "urn:dur:sleep", &format!("d{i}"));
+        assert_eq!(r.status, 200, "{}", r.text());
+    }
+    let yaml = std::fs::read_to_string(dir.join("dup.yaml")).expect("config");
+    let (http, admin) = (free_addr(), free_addr());
+    let yaml = yaml
+        .replace(&first.http.to_string(), &http.to_string())
+        .replace(&first.admin.to_string(), &admin.to_string());
+    let mut second = Node::spawn(&dir, "dup2", http, admin, &yaml);
+    let status = ended(&mut second);
+    assert!(
+        status.is_some_and(|s| !s.success()),
+        "{status:?}: {}",
+        second.log_text()
+    );
+    let log = second.log_text();
+    assert!(
+        log.contains("node 'dup' is run by another busbar process")
+            && log.contains("persistence.node"),
+        "{log}"
+    );
+    let all = eventually(Duration::from_secs(20), || recorded(&seen).len() == 5);
+    assert!(all, "{:?}\n{}", recorded(&seen), first.log_text());
+    std::thread::sleep(Duration::from_secs(1));
+    let got = recorded(&seen);
+    assert!(got.values().all(|n| *n == 1), "{got:?}");
+    // A restart after a crash is no second process: the node takes its instances back.
+    for i in 0..3 {
+        let r = first.call("/durable/Sleeper", "urn:dur:sleep", &format!("r{i}"));
+        assert_eq!(r.status, 200, "{}", r.text());
+    }
+    first.kill();
+    let again = Node::start(&dir, "dup", &db, recorder);
+    let all = eventually(Duration::from_secs(20), || recorded(&seen).len() == 8);
+    assert!(all, "{:?}\n{}", recorded(&seen), again.log_text());
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// An instance that a live node runs is that node's to terminate: a DELETE sent to another
+/// node's admin API is refused with 409 naming the node, and the instance goes on; sent to
+/// its own node it is terminated.
+#[test]
+fn a_delete_on_another_node_spares_an_instance_a_live_node_runs() {
+    let pg = TempPostgres::start().unwrap_or_else(|e| panic!("{e}"));
+    let dir = folder("PT2S");
+    let db = Db::Postgres(&pg);
+    let (recorder, _seen) = recording_back_end();
+    let a = Node::start(&dir, "a", &db, recorder);
+    let b = Node::start(&dir, "b", &db, recorder);
+    let admin = |node: &Node, method: &str, path: &str| {
+        Client::connect(node.admin)
+            .request(method, path, &[], b"")
+            .expect("admin")
+    };
+    assert_eq!(a.call("/durable/Waiter", "urn:dur:start", "s1").status, 200);
+    assert_eq!(a.call("/durable/Waiter", "urn:dur:start", "s2").status, 200);
+    let waiting: serde_json::Value =
+        serde_json::from_slice(&admin(&a, "GET", "/processes/stored?state=waiting").body)
+            .expect("json");
+    let ids: Vec<u64> = waiting
+        .as_array()
+        .expect("list")
+        .iter()
+        .filter_map(|w| w["id"].as_u64())
+        .collect();
+    assert_eq!(ids.len(), 2, "{waiting}");
+    let r = admin(&b, "DELETE", &format!("/processes/instances/{}", ids[0]));
+    assert_eq!(r.status, 409, "{}", r.text());
+    assert!(r.text().contains("node 'a'"), "{}", r.text());
+    let s1_or_s2 = |id: u64| {
+        let d: serde_json::Value =
+            serde_json::from_slice(&admin(&a, "GET", &format!("/processes/instances/{id}")).body)
+                .expect("json");
+        d["state"].as_str().unwrap_or("").to_owned()
+    };
+    assert_eq!(s1_or_s2(ids[0]), "waiting");
+    // Both conversations go on at node a.
+    for key in ["s1", "s2"] {
+        let r = a.call("/durable/Waiter", "urn:dur:finish", key);
+        assert_eq!(r.status, 200, "{}\n{}", r.text(), a.log_text());
+    }
+    // Its own node terminates a running instance.
+    assert_eq!(a.call("/durable/Waiter", "urn:dur:start", "s3").status, 200);
+    let waiting: serde_json::Value =
+        serde_json::from_slice(&admin(&a, "GET", "/processes/stored?state=waiting").body)
+            .expect("json");
+    let id = waiting[0]["id"].as_u64().expect("a waiting instance");
+    let r = admin(&a, "DELETE", &format!("/processes/instances/{id}"));
+    assert_eq!(r.status, 204, "{}", r.text());
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// A node frozen (SIGSTOP) for longer than its lease wakes up to find its instances taken
+/// over by the other node: it fences itself, running none of their timers, so each
+/// instance's invoke happens once, on the node that took it.
+#[test]
+fn a_node_frozen_past_its_lease_leaves_the_instances_taken_over_to_the_other_node() {
+    let pg = TempPostgres::start().unwrap_or_else(|e| panic!("{e}"));
+    let dir = folder("PT4S");
+    let db = Db::Postgres(&pg);
+    let (recorder, seen) = recording_back_end();
+    let a = Node::start(&dir, "a", &db, recorder);
+    let b = Node::start(&dir, "b", &db, recorder);
+    let n = 10;
+    for i in 0..n {
+        let r = a.call("/durable/Sleeper", "urn:dur:sleep", &format!("f{i}"));
+        assert_eq!(r.status, 200, "{}", r.text());
+    }
+    let signal = |sig: &str| {
+        let ok = Command::new("kill")
+            .args([sig, &a.child.id().to_string()])
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "kill {sig}");
+    };
+    // Frozen for 5 s, past the 2 s lease: b takes the instances over and runs their timers
+    // (due 4 s after their start) while a sleeps.
+    signal("-STOP");
+    std::thread::sleep(Duration::from_secs(5));
+    signal("-CONT");
+    let all = eventually(Duration::from_secs(20), || recorded(&seen).len() == n);
+    assert!(all, "{:?}\n{}", recorded(&seen), b.log_text());
+    std::thread::sleep(Duration::from_secs(3));
+    let got = recorded(&seen);
+    assert!(
+        got.values().all(|c| *c == 1),
+        "{got:?}\n{}\n{}",
+        a.log_text(),
+        b.log_text()
+    );
+    // Node a goes on serving new instances.
+    let r = a.call("/durable/Sleeper", "urn:dur:sleep", "after");
+    assert_eq!(r.status, 200, "{}", r.text());
+    let done = eventually(Duration::from_secs(15), || {
+        recorded(&seen).get("slept after") == Some(&1)
+    });
+    assert!(done, "{:?}\n{}", recorded(&seen), a.log_text());
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// PostgreSQL is down at start: a message for a conversation, and one that would start an
+/// instance, wait for the take-up and then get a retryable 503 server fault saying the
+/// store is not available yet, not a `noMatchingInstance` that tells the client to give up.
+#[test]
+fn messages_for_an_unreachable_store_get_a_retryable_503() {
+    let pg = TempPostgres::start().unwrap_or_else(|e| panic!("{e}"));
+    pg.stop().unwrap_or_else(|e| panic!("{e}"));
+    let dir = folder("PT2S");
+    let (recorder, _seen) = recording_back_end();
+    let (http, admin) = (free_addr(), free_addr());
+    let yaml = format!(
+        "workers: 1\nadmin: {{ bind: \"{admin}\" }}\nlisteners:\n  http: {{ bind: \"{http}\" }}\n\
+         databases:\n  flows: {{ url: \"{}\" }}\n\
+         endpoints:\n  recorder: {{ url: \"http://{recorder}/record\", timeout: 10s }}\n\
+         processes:\n  Durable:\n    dir: {}\n    partners: {{ recorder: recorder }}\n    \
+         persistence: {{ database: flows, node: n1, lease: 2s }}\n",
+        pg.url(),
+        dir.display(),
+    );
+    let node = Node::spawn(&dir, "n1", http, admin, &yaml);
+    let up = eventually(Duration::from_secs(30), || {
+        std::net::TcpStream::connect(node.http).is_ok()
+    });
+    assert!(up, "{}", node.log_text());
+    std::thread::scope(|s| {
+        for (action, key) in [("urn:dur:finish", "q1"), ("urn:dur:start", "q2")] {
+            let node = &node;
+            s.spawn(move || {
+                let r = node.call("/durable/Waiter", action, key);
+                assert_eq!(r.status, 503, "{action}: {}", r.text());
+                let t = r.text();
+                // A server-side fault: SOAP 1.1 gives its own name as the faultcode (SOAP
+                // 1.2 a `Receiver` code with it as the subcode), never `Client`.
+                assert!(
+                    t.contains("bb:storeUnavailable</faultcode>")
+                        && !t.contains("Client")
+                        && t.contains("not available yet"),
+                    "{action}: {t}"
+                );
+            });
+        }
+    });
+    let _ = std::fs::remove_dir_all(dir);
+}

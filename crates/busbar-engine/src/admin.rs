@@ -440,18 +440,27 @@ async fn processes_api(
             let Ok(n) = id.parse::<u64>() else {
                 return no_such_id(id);
             };
+            use busbar_flow::store::Terminated;
             let done = match processes {
-                Some(p) if p.engine.terminate(n) => Ok(true),
+                Some(p) if p.engine.terminate(n) => Ok(Terminated::Done),
                 Some(p) => p.engine.terminate_stored(n).await,
-                None => Ok(false),
+                None => Ok(Terminated::NotWaiting),
             };
             match done {
-                Ok(true) => {
+                Ok(Terminated::Done) => {
                     let mut r = text(StatusCode::NO_CONTENT, "text/plain", "");
                     r.headers_mut().remove(CONTENT_TYPE);
                     r
                 }
-                Ok(false) => text(
+                Ok(Terminated::RunBy(node)) => text(
+                    StatusCode::CONFLICT,
+                    "text/plain",
+                    format!(
+                        "instance {n} runs on node '{node}' (its heartbeat is within the lease): \
+                         send the DELETE to that node's admin API\n"
+                    ),
+                ),
+                Ok(Terminated::NotWaiting) => text(
                     StatusCode::NOT_FOUND,
                     "text/plain",
                     format!("no running or waiting instance {n}\n"),

@@ -153,6 +153,8 @@ pub struct Control {
     first_worker: std::sync::OnceLock<tokio::runtime::Handle>,
     /// Applies a new `log.level`, when the process's logging can change it live.
     log_level: std::sync::OnceLock<LogLevelSetter>,
+    /// Why the engine stopped on its own, when it did ([`Control::fail`]).
+    failure: std::sync::OnceLock<String>,
 }
 
 /// Sets the process's log filter to a checked `log.level`, or says why it could not.
@@ -168,10 +170,11 @@ impl std::fmt::Debug for LogLevelSetter {
 }
 
 /// Takes up the durable instances of `engine`'s processes (`own`: those this node ran
-/// before a restart as well) and starts its heartbeat, take-over and clean-up.
-async fn keep_durable(engine: busbar_flow::Engine, own: bool) {
+/// before a restart as well) and starts its heartbeat, take-over and clean-up. Fails when
+/// another running busbar process uses this node's name on a store: then nothing is taken up.
+async fn keep_durable(engine: busbar_flow::Engine, own: bool) -> Result<(), String> {
     if engine.persistence().is_empty() {
-        return;
+        return Ok(());
     }
     // The database may not be reachable yet (PostgreSQL connects in the background).
     let mut tries = 0u32;
@@ -182,6 +185,7 @@ async fn keep_durable(engine: busbar_flow::Engine, own: bool) {
                 tracing::info!("resumed {n} durable process instances");
                 break;
             }
+            Err(busbar_flow::runtime::RecoverError::NodeTaken(e)) => return Err(e),
             Err(e) => {
                 if tries.is_multiple_of(20) {
                     tracing::warn!("cannot resume durable process instances yet: {e}");
@@ -192,6 +196,7 @@ async fn keep_durable(engine: busbar_flow::Engine, own: bool) {
         }
     }
     engine.maintain();
+    Ok(())
 }
 
 /// Takes the stores of durable processes that allow one node only (a SQLite file) for this
@@ -434,6 +439,7 @@ impl Engine {
             stopping_cv: Condvar::new(),
             first_worker: std::sync::OnceLock::new(),
             log_level: std::sync::OnceLock::new(),
+            failure: std::sync::OnceLock::new(),
         });
         let mut per_worker: Vec<Vec<Job>> = (0..workers.max(1)).map(|_| Vec::new()).collect();
         let names = shared.runtime.load().listener_names.clone();
@@ -505,7 +511,9 @@ impl Engine {
             first.push(Job::task(async move {
                 let _ = c.first_worker.set(tokio::runtime::Handle::current());
                 if let Some(p) = processes {
-                    keep_durable(p.engine.clone(), true).await;
+                    if let Err(e) = keep_durable(p.engine.clone(), true).await {
+                        c.fail(e);
+                    }
                 }
             }));
         }
@@ -678,7 +686,14 @@ impl Control {
             // The instances this node runs stay with the old runtime; the new one takes
             // over only from nodes that died.
             let own = previous.processes.is_none();
-            worker.spawn(keep_durable(new.engine.clone(), own));
+            let engine = new.engine.clone();
+            worker.spawn(async move {
+                if let Err(e) = keep_durable(engine, own).await {
+                    tracing::error!(
+                        "the reloaded processes' durable instances are not taken up: {e}"
+                    );
+                }
+            });
         }
         // A PostgreSQL database of the new runtime connects in the background and refuses
         // requests until it has: the old runtime's pool serves them until then, for a while.
@@ -733,6 +748,19 @@ impl Control {
                 tracing::warn!("the last spans were not exported in time: dropped");
             }
         }
+    }
+
+    /// Stops the engine because it cannot run as configured (`why`): logged, kept for
+    /// [`Control::failure`], then a graceful shutdown.
+    pub fn fail(&self, why: String) {
+        tracing::error!("{why}");
+        let _ = self.failure.set(why);
+        self.shutdown();
+    }
+
+    /// Why the engine stopped on its own ([`Control::fail`]), if it did.
+    pub fn failure(&self) -> Option<&str> {
+        self.failure.get().map(String::as_str)
     }
 
     /// Starts a graceful shutdown: stop accepting, finish in-flight requests, then exit.

@@ -34,7 +34,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use busbar_flow::runtime::BoxFuture;
-use busbar_flow::store::{Counts, Finish, KeyOwner, Save, State, Store, Stored};
+use busbar_flow::store::{Beat, Counts, Finish, KeyOwner, Save, State, Store, Stored, Terminated};
 use busbar_sql::{
     Database, DbError, FileLock, LockError, NumericAs, Output, Query, Shape, Statement, Value,
 };
@@ -44,7 +44,8 @@ use serde::Deserialize;
 const CREATE: [&str; 7] = [
     "CREATE TABLE IF NOT EXISTS busbar_bpel_nodes (
        node TEXT PRIMARY KEY,
-       heartbeat BIGINT NOT NULL
+       heartbeat BIGINT NOT NULL,
+       boot TEXT
      )",
     "CREATE TABLE IF NOT EXISTS busbar_bpel_instances (
        id BIGINT PRIMARY KEY,
@@ -140,9 +141,34 @@ FROM json_to_recordset(CAST(:rows AS json))
 /// Most writes committed in one transaction.
 const GROUP: usize = 256;
 
+/// Tables made by a busbar before nodes had boot ids get the column (PostgreSQL; SQLite,
+/// which has no `IF NOT EXISTS` here, runs [`ADD_BOOT_SQLITE`] and ignores "duplicate column").
+const ADD_BOOT_POSTGRES: &str = "ALTER TABLE busbar_bpel_nodes ADD COLUMN IF NOT EXISTS boot TEXT";
+const ADD_BOOT_SQLITE: &str = "ALTER TABLE busbar_bpel_nodes ADD COLUMN boot TEXT";
+
+/// A process writes its node's heartbeat only when the row is its own (its boot id), has no
+/// boot id (written by an older busbar), is older than the lease, or still holds the value
+/// the process saw before (`:seen`: the process that wrote it has stopped beating). The
+/// row read back after it tells whether the write happened.
 const HEARTBEAT: &str = "
-INSERT INTO busbar_bpel_nodes (node, heartbeat) VALUES (:node, :now)
-ON CONFLICT (node) DO UPDATE SET heartbeat = excluded.heartbeat";
+INSERT INTO busbar_bpel_nodes (node, heartbeat, boot) VALUES (:node, :now, :boot)
+ON CONFLICT (node) DO UPDATE SET heartbeat = excluded.heartbeat, boot = excluded.boot
+WHERE busbar_bpel_nodes.boot IS NULL OR busbar_bpel_nodes.boot = excluded.boot
+   OR busbar_bpel_nodes.heartbeat < :stale OR busbar_bpel_nodes.heartbeat = :seen";
+
+const NODE_ROW: &str = "SELECT boot, heartbeat FROM busbar_bpel_nodes WHERE node = :node";
+
+/// A waiting instance no live node other than `:node` runs: no owner, this node, or an
+/// owner whose heartbeat is older than the lease.
+const UNRUN: &str = "(owner IS NULL OR owner = :node
+  OR NOT EXISTS (SELECT 1 FROM busbar_bpel_nodes n
+                 WHERE n.node = busbar_bpel_instances.owner AND n.heartbeat >= :stale))";
+
+/// The instance, its owner and the owner's heartbeat.
+const RUNNER: &str = "
+SELECT i.state, i.owner, n.heartbeat
+FROM busbar_bpel_instances i LEFT JOIN busbar_bpel_nodes n ON n.node = i.owner
+WHERE i.id = :id";
 
 /// Which waiting instances a node may claim; `{processes}` is the dialect's way of reading
 /// the JSON array of process names bound to `:processes`. `:paged` = 1 keeps only ids after
@@ -259,6 +285,12 @@ struct Sql {
     owners: Arc<Statement>,
     insert_first: Arc<Statement>,
     heartbeat: Arc<Statement>,
+    node_row: Arc<Statement>,
+    terminate_keys: Arc<Statement>,
+    terminate: Arc<Statement>,
+    runner: Arc<Statement>,
+    /// Adds the boot id column to an older table.
+    add_boot: Arc<Statement>,
     claim: Arc<Statement>,
     key_owner: Arc<Statement>,
     /// By (process filter, state filter).
@@ -287,6 +319,9 @@ impl Sql {
         }
         for c in CREATE {
             init.push(parse(c)?);
+        }
+        if postgres {
+            init.push(parse(ADD_BOOT_POSTGRES)?);
         }
         let claim = if postgres {
             let claimable = CLAIMABLE.replace(
@@ -351,6 +386,23 @@ impl Sql {
                 INSERT_FIRST_SQLITE
             })?,
             heartbeat: parse(HEARTBEAT)?,
+            node_row: parse(NODE_ROW)?,
+            terminate_keys: parse(&format!(
+                "DELETE FROM busbar_bpel_keys WHERE instance = :id
+                   AND EXISTS (SELECT 1 FROM busbar_bpel_instances
+                               WHERE id = :id AND state = 'waiting' AND {UNRUN})"
+            ))?,
+            terminate: parse(&format!(
+                "UPDATE busbar_bpel_instances
+                 SET state = 'terminated', owner = :node, updated = :now, due = NULL
+                 WHERE id = :id AND state = 'waiting' AND {UNRUN}"
+            ))?,
+            runner: parse(RUNNER)?,
+            add_boot: parse(if postgres {
+                ADD_BOOT_POSTGRES
+            } else {
+                ADD_BOOT_SQLITE
+            })?,
             claim: parse(&claim)?,
             key_owner: parse(KEY_OWNER)?,
             list: [
@@ -462,6 +514,19 @@ struct OwnerRow {
 #[derive(Debug, Deserialize)]
 struct KeyRow {
     id: i64,
+    owner: Option<String>,
+    heartbeat: Option<i64>,
+}
+
+#[derive(Debug, Deserialize)]
+struct NodeRow {
+    boot: Option<String>,
+    heartbeat: i64,
+}
+
+#[derive(Debug, Deserialize)]
+struct RunnerRow {
+    state: String,
     owner: Option<String>,
     heartbeat: Option<i64>,
 }
@@ -814,8 +879,19 @@ impl SqlStore {
                 }
                 self.run_raw(batch, Shape::Empty)
                     .await
-                    .map(|_| ())
-                    .map_err(|e| format!("creating the process tables: {e}"))
+                    .map_err(|e| format!("creating the process tables: {e}"))?;
+                if self.db.kind() != "postgres" {
+                    match self
+                        .run_raw(Batch::of(&self.sql.add_boot, &[])?, Shape::Empty)
+                        .await
+                    {
+                        Err(e) if !e.contains("duplicate column") => {
+                            return Err(format!("updating the process tables: {e}"))
+                        }
+                        _ => {}
+                    }
+                }
+                Ok::<(), String>(())
             })
             .await
             .map(|_| ())
@@ -960,14 +1036,40 @@ impl Store for SqlStore {
         Box::pin(self.finish_now(finish))
     }
 
-    fn heartbeat(&self, node: &str, now_ms: i64) -> BoxFuture<'_, Result<(), String>> {
-        let params = [("node", text(node)), ("now", Value::Int(now_ms))];
-        let node = node.to_owned();
+    fn heartbeat(
+        &self,
+        node: &str,
+        boot: &str,
+        now_ms: i64,
+        lease: Duration,
+        seen: Option<i64>,
+    ) -> BoxFuture<'_, Result<Beat, String>> {
+        let params = [
+            ("node", text(node)),
+            ("boot", text(boot)),
+            ("now", Value::Int(now_ms)),
+            ("stale", Value::Int(stale(now_ms, lease))),
+            // No heartbeat is ever i64::MIN: nothing was seen.
+            ("seen", Value::Int(seen.unwrap_or(i64::MIN))),
+        ];
+        let (node, boot) = (node.to_owned(), boot.to_owned());
         Box::pin(async move {
-            self.run(Batch::of(&self.sql.heartbeat, &params)?, Shape::Empty)
+            let mut batch = Batch::of(&self.sql.heartbeat, &params)?;
+            batch.push(&self.sql.node_row, &params)?;
+            let out = self
+                .run(batch, Shape::Row)
                 .await
-                .map(|_| ())
-                .map_err(|e| format!("recording the heartbeat of '{node}': {e}"))
+                .map_err(|e| format!("recording the heartbeat of '{node}': {e}"))?;
+            Ok(match row::<NodeRow>(out)? {
+                Some(NodeRow {
+                    boot: Some(other),
+                    heartbeat,
+                }) if other != boot => Beat::Held {
+                    boot: other,
+                    heartbeat_ms: heartbeat,
+                },
+                _ => Beat::Written,
+            })
         })
     }
 
@@ -1072,6 +1174,46 @@ impl Store for SqlStore {
         Box::pin(self.transition_now(id, from, to, node, now_ms))
     }
 
+    fn terminate_waiting(
+        &self,
+        instance: u64,
+        node: &str,
+        lease: Duration,
+        now_ms: i64,
+    ) -> BoxFuture<'_, Result<Terminated, String>> {
+        let stale_ms = stale(now_ms, lease);
+        let params = [
+            ("id", id(instance)),
+            ("from", text(State::Waiting.as_str())),
+            ("node", text(node)),
+            ("now", Value::Int(now_ms)),
+            ("stale", Value::Int(stale_ms)),
+        ];
+        Box::pin(async move {
+            let what = |e: String| format!("terminating instance {instance}: {e}");
+            // The row is locked first (PostgreSQL), so its owner cannot change meanwhile.
+            let mut batch = Batch::of(&self.sql.lock_in_state, &params)?;
+            batch.push(&self.sql.terminate_keys, &params)?;
+            batch.push(&self.sql.terminate, &params)?;
+            let out = self.run(batch, Shape::Empty).await.map_err(what)?;
+            if affected(out)? > 0 {
+                return Ok(Terminated::Done);
+            }
+            let out = self
+                .run(Batch::of(&self.sql.runner, &params)?, Shape::Row)
+                .await
+                .map_err(what)?;
+            Ok(match row::<RunnerRow>(out)? {
+                Some(r) if r.state == State::Waiting.as_str() => match r.owner {
+                    Some(o) if r.heartbeat.is_some_and(|h| h >= stale_ms) => Terminated::RunBy(o),
+                    // Its node's lease ran out just now: not terminated, but nobody runs it.
+                    _ => Terminated::NotWaiting,
+                },
+                _ => Terminated::NotWaiting,
+            })
+        })
+    }
+
     fn cleanup(&self, before_ms: i64) -> BoxFuture<'_, Result<u64, String>> {
         Box::pin(async move {
             let params = [("before", Value::Int(before_ms))];
@@ -1124,6 +1266,11 @@ mod tests {
     const P: &str = "{urn:test}Order";
     const Q: &str = "{urn:test}Invoice";
     const R: &str = "{urn:test}Refund";
+
+    /// A heartbeat of `node` by a process whose boot id is the node's name.
+    async fn beat(s: &SqlStore, node: &str, at: i64) -> Result<Beat, String> {
+        s.heartbeat(node, node, at, LEASE, None).await
+    }
 
     fn must<T, E: std::fmt::Display>(r: Result<T, E>) -> T {
         r.unwrap_or_else(|e| panic!("{e}"))
@@ -1332,10 +1479,10 @@ mod tests {
     }
 
     async fn a_taken_over_instance_refuses_the_old_owners_writes(s: &SqlStore) {
-        must(s.heartbeat("a", NOW - 60_000).await);
+        must(beat(s, "a", NOW - 60_000).await);
         must(s.save(waiting(1, P, "a", NOW - 60_000, &["k"])).await);
         let before = must(s.get(1).await);
-        must(s.heartbeat("b", NOW).await);
+        must(beat(s, "b", NOW).await);
         assert_eq!(claim_ids(s, "b", false, &[P], 10).await, [1]);
 
         let e = s
@@ -1421,12 +1568,9 @@ mod tests {
     }
 
     async fn claims_take_unowned_and_dead_instances_and_own_ones_when_asked(s: &SqlStore) {
-        must(
-            s.heartbeat("dead", NOW - LEASE.as_millis() as i64 - 1)
-                .await,
-        );
-        must(s.heartbeat("live", NOW - LEASE.as_millis() as i64).await);
-        must(s.heartbeat("me", NOW).await);
+        must(beat(s, "dead", NOW - LEASE.as_millis() as i64 - 1).await);
+        must(beat(s, "live", NOW - LEASE.as_millis() as i64).await);
+        must(beat(s, "me", NOW).await);
         for (id, node) in [(1, "me"), (2, "dead"), (3, "live"), (4, "me"), (5, "never")] {
             must(s.save(waiting(id, P, node, NOW - 100_000, &[])).await);
         }
@@ -1444,7 +1588,7 @@ mod tests {
         // beating, its instances are.
         must(s.finish(finished(4, "me", State::Completed, true)).await);
         assert!(claim_ids(s, "other", true, &[P], 10).await.is_empty());
-        must(s.heartbeat("me", NOW - 2 * LEASE.as_millis() as i64).await);
+        must(beat(s, "me", NOW - 2 * LEASE.as_millis() as i64).await);
         assert_eq!(claim_ids(s, "other", true, &[P], 10).await, [1, 2, 5]);
         assert_eq!(
             must(s.get(3).await).and_then(|i| i.owner).as_deref(),
@@ -1453,7 +1597,7 @@ mod tests {
     }
 
     async fn claims_respect_the_limit_and_the_processes(s: &SqlStore) {
-        must(s.heartbeat("me", NOW).await);
+        must(beat(s, "me", NOW).await);
         for id in 1..=10 {
             let process = match id {
                 1..=5 => P,
@@ -1482,7 +1626,7 @@ mod tests {
     /// again: pages that start after the last id still take each one once, ids past
     /// `i64::MAX` (stored negative) included.
     async fn claims_page_by_id_and_take_own_instances_once(s: &SqlStore) {
-        must(s.heartbeat("me", NOW).await);
+        must(beat(s, "me", NOW).await);
         let big = u64::MAX - 2;
         let ids: Vec<u64> = (1..=7).chain([big, big + 1]).collect();
         for id in &ids {
@@ -1526,7 +1670,7 @@ mod tests {
     }
 
     async fn key_owner_tells_whether_the_owner_is_alive(s: &SqlStore) {
-        must(s.heartbeat("a", NOW - 1_000).await);
+        must(beat(s, "a", NOW - 1_000).await);
         must(s.save(waiting(1, P, "a", NOW, &["k"])).await);
         let alive = KeyOwner {
             id: 1,
@@ -1690,6 +1834,75 @@ mod tests {
         assert!(must(s.get(1).await).is_some());
     }
 
+    async fn a_node_beating_in_another_process_holds_its_name(s: &SqlStore) {
+        let lease_ms = LEASE.as_millis() as i64;
+        assert_eq!(
+            must(s.heartbeat("n", "boot1", NOW, LEASE, None).await),
+            Beat::Written
+        );
+        // A second process with the same node name is refused while the first one beats.
+        let held = Beat::Held {
+            boot: "boot1".into(),
+            heartbeat_ms: NOW,
+        };
+        let r = must(s.heartbeat("n", "boot2", NOW + 10, LEASE, None).await);
+        assert_eq!(r, held);
+        must(s.heartbeat("n", "boot1", NOW + 20, LEASE, None).await);
+        // What it saw has moved on: the first one is alive, still refused.
+        let r = must(s.heartbeat("n", "boot2", NOW + 30, LEASE, Some(NOW)).await);
+        assert!(
+            matches!(r, Beat::Held { heartbeat_ms, .. } if heartbeat_ms == NOW + 20),
+            "{r:?}"
+        );
+        // A heartbeat that stood still since it was seen, or one older than the lease, is
+        // taken; then the first process is the one refused.
+        let r = must(
+            s.heartbeat("n", "boot2", NOW + 40, LEASE, Some(NOW + 20))
+                .await,
+        );
+        assert_eq!(r, Beat::Written);
+        let r = must(s.heartbeat("n", "boot1", NOW + 50, LEASE, None).await);
+        assert!(
+            matches!(r, Beat::Held { ref boot, .. } if boot == "boot2"),
+            "{r:?}"
+        );
+        let later = NOW + 40 + lease_ms + 1;
+        assert_eq!(
+            must(s.heartbeat("n", "boot3", later, LEASE, None).await),
+            Beat::Written
+        );
+    }
+
+    async fn a_terminate_spares_an_instance_a_live_node_runs(s: &SqlStore) {
+        must(beat(s, "a", NOW).await);
+        must(s.save(waiting(1, P, "a", NOW, &["k1"])).await);
+        must(s.save(waiting(2, P, "gone", NOW, &["k2"])).await);
+        must(s.save(waiting(3, P, "b", NOW, &["k3"])).await);
+        let r = must(s.terminate_waiting(1, "b", LEASE, NOW + 1).await);
+        assert_eq!(r, Terminated::RunBy("a".into()));
+        assert_eq!(must(s.get(1).await).map(|r| r.state), Some(State::Waiting));
+        assert_eq!(keys_of(s, 1).await, ["k1"]);
+        // A node without heartbeat, or this node itself, runs nothing here.
+        for id in [2, 3] {
+            let r = must(s.terminate_waiting(id, "b", LEASE, NOW + 1).await);
+            assert_eq!(r, Terminated::Done);
+            let got = must(s.get(id).await).expect("row");
+            assert_eq!(
+                (got.state, got.owner.as_deref()),
+                (State::Terminated, Some("b"))
+            );
+            assert!(keys_of(s, id).await.is_empty());
+        }
+        let r = must(s.terminate_waiting(2, "b", LEASE, NOW + 1).await);
+        assert_eq!(r, Terminated::NotWaiting);
+        let r = must(s.terminate_waiting(99, "b", LEASE, NOW + 1).await);
+        assert_eq!(r, Terminated::NotWaiting);
+        // Once node a's lease ran out, its instance may go.
+        let later = NOW + LEASE.as_millis() as i64 + 1;
+        let r = must(s.terminate_waiting(1, "b", LEASE, later).await);
+        assert_eq!(r, Terminated::Done);
+    }
+
     /// Every case, each on empty tables.
     async fn suite(s: &SqlStore) {
         macro_rules! cases {
@@ -1715,6 +1928,8 @@ mod tests {
             counts_are_per_process_and_state,
             lists_filter_and_show_the_newest_first,
             init_runs_again_without_harm,
+            a_node_beating_in_another_process_holds_its_name,
+            a_terminate_spares_an_instance_a_live_node_runs,
         );
     }
 
@@ -1726,8 +1941,8 @@ mod tests {
         for id in 1..=INSTANCES {
             must(s.save(waiting(id, P, "gone", NOW - 100_000, &[])).await);
         }
-        must(s.heartbeat("a", NOW).await);
-        must(s.heartbeat("b", NOW).await);
+        must(beat(&s, "a", NOW).await);
+        must(beat(&s, "b", NOW).await);
         let start = Arc::new(tokio::sync::Barrier::new(2));
         let node = |name: &'static str| {
             let s = s.clone();

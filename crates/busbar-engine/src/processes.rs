@@ -427,17 +427,25 @@ pub async fn serve(
             version,
             soap::encode_reply(&iface, version, &req.operation, &msg),
         ),
-        Outcome::Fault(f) => answer(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            version,
-            soap::encode_fault(version, &f),
-        ),
+        Outcome::Fault(f) => answer(fault_status(&f), version, soap::encode_fault(version, &f)),
         Outcome::Accepted => {
             let mut r = Response::new(Body::empty());
             *r.status_mut() = StatusCode::ACCEPTED;
             r
         }
     })
+}
+
+/// The status of a fault's answer: 503 for the engine's faults that ask the client to send
+/// again later, 500 for the others.
+fn fault_status(f: &busbar_flow::Fault) -> StatusCode {
+    let retry = f.name.ns == busbar_flow::runtime::BUSBAR_FAULT_NS
+        && matches!(f.name.local.as_str(), "leaseLost" | "storeUnavailable");
+    if retry {
+        StatusCode::SERVICE_UNAVAILABLE
+    } else {
+        StatusCode::INTERNAL_SERVER_ERROR
+    }
 }
 
 /// True when `operation` of the service can start an instance.

@@ -15,7 +15,7 @@
 use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
@@ -233,6 +233,60 @@ pub struct Persistence {
     pub retention: Duration,
 }
 
+/// This process's boot id: random, chosen once per process. A node's heartbeat row carries
+/// it, so a second process started with the same node name is told apart from the first
+/// and refused ([`crate::store::Beat::Held`]).
+pub fn boot_id() -> &'static str {
+    static BOOT: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    BOOT.get_or_init(|| {
+        use std::hash::BuildHasher;
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        // RandomState is seeded from the OS's random source.
+        let h =
+            std::collections::hash_map::RandomState::new().hash_one((std::process::id(), nanos));
+        format!("{h:016x}")
+    })
+}
+
+/// Why the saved instances of a store could not be taken up.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RecoverError {
+    /// The store failed (unreachable, a statement refused): worth trying again.
+    Store(String),
+    /// Another running busbar process uses this node's name on the store: this one must not
+    /// run the node's instances.
+    NodeTaken(String),
+}
+
+impl std::fmt::Display for RecoverError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RecoverError::Store(e) | RecoverError::NodeTaken(e) => f.write_str(e),
+        }
+    }
+}
+
+impl std::convert::From<String> for RecoverError {
+    fn from(e: String) -> Self {
+        RecoverError::Store(e)
+    }
+}
+
+/// The error for a node name another process holds.
+fn node_taken(p: &Persistence, other_ms: i64) -> RecoverError {
+    RecoverError::NodeTaken(format!(
+        "node '{}' is run by another busbar process (its heartbeat in the {} store was written \
+         {} ms ago, within the lease of {:?}): two processes must not share a node name; set \
+         `persistence.node` to a name of its own for each busbar process",
+        p.node,
+        p.store.kind(),
+        durable::now_ms().saturating_sub(other_ms).max(0),
+        p.lease
+    ))
+}
+
 /// Longest a message waits for the saved instances to be taken up after a start.
 const RECOVERY_WAIT: Duration = Duration::from_secs(30);
 
@@ -265,6 +319,59 @@ struct Durability {
     /// True once the store's saved instances have been taken up: until then messages for
     /// the process wait.
     recovered: Arc<tokio::sync::watch::Sender<bool>>,
+    /// When this node last proved to the store that it is alive.
+    fence: Arc<Fence>,
+}
+
+/// When this node's heartbeat was last written to a store. Once it is older than the lease,
+/// other nodes may take the node's instances over; so no durable instance here starts a step
+/// with side effects (an invoke, a reply, a timer firing) until a heartbeat is written again,
+/// and the heartbeat loop drops the instances running here and takes back those the store
+/// still gives this node. A clock check per step, no database round trip.
+#[derive(Debug)]
+struct Fence {
+    lease: Duration,
+    /// When the last written heartbeat was sent, in ms after [`mono_origin`], plus one
+    /// (0: none yet).
+    beat: AtomicU64,
+    /// Set once the heartbeat is kept up ([`Engine::maintain`]); an engine that keeps none (a
+    /// test harness) is never fenced.
+    armed: AtomicBool,
+}
+
+/// The instant the fences' clocks count from.
+fn mono_origin() -> Instant {
+    static ORIGIN: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    *ORIGIN.get_or_init(Instant::now)
+}
+
+/// How often a step held by the fence looks again.
+const FENCE_POLL: Duration = Duration::from_millis(20);
+
+impl Fence {
+    fn new(lease: Duration) -> Arc<Fence> {
+        Arc::new(Fence {
+            lease,
+            beat: AtomicU64::new(0),
+            armed: AtomicBool::new(false),
+        })
+    }
+
+    /// A heartbeat sent at `sent` was written.
+    fn renew(&self, sent: Instant) {
+        let ms = sent.saturating_duration_since(mono_origin()).as_millis() as u64;
+        self.beat.fetch_max(ms.saturating_add(1), Ordering::SeqCst);
+    }
+
+    /// True when the last written heartbeat is older than the lease (or there is none).
+    fn lapsed(&self) -> bool {
+        if !self.armed.load(Ordering::Relaxed) {
+            return false;
+        }
+        let beat = self.beat.load(Ordering::SeqCst);
+        let now = mono_origin().elapsed().as_millis() as u64;
+        beat == 0 || now.saturating_sub(beat - 1) >= self.lease.as_millis() as u64
+    }
 }
 
 /// A store of durable processes (one per store and node), and whether its saved instances
@@ -273,6 +380,10 @@ struct Durability {
 struct StoreSlot {
     persistence: Persistence,
     recovered: Arc<tokio::sync::watch::Sender<bool>>,
+    /// Its instances were dropped because the heartbeat lapsed: the next take-up claims this
+    /// node's own instances again.
+    fenced: Arc<AtomicBool>,
+    fence: Arc<Fence>,
 }
 
 impl Durability {
@@ -381,17 +492,20 @@ impl Engine {
                 Arc::ptr_eq(&s.persistence.store, &p.store) && s.persistence.node == p.node
             });
             match found {
-                Some(s) => s.recovered.clone(),
+                Some(s) => (s.recovered.clone(), s.fence.clone()),
                 None => {
                     // False until [`Engine::recover`] has taken up the saved instances:
                     // messages for the store's processes wait meanwhile, so none misses
                     // its instance.
                     let recovered = Arc::new(tokio::sync::watch::Sender::new(false));
+                    let fence = Fence::new(p.lease);
                     stores.push(StoreSlot {
                         persistence: p.clone(),
                         recovered: recovered.clone(),
+                        fenced: Arc::new(AtomicBool::new(false)),
+                        fence: fence.clone(),
                     });
-                    recovered
+                    (recovered, fence)
                 }
             }
         });
@@ -413,7 +527,7 @@ impl Engine {
             .unwrap_or_else(|e| e.into_inner());
         for d in deployed {
             let durable = match (persistence, &recovered) {
-                (Some(p), Some(recovered)) if !d.descriptor.in_memory => {
+                (Some(p), Some((recovered, fence))) if !d.descriptor.in_memory => {
                     Some(Arc::new(Durability {
                         persistence: p.clone(),
                         digest: durable::digest(
@@ -429,6 +543,7 @@ impl Engine {
                             .collect(),
                         stats: self.inner.stats.clone(),
                         recovered: recovered.clone(),
+                        fence: fence.clone(),
                     }))
                 }
                 _ => None,
@@ -545,9 +660,7 @@ impl Engine {
     /// Ends an instance now; its open requests get a fault. False when there is none.
     pub fn terminate(&self, id: u64) -> bool {
         for l in self.processes() {
-            let h = l.instances.lock().ok().and_then(|mut m| m.remove(&id));
-            if let Some(Running { task, dur, .. }) = h {
-                task.abort();
+            if let Some(Running { dur, .. }) = self.end_running(&l, id, None) {
                 if let (Some(d), Some(durability)) = (dur, &l.durable) {
                     let finish = crate::store::Finish {
                         id,
@@ -562,17 +675,34 @@ impl Engine {
                     };
                     d.write_finish(finish, Vec::new());
                 }
-                self.inner.alive.fetch_sub(1, Ordering::Relaxed);
-                l.alive.fetch_sub(1, Ordering::Relaxed);
-                let mut r = l.router.lock().unwrap_or_else(|e| e.into_inner());
-                r.waiters.retain(|w| w.instance != id);
-                r.keys.retain(|_, v| *v != id);
-                r.mailbox.retain(|p| p.instance != id);
                 l.faulted.fetch_add(1, Ordering::Relaxed);
                 return true;
             }
         }
         false
+    }
+
+    /// Stops instance `id` of `l` if it runs here, and forgets it: its task, its waits, its
+    /// correlations, the messages queued for it (answered with `fault`, when given).
+    fn end_running(&self, l: &Arc<Live>, id: u64, fault: Option<&Fault>) -> Option<Running> {
+        let running = l.instances.lock().ok().and_then(|mut m| m.remove(&id))?;
+        running.task.abort();
+        self.inner.alive.fetch_sub(1, Ordering::Relaxed);
+        l.alive.fetch_sub(1, Ordering::Relaxed);
+        let mut r = l.router.lock().unwrap_or_else(|e| e.into_inner());
+        r.waiters.retain(|w| w.instance != id);
+        r.keys.retain(|_, v| *v != id);
+        let (mine, rest): (Vec<Pending>, Vec<Pending>) = std::mem::take(&mut r.mailbox)
+            .into_iter()
+            .partition(|p| p.instance == id);
+        r.mailbox = rest;
+        drop(r);
+        if let Some(f) = fault {
+            for tx in mine.into_iter().filter_map(|p| p.reply) {
+                let _ = tx.send(Outcome::Fault(f.clone()));
+            }
+        }
+        Some(running)
     }
 
     /// False while the saved instances of durable processes have not been taken up yet
@@ -618,19 +748,25 @@ impl Engine {
     /// elsewhere, or not at all, do not. A store that fails does not hold up the others:
     /// the first error is returned once every store was tried, and a call with `own` again
     /// takes up only the stores not recovered yet (this node's instances of the others run
-    /// already).
-    pub async fn recover(&self, own: bool) -> Result<usize, String> {
+    /// already). A node name that another running process holds on a store is
+    /// [`RecoverError::NodeTaken`]; after a start (`own`) the node waits half a lease first
+    /// to see whether that process still beats (it may be the one this process replaces).
+    pub async fn recover(&self, own: bool) -> Result<usize, RecoverError> {
         let mut resumed = 0;
         let mut failed = None;
         for slot in self.slots() {
             if own && *slot.recovered.borrow() {
                 continue;
             }
-            match self.recover_store(&slot.persistence, own).await {
+            let fenced = slot.fenced.load(Ordering::SeqCst);
+            match self.recover_store(&slot, own || fenced).await {
                 Ok(n) => {
                     resumed += n;
+                    slot.fenced.store(false, Ordering::SeqCst);
                     slot.recovered.send_replace(true);
                 }
+                // A node name held by another process is the error to tell.
+                Err(e @ RecoverError::NodeTaken(_)) => failed = Some(e),
                 Err(e) => {
                     failed.get_or_insert(e);
                 }
@@ -642,10 +778,92 @@ impl Engine {
         }
     }
 
-    async fn recover_store(&self, p: &Persistence, own: bool) -> Result<usize, String> {
+    /// Writes this node's heartbeat on `p`'s store, unless another running process holds
+    /// the node's name there. After a start (`own`) a heartbeat of another process is
+    /// watched for half a lease: one that stood still meanwhile is a process that has
+    /// stopped (the one this process replaces), and the node is taken.
+    async fn beat(&self, slot: &StoreSlot, own: bool) -> Result<(), RecoverError> {
+        use crate::store::Beat;
+        let p = &slot.persistence;
+        let sent = Instant::now();
+        let beat = p
+            .store
+            .heartbeat(&p.node, boot_id(), durable::now_ms(), p.lease, None)
+            .await;
+        // Lapsed before this heartbeat counts: other nodes may have taken instances over.
+        if slot.fence.lapsed() {
+            self.fence_off(slot);
+        }
+        let seen = match beat? {
+            Beat::Written => {
+                slot.fence.renew(sent);
+                return Ok(());
+            }
+            Beat::Held { heartbeat_ms, .. } if !own => return Err(node_taken(p, heartbeat_ms)),
+            Beat::Held { heartbeat_ms, .. } => heartbeat_ms,
+        };
+        tracing::info!(node = %p.node, "another process wrote this node's heartbeat within the lease: waiting to see whether it still runs");
+        tokio::time::sleep(p.lease / 2).await;
+        let sent = Instant::now();
+        match p
+            .store
+            .heartbeat(&p.node, boot_id(), durable::now_ms(), p.lease, Some(seen))
+            .await?
+        {
+            Beat::Written => {
+                slot.fence.renew(sent);
+                Ok(())
+            }
+            Beat::Held { heartbeat_ms, .. } => Err(node_taken(p, heartbeat_ms)),
+        }
+    }
+
+    /// Drops the instances of `slot`'s store that run here, without writing them, once this
+    /// node's heartbeat has lapsed: other nodes may run them now. The next take-up claims
+    /// back those the store still gives this node; until then their messages wait.
+    fn fence_off(&self, slot: &StoreSlot) {
+        if slot.fenced.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        slot.recovered.send_replace(false);
+        let p = &slot.persistence;
+        let f = Fault::busbar(
+            "leaseLost",
+            format!(
+                "node '{}' did not write its heartbeat within the lease of {:?}: its instances \
+                 may run on another node now, and resume from their last wait point",
+                p.node, p.lease
+            ),
+        );
+        let mut dropped = 0;
+        for l in self.durable_processes(p) {
+            let ids: Vec<u64> = l
+                .instances
+                .lock()
+                .map(|m| m.keys().copied().collect())
+                .unwrap_or_default();
+            for id in ids {
+                if let Some(r) = self.end_running(&l, id, Some(&f)) {
+                    if let Some(d) = r.dur {
+                        let held = {
+                            let mut q = d.quiet.lock().unwrap_or_else(|e| e.into_inner());
+                            std::mem::take(&mut q.held)
+                        };
+                        for (tx, _) in held {
+                            let _ = tx.send(Outcome::Fault(f.clone()));
+                        }
+                    }
+                    dropped += 1;
+                }
+            }
+        }
+        tracing::warn!(node = %p.node, "this node's heartbeat is older than the lease: {dropped} instances running here were dropped; those still its own are taken back once the heartbeat is written");
+    }
+
+    async fn recover_store(&self, slot: &StoreSlot, own: bool) -> Result<usize, RecoverError> {
+        let p = &slot.persistence;
         let mut resumed = 0;
-        let now = durable::now_ms();
-        p.store.heartbeat(&p.node, now).await?;
+        self.beat(slot, own).await?;
         let lives = self.durable_processes(p);
         let names: Vec<String> = lives.iter().map(|l| l.process.name.clark()).collect();
         if names.is_empty() {
@@ -791,8 +1009,11 @@ impl Engine {
     /// ran out, and deletes finished instances past their retention, until the engine is
     /// dropped. Nothing when no process is durable.
     pub fn maintain(&self) -> Option<tokio::task::JoinHandle<()>> {
-        let stores = self.persistence();
-        let lease = stores.iter().map(|p| p.lease).min()?;
+        let slots = self.slots();
+        let lease = slots.iter().map(|s| s.persistence.lease).min()?;
+        for s in &slots {
+            s.fence.armed.store(true, Ordering::SeqCst);
+        }
         let weak = Arc::downgrade(&self.inner);
         Some(tokio::spawn(async move {
             let tick = (lease / 3).max(Duration::from_millis(100));
@@ -801,9 +1022,10 @@ impl Engine {
                 tokio::time::sleep(tick).await;
                 let Some(inner) = weak.upgrade() else { return };
                 let engine = Engine { inner };
-                for p in engine.persistence() {
-                    if let Err(e) = p.store.heartbeat(&p.node, durable::now_ms()).await {
-                        tracing::warn!(node = %p.node, "cannot write the heartbeat: {e}");
+                for slot in engine.slots() {
+                    if let Err(e) = engine.beat(&slot, false).await {
+                        let node = &slot.persistence.node;
+                        tracing::warn!(node = %node, "cannot write the heartbeat: {e}");
                     }
                 }
                 if let Err(e) = engine.recover(false).await {
@@ -920,24 +1142,28 @@ impl Engine {
         Ok(out)
     }
 
-    /// Ends a waiting durable instance that no node here runs (its node is gone). False
-    /// when it is not waiting.
-    pub async fn terminate_stored(&self, id: u64) -> Result<bool, String> {
+    /// Ends a waiting durable instance that no live node runs (not this one, which would
+    /// have it in memory: see [`Engine::terminate`]). An instance that another node whose
+    /// heartbeat is within the lease runs is left to it ([`Terminated::RunBy`]).
+    ///
+    /// [`Terminated::RunBy`]: crate::store::Terminated::RunBy
+    pub async fn terminate_stored(&self, id: u64) -> Result<crate::store::Terminated, String> {
+        use crate::store::Terminated;
+        let mut out = Terminated::NotWaiting;
         for p in self.persistence() {
-            if p.store
-                .transition(
-                    id,
-                    crate::store::State::Waiting,
-                    crate::store::State::Terminated,
-                    Some(&p.node),
-                    durable::now_ms(),
-                )
+            match p
+                .store
+                .terminate_waiting(id, &p.node, p.lease, durable::now_ms())
                 .await?
             {
-                return Ok(true);
+                Terminated::NotWaiting => {}
+                t => {
+                    out = t;
+                    break;
+                }
             }
         }
-        Ok(false)
+        Ok(out)
     }
 
     /// Runs a faulted durable instance again from its last saved wait point. An error
@@ -1040,6 +1266,17 @@ impl Engine {
             if !*d.recovered.borrow() {
                 let mut rx = d.recovered.subscribe();
                 let _ = tokio::time::timeout(RECOVERY_WAIT, rx.wait_for(|r| *r)).await;
+                // Its instance may well be in the store: "no such instance" would tell the
+                // client to give up on a conversation that goes on.
+                if !*d.recovered.borrow() {
+                    return Outcome::Fault(Fault::busbar(
+                        "storeUnavailable",
+                        format!(
+                            "the {} store of durable instances is not available yet: send again later",
+                            d.persistence.store.kind()
+                        ),
+                    ));
+                }
             }
         }
         let outcome = match provider {
@@ -1865,6 +2102,16 @@ impl Instance {
         self.strand(cur, self.run(x, frame, t))
     }
 
+    /// Holds a durable instance before a step with side effects while this node's heartbeat
+    /// is older than the lease ([`Fence`]): the heartbeat loop drops it meanwhile, or the
+    /// heartbeat is written again (in time: no other node could take the instance over).
+    async fn fence(&self) {
+        let Some(d) = &self.dur else { return };
+        while d.durability.fence.lapsed() {
+            tokio::time::sleep(FENCE_POLL).await;
+        }
+    }
+
     /// Answers a client: now, or for a durable instance once its next snapshot is written.
     fn answer(&self, tx: oneshot::Sender<Outcome>, outcome: Outcome) {
         match &self.dur {
@@ -2219,6 +2466,7 @@ impl Instance {
                             }
                         },
                     };
+                    self.fence().await;
                     self.answer(o.tx, outcome);
                     Ok(())
                 }
@@ -2227,6 +2475,7 @@ impl Instance {
                         return Err(misfit(a));
                     }
                     t.set(At::Invoke);
+                    self.fence().await;
                     let r = self.invoke(inv, frame).await;
                     t.set(At::Run);
                     r
@@ -2353,6 +2602,7 @@ impl Instance {
                     } else {
                         tokio::time::sleep(d).await;
                     }
+                    self.fence().await;
                     drop(parked);
                     self.unpark();
                     t.set(At::Run);
@@ -2398,6 +2648,8 @@ impl Instance {
                             Fault::busbar("internal", "pick woke without a message")
                         })?;
                         self.accept(&defs[i], Some(d), frame)?;
+                    } else {
+                        self.fence().await;
                     }
                     self.pick_handler(p, i, frame, &t, None).await
                 }

@@ -126,6 +126,27 @@ pub struct KeyOwner {
     pub alive: bool,
 }
 
+/// What a heartbeat found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Beat {
+    /// Written: this process (its boot id) holds the node's name.
+    Written,
+    /// Not written: another process (boot id `boot`) wrote the node's heartbeat at
+    /// `heartbeat_ms`, within the lease.
+    Held { boot: String, heartbeat_ms: i64 },
+}
+
+/// How a terminate of a waiting instance went ([`Store::terminate_waiting`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Terminated {
+    /// Terminated now.
+    Done,
+    /// No such instance, or it is not waiting.
+    NotWaiting,
+    /// Another node whose heartbeat is within the lease runs it.
+    RunBy(String),
+}
+
 /// Instances per process and state, as [`Store::counts`] returns them.
 pub type Counts = Vec<(String, State, u64)>;
 
@@ -152,8 +173,19 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// Records a finished instance (kept or deleted by `finish.keep`) and drops its keys.
     fn finish(&self, finish: Finish) -> BoxFuture<'_, Result<(), String>>;
 
-    /// Records that `node` is alive now (`now_ms`).
-    fn heartbeat(&self, node: &str, now_ms: i64) -> BoxFuture<'_, Result<(), String>>;
+    /// Records that `node`, run by the process with boot id `boot` (random at its start), is
+    /// alive now (`now_ms`). Refused ([`Beat::Held`]) while the node's heartbeat was written
+    /// within the lease by another process, so two processes never run one node's
+    /// instances; unless that heartbeat is still `seen` (read by an earlier refused call):
+    /// a process whose heartbeat stood still is gone, and its node is taken.
+    fn heartbeat(
+        &self,
+        node: &str,
+        boot: &str,
+        now_ms: i64,
+        lease: Duration,
+        seen: Option<i64>,
+    ) -> BoxFuture<'_, Result<Beat, String>>;
 
     /// Claims up to `limit` waiting instances of `processes` for `node`, with their
     /// snapshots: those whose owner's heartbeat is older than `now_ms - lease` (or that have
@@ -207,6 +239,16 @@ pub trait Store: Send + Sync + std::fmt::Debug {
         node: Option<&str>,
         now_ms: i64,
     ) -> BoxFuture<'_, Result<bool, String>>;
+
+    /// Terminates waiting instance `id` (recorded as owned by `node`) unless a node other
+    /// than `node` whose heartbeat is within the lease runs it.
+    fn terminate_waiting(
+        &self,
+        id: u64,
+        node: &str,
+        lease: Duration,
+        now_ms: i64,
+    ) -> BoxFuture<'_, Result<Terminated, String>>;
 
     /// Deletes finished instances (completed, faulted, terminated) last updated before
     /// `before_ms`; returns how many.

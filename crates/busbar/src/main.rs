@@ -290,9 +290,16 @@ fn run(config: &std::path::Path) -> ExitCode {
         }
     }
     notify::notify("READY=1");
-    forward_signals(signals, engine.control());
+    let control = engine.control();
+    forward_signals(signals, control.clone());
     engine.wait();
-    ExitCode::SUCCESS
+    match control.failure() {
+        Some(why) => {
+            eprintln!("busbar: {why}");
+            ExitCode::FAILURE
+        }
+        None => ExitCode::SUCCESS,
+    }
 }
 
 /// A signal the process acts on.
