@@ -246,6 +246,12 @@ fn crud_suite(ex: &Example) {
                    {"customer_id": 99999999, "item": "b", "quantity": 1, "price": 1}]),
             409,
         ),
+        // Not an array: refused on both databases, not created as nothing.
+        (
+            json!({"customer_id": 1, "item": "a", "quantity": 1, "price": 1}),
+            400,
+        ),
+        (json!("pen"), 400),
     ] {
         let (status, e, _) = call(ex, "POST", "/orders", Some(bad.clone()));
         assert_eq!(status, want, "{bad}: {e}");
