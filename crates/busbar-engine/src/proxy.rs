@@ -13,6 +13,7 @@ use crate::serve::RequestBody;
 use busbar_core::body::Origin;
 use busbar_core::trace::{TraceContext, TraceId};
 use busbar_core::{Blame, Body, ErrorKind, Exchange, Flow, MediationError, MessageFormat};
+use busbar_sql::DbError;
 use http::header::{HeaderValue, ALLOW, CONNECTION, CONTENT_TYPE, TRANSFER_ENCODING};
 use http::{Method, Request, Response, StatusCode};
 
@@ -490,16 +491,30 @@ fn unserved(
     })
 }
 
-/// Logs an error once, where it is handled: back-end and internal failures as warnings,
-/// client and policy errors at debug level.
+/// Logs an error once, where it is handled: back-end and internal failures as warnings, a
+/// database's refusal of a request (a constraint, a value it cannot take) at info level with
+/// the database's own message, other client and policy errors at debug level.
 fn log_error(proxy: &Proxy, ex: &Exchange, e: &MediationError) {
     let proxy = &*proxy.name;
     let path = ex.request.uri.path();
+    let kind = e.kind.as_str();
     match e.blame {
-        Blame::Upstream | Blame::Internal => {
-            tracing::warn!(proxy, path, kind = e.kind.as_str(), "{e}")
-        }
-        _ => tracing::debug!(proxy, path, kind = e.kind.as_str(), "{e}"),
+        Blame::Upstream | Blame::Internal => tracing::warn!(proxy, path, kind, "{e}"),
+        // The client saw a safe message ("A value is outside what the table accepts"); only
+        // the database's says which column or constraint, and an operator needs it at the
+        // default level. Its detail never holds bound values (busbar_sql::DbError).
+        Blame::Client => match e
+            .source
+            .as_deref()
+            .and_then(|s| s.downcast_ref::<DbError>())
+        {
+            Some(db) => {
+                let step = e.step.as_deref().unwrap_or("sql");
+                tracing::info!(proxy, path, kind, "{step}: {}: {}", e.reason, db.detail)
+            }
+            None => tracing::debug!(proxy, path, kind, "{e}"),
+        },
+        Blame::Policy => tracing::debug!(proxy, path, kind, "{e}"),
     }
 }
 
