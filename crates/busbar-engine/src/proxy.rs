@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use crate::serve::RequestBody;
-use busbar_core::body::Origin;
+use busbar_core::body::{BodyError, Origin};
 use busbar_core::trace::{TraceContext, TraceId};
 use busbar_core::{Blame, Body, ErrorKind, Exchange, Flow, MediationError, MessageFormat};
 use busbar_sql::DbError;
@@ -130,8 +130,12 @@ pub fn handle(
         // next request; a larger one is not, and the answer says the connection ends. A body a
         // call took is the back-end connection's to finish (an echo answers while it uploads).
         if !outcome.ended.load(Relaxed) && !http_body::Body::is_end_stream(&ex.request_body) {
-            // Boxed: this path's future stays out of every request's.
-            Box::pin(drain_small(&mut ex.request_body)).await;
+            // An answer that closes the connection already (a body too large, or one the
+            // memory budget refused) is not held back to read a rest no one needs.
+            if resp.headers().get(CONNECTION) != Some(&HeaderValue::from_static("close")) {
+                // Boxed: this path's future stays out of every request's.
+                Box::pin(drain_small(&mut ex.request_body)).await;
+            }
             if !outcome.ended.load(Relaxed) {
                 close_after(&mut resp);
             }
@@ -398,7 +402,7 @@ fn malformed<B>(req: &Request<B>) -> Option<MediationError> {
 async fn run_proxy(proxy: &Proxy, ex: &mut Exchange) -> Result<Response<Body>, MediationError> {
     if let Some(svc) = &proxy.process {
         // Boxed: a process's future is larger than a proxy's, and most proxies run steps.
-        return Box::pin(crate::processes::serve(svc, ex, proxy.cx.max_body)).await;
+        return Box::pin(crate::processes::serve(svc, ex, proxy.cx.body_limit())).await;
     }
     let result = async {
         let flow = steps::run(&proxy.in_seq, ex, &proxy.cx).await?;
@@ -545,9 +549,15 @@ pub(crate) fn error_response(
         };
         resp.headers_mut().insert(http::header::RETRY_AFTER, after);
     }
-    if e.kind == ErrorKind::BodyTooLarge || e.kind == ErrorKind::ClientBody {
-        // The rest of the request body was not read: the connection cannot carry another
-        // request.
+    let over_budget = e
+        .source
+        .as_deref()
+        .and_then(|s| s.downcast_ref::<BodyError>())
+        .is_some_and(|b| matches!(b, BodyError::OverBudget { .. }));
+    if e.kind == ErrorKind::BodyTooLarge || e.kind == ErrorKind::ClientBody || over_budget {
+        // The rest of the request body was not read (and, over the memory budget, will not
+        // be: a client trickling it would keep its connection): the connection cannot carry
+        // another request.
         resp.headers_mut()
             .insert(CONNECTION, HeaderValue::from_static("close"));
     }
