@@ -246,6 +246,12 @@ fn crud_suite(ex: &Example) {
                    {"customer_id": 99999999, "item": "b", "quantity": 1, "price": 1}]),
             409,
         ),
+        // Not an array: refused on both databases, not created as nothing.
+        (
+            json!({"customer_id": 1, "item": "a", "quantity": 1, "price": 1}),
+            400,
+        ),
+        (json!("pen"), 400),
     ] {
         let (status, e, _) = call(ex, "POST", "/orders", Some(bad.clone()));
         assert_eq!(status, want, "{bad}: {e}");
@@ -287,6 +293,49 @@ fn crud_suite(ex: &Example) {
     assert_eq!(status, 201, "{row}");
     assert_eq!(row["first_name"], evil);
     assert_eq!(call(ex, "GET", "/api/customers/100000", None).0, 200);
+}
+
+/// A value the table refuses: the client gets the safe message, and the log has the
+/// database's own, naming the constraint, once and at the default level, without the values
+/// the request bound.
+#[test]
+fn a_refused_value_logs_the_databases_message_once_without_the_values() {
+    let dir = temp_dir("dbcrud-log");
+    let file = dir.join("crud.sqlite");
+    let ex = Example::start(
+        "db-crud.yaml",
+        &[
+            ("BUSBAR_DB_FILE", file.to_str().expect("path")),
+            ("BUSBAR_DB_POOL", "1"),
+            ("BUSBAR_LOG", "info"),
+        ],
+    );
+    wait_ready(&ex);
+    let secret = "item-s3cret-7f3a";
+    let order = json!([{"customer_id": 1, "item": secret, "quantity": 0, "price": 1}]);
+    let (status, problem, r) = call(&ex, "POST", "/orders", Some(order));
+    assert_eq!(status, 400, "{}", r.text());
+    let shown = problem.to_string();
+    assert!(
+        shown.contains("A value is outside what the table accepts"),
+        "{shown}"
+    );
+    assert!(!shown.contains("CHECK"), "SQL reached the client: {shown}");
+    let check = "CHECK constraint failed: typeof(quantity) = 'integer' AND quantity > 0";
+    assert!(
+        eventually(Duration::from_secs(5), || ex.log().contains(check)),
+        "the database's message is not in the log:\n{}",
+        ex.log()
+    );
+    let log = ex.log();
+    let lines: Vec<&str> = log.lines().filter(|l| l.contains(check)).collect();
+    assert_eq!(lines.len(), 1, "{log}");
+    assert!(lines[0].contains("INFO"), "{}", lines[0]);
+    assert!(lines[0].contains("OrderCreate"), "{}", lines[0]);
+    assert!(
+        !log.contains(secret),
+        "a bound value reached the log:\n{log}"
+    );
 }
 
 /// 200 writers at once: every row is there once, with what its writer sent.

@@ -532,3 +532,125 @@ fn requests_the_http_parser_refuses_are_logged_and_counted() {
     assert_eq!(counted("414"), Some(0.0));
     assert_eq!(counted("501"), Some(1.0));
 }
+
+/// What a slow client of the body budget test saw before it sent the rest of its body.
+enum Held {
+    /// Answered before its body was whole: status, `Retry-After`, `Connection`.
+    Refused(u16, Option<String>, Option<String>),
+    /// Still waiting, its body held: sends the rest when told, and reports the status.
+    Waiting(mpsc::Sender<()>, std::thread::JoinHandle<u16>),
+}
+
+/// Slow clients whose bodies a JSON route must hold whole: a request whose body would take
+/// the bodies held past `max_buffered_bodies` is answered 503 with `Retry-After` at once, its
+/// connection closed, while the bodies already held are served; once they are done their
+/// bytes are given back and a new request passes.
+#[test]
+fn request_bodies_past_the_memory_budget_get_503_at_once_and_the_budget_comes_back() {
+    const LEN: usize = 400_000;
+    // Three prefixes pass 1 MiB, two whole bodies fit in it: at most two clients are held.
+    const PREFIX: usize = 350_000;
+    let echo = echo(busbar_engine::echo::EchoOptions::default());
+    let h = engine(&format!(
+        "max_buffered_bodies: 1MiB\nendpoints:\n  echo: {{ url: \"http://{}/e\", timeout: 10s }}\nproxies:\n  Buf:\n    path: /buf\n    methods: [POST]\n    max_body: 512KiB\n    in:\n      - route:\n          - when: {{ json: \"$..x\", equals: never }}\n            then: [ {{ respond: {{ status: 200, body: x }} }} ]\n          - otherwise: [ {{ call: echo }} ]\n",
+        echo.addr
+    ));
+    let addr = h.http();
+    let mut body = b"{\"pad\":\"".to_vec();
+    body.resize(LEN - 2, b'a');
+    body.extend_from_slice(b"\"}");
+    let body = std::sync::Arc::new(body);
+    let head = format!(
+        "POST /buf HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\nContent-Length: {LEN}\r\n\r\n"
+    );
+    let (report, reports) = mpsc::channel();
+    for _ in 0..5 {
+        let (body, head, report) = (body.clone(), head.clone(), report.clone());
+        std::thread::spawn(move || {
+            let stream = TcpStream::connect(addr).expect("connect");
+            stream.set_nodelay(true).expect("nodelay");
+            let mut writer = stream.try_clone().expect("clone");
+            // A refused client's connection is closed under its write: that is not a failure.
+            let _ = writer
+                .write_all(head.as_bytes())
+                .and_then(|()| writer.write_all(&body[..PREFIX]));
+            stream
+                .set_read_timeout(Some(Duration::from_secs(3)))
+                .expect("timeout");
+            let mut c = Client {
+                stream: BufReader::new(stream),
+            };
+            match c.read_response() {
+                Ok(r) => {
+                    let header = |n: &str| r.header(n).map(str::to_owned);
+                    let _ = report.send(Held::Refused(
+                        r.status,
+                        header("retry-after"),
+                        header("connection"),
+                    ));
+                }
+                Err(_) => {
+                    let (go, wait) = mpsc::channel::<()>();
+                    let rest = std::thread::spawn(move || {
+                        let _ = wait.recv();
+                        writer.write_all(&body[PREFIX..]).expect("the rest");
+                        c.stream
+                            .get_ref()
+                            .set_read_timeout(Some(Duration::from_secs(30)))
+                            .expect("timeout");
+                        let r = c.read_response().expect("answer");
+                        assert_eq!(r.body.len(), LEN, "echoed whole");
+                        r.status
+                    });
+                    let _ = report.send(Held::Waiting(go, rest));
+                }
+            }
+        });
+    }
+    drop(report);
+    let held: Vec<Held> = reports.iter().collect();
+    assert_eq!(held.len(), 5);
+    let mut waiting = Vec::new();
+    let mut refused = 0;
+    for h in held {
+        match h {
+            Held::Refused(status, retry_after, connection) => {
+                assert_eq!(status, 503);
+                assert_eq!(retry_after.as_deref(), Some("1"));
+                assert_eq!(connection.as_deref(), Some("close"));
+                refused += 1;
+            }
+            Held::Waiting(go, rest) => waiting.push((go, rest)),
+        }
+    }
+    assert!(
+        (1..=2).contains(&waiting.len()),
+        "{} held, {refused} refused",
+        waiting.len()
+    );
+    let admin = h.admin();
+    let in_use = metric(admin, "busbar_buffered_request_bytes ").expect("gauge");
+    assert!(in_use <= (1 << 20) as f64, "{in_use}");
+    assert_eq!(
+        metric(admin, "busbar_buffered_request_refused_total "),
+        Some(refused as f64)
+    );
+    for (go, _) in &waiting {
+        go.send(()).expect("go");
+    }
+    for (_, rest) in waiting {
+        assert_eq!(rest.join().expect("client"), 200);
+    }
+    assert!(
+        eventually(Duration::from_secs(5), || metric(
+            admin,
+            "busbar_buffered_request_bytes "
+        ) == Some(0.0)),
+        "the held bytes were not given back"
+    );
+    let r = Client::connect(addr)
+        .post("/buf", &[("Content-Type", "application/json")], &body)
+        .expect("answer");
+    assert_eq!((r.status, r.body.len()), (200, LEN));
+    echo.stop();
+}

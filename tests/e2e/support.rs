@@ -533,6 +533,8 @@ pub struct Example {
     child: std::process::Child,
     /// The address of every `${BUSBAR_…:-host:port}` variable of the file, on a free port.
     pub addrs: std::collections::BTreeMap<String, SocketAddr>,
+    /// Where its standard error (the log) goes.
+    log: PathBuf,
 }
 
 impl Example {
@@ -585,7 +587,7 @@ impl Example {
             if eventually(Duration::from_secs(20), || {
                 TcpStream::connect(listen).is_ok()
             }) {
-                return Example { child, addrs };
+                return Example { child, addrs, log };
             }
             let _ = child.kill();
             let _ = child.wait();
@@ -597,6 +599,11 @@ impl Example {
     /// The address of the proxies' listener.
     pub fn listen(&self) -> SocketAddr {
         self.addrs["BUSBAR_LISTEN"]
+    }
+
+    /// Its log so far (at `warn` unless `env` sets `BUSBAR_LOG`).
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 }
 

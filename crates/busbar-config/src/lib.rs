@@ -529,6 +529,26 @@ pub fn validate(loaded: &LoadedConfig) -> Vec<ConfigError> {
             );
         }
     }
+    // A budget below a proxy's max_body would refuse that proxy's largest bodies for ever,
+    // each with a Retry-After that promises otherwise.
+    let budget = cfg.max_buffered_bodies.0;
+    if budget == 0 {
+        err(
+            None,
+            "max_buffered_bodies".into(),
+            "must be more than 0".into(),
+        );
+    } else if let Some((name, p)) = cfg.proxies.iter().find(|(_, p)| p.max_body.0 > budget) {
+        err(
+            None,
+            "max_buffered_bodies".into(),
+            format!(
+                "{budget} bytes is less than proxies.{name}.max_body ({} bytes): such a body \
+                 could never be held",
+                p.max_body.0
+            ),
+        );
+    }
     for (name, l) in &cfg.listeners {
         let path = format!("listeners.{name}");
         if let Err(e) = l.bind.value.parse::<SocketAddr>() {
@@ -1564,6 +1584,26 @@ mod tests {
     #[test]
     fn a_valid_config_has_no_errors() {
         assert_eq!(check(OK), Vec::<String>::new());
+    }
+
+    #[test]
+    fn the_body_budget_is_more_than_0_and_holds_every_proxys_largest_body() {
+        let zero = format!("max_buffered_bodies: 0\n{OK}");
+        assert_eq!(
+            load_errors(&zero),
+            ["t.yaml:1: max_buffered_bodies: must be more than 0"]
+        );
+        // The proxy's max_body is the default, 10MiB.
+        let small = format!("max_buffered_bodies: 1MiB\n{OK}");
+        assert_eq!(
+            load_errors(&small),
+            [
+                "t.yaml:1: max_buffered_bodies: 1048576 bytes is less than proxies.P.max_body \
+              (10485760 bytes): such a body could never be held"
+            ]
+        );
+        let fits = small.replace("    path: /p\n", "    path: /p\n    max_body: 1MiB\n");
+        assert_eq!(load_errors(&fits), Vec::<String>::new());
     }
 
     #[test]

@@ -38,6 +38,12 @@ pub struct Config {
     /// Shutdown behaviour.
     #[serde(default)]
     pub shutdown: ShutdownConfig,
+    /// The most bytes of request bodies held in memory at once, over every proxy and
+    /// connection: the bodies steps read (a JSON or XPath route, `jq`, `xslt`, `sql`, a
+    /// process service). A request whose body would take the total past it is answered 503
+    /// with `Retry-After`. Bodies that stream through are not counted.
+    #[serde(default = "default_max_buffered_bodies")]
+    pub max_buffered_bodies: ByteSize,
     /// Listeners by name (`{}` only in a config of echo back ends alone).
     pub listeners: BTreeMap<String, ListenerConfig>,
     /// Back-end endpoints by name.
@@ -848,6 +854,10 @@ pub struct ProxyConfig {
 
 fn default_json_depth() -> usize {
     64
+}
+
+fn default_max_buffered_bodies() -> ByteSize {
+    ByteSize(1 << 30)
 }
 
 fn default_max_body() -> ByteSize {

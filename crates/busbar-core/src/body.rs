@@ -8,6 +8,8 @@
 
 use std::collections::VecDeque;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use bytes::{Bytes, BytesMut};
@@ -72,6 +74,133 @@ pub enum BodyError {
         /// side sent as it is.
         origin: Option<Origin>,
     },
+    /// Holding more of this request body would take the request bodies held in memory at
+    /// once past the process's budget (`max_buffered_bodies`).
+    #[error("the request bodies held in memory reached max_buffered_bodies ({limit} bytes)")]
+    OverBudget {
+        /// The budget, in bytes.
+        limit: u64,
+    },
+}
+
+/// The default of `max_buffered_bodies`: 1 GiB.
+pub const DEFAULT_BODY_BUDGET: u64 = 1 << 30;
+
+/// A process-wide bound on the bytes of request bodies held in memory because a step needs
+/// them whole or in part (a JSON or XPath route, `jq`, `xslt`, `sql`, a process service).
+///
+/// `max_body` bounds one request; nothing else bounded their sum, so slow clients each
+/// sending just under `max_body` could hold any amount of memory. Bodies that only stream
+/// through are never counted: a body is charged as a step reads it ([`Body::read_chunk`]),
+/// one relaxed atomic add per chunk, and its [`Charge`] gives the bytes back when the body
+/// is dropped, whichever way the request ended.
+#[derive(Debug)]
+pub struct BodyBudget {
+    limit: AtomicU64,
+    held: AtomicU64,
+    refused: AtomicU64,
+}
+
+impl Default for BodyBudget {
+    fn default() -> Self {
+        Self::new(DEFAULT_BODY_BUDGET)
+    }
+}
+
+impl BodyBudget {
+    /// A budget of `limit` bytes.
+    pub fn new(limit: u64) -> Self {
+        Self {
+            limit: AtomicU64::new(limit),
+            held: AtomicU64::new(0),
+            refused: AtomicU64::new(0),
+        }
+    }
+
+    /// Changes the limit (a reload); bodies already held keep their bytes.
+    pub fn set_limit(&self, limit: u64) {
+        self.limit.store(limit, Relaxed);
+    }
+
+    /// The limit, in bytes.
+    pub fn limit(&self) -> u64 {
+        self.limit.load(Relaxed)
+    }
+
+    /// Bytes held now.
+    pub fn held(&self) -> u64 {
+        self.held.load(Relaxed)
+    }
+
+    /// Request bodies refused so far because the budget was spent.
+    pub fn refused(&self) -> u64 {
+        self.refused.load(Relaxed)
+    }
+
+    /// Takes `n` bytes, or none when that would pass the limit. Concurrent takers near the
+    /// limit may both be refused where one would have fitted: the bound is never passed.
+    fn take(&self, n: u64) -> bool {
+        let before = self.held.fetch_add(n, Relaxed);
+        if before.saturating_add(n) <= self.limit.load(Relaxed) {
+            return true;
+        }
+        self.held.fetch_sub(n, Relaxed);
+        self.refused.fetch_add(1, Relaxed);
+        false
+    }
+}
+
+/// The bytes one body holds against a [`BodyBudget`], given back when it is dropped.
+#[derive(Debug)]
+pub struct Charge {
+    budget: Arc<BodyBudget>,
+    bytes: u64,
+}
+
+impl Charge {
+    /// Nothing held yet against `budget`.
+    pub fn new(budget: Arc<BodyBudget>) -> Self {
+        Self { budget, bytes: 0 }
+    }
+
+    /// Holds `n` more bytes; refused (holding nothing more) when the budget is spent.
+    pub fn add(&mut self, n: u64) -> Result<(), BodyError> {
+        if !self.budget.take(n) {
+            return Err(BodyError::OverBudget {
+                limit: self.budget.limit(),
+            });
+        }
+        self.bytes += n;
+        Ok(())
+    }
+
+    /// The bytes held.
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+}
+
+impl Drop for Charge {
+    fn drop(&mut self) {
+        self.budget.held.fetch_sub(self.bytes, Relaxed);
+    }
+}
+
+/// How much of a body a step may hold: its own `max_body`, and the process's budget that
+/// a request body's bytes are charged to (`None`: not charged, as in tests or for a back
+/// end's answer read with a plain number).
+#[derive(Debug, Clone, Copy)]
+pub struct BodyLimit<'a> {
+    /// Largest body, in bytes (413 past it).
+    pub max: u64,
+    /// The budget request bodies are charged to.
+    pub budget: Option<&'a Arc<BodyBudget>>,
+}
+
+impl From<u64> for BodyLimit<'static> {
+    fn from(max: u64) -> Self {
+        Self { max, budget: None }
+    }
 }
 
 fn origin_name(origin: Origin) -> &'static str {
@@ -125,6 +254,8 @@ struct Streamed<S: ?Sized + Source = dyn Source> {
     origin: Origin,
     finished: bool,
     check: Option<Box<dyn TailCheck>>,
+    /// What `read` holds against the process's budget (a request body a step read).
+    charge: Option<Charge>,
     source: S,
 }
 
@@ -200,6 +331,7 @@ impl Body {
             origin,
             finished: false,
             check: None,
+            charge: None,
             source: Adapt(source),
         });
         Self {
@@ -237,8 +369,13 @@ impl Body {
 
     /// Reads one more chunk from the stream and keeps it for forwarding.
     ///
-    /// Returns `Ok(None)` at the end of the body; `limit` caps how much may be held in memory.
-    pub async fn read_chunk(&mut self, limit: u64) -> Result<Option<Bytes>, BodyError> {
+    /// Returns `Ok(None)` at the end of the body; `limit` caps how much may be held in memory,
+    /// and a request body's chunks are charged to its budget.
+    pub async fn read_chunk<'a>(
+        &mut self,
+        limit: impl Into<BodyLimit<'a>>,
+    ) -> Result<Option<Bytes>, BodyError> {
+        let limit = limit.into();
         let Kind::Stream(s) = &mut self.kind else {
             return Ok(None);
         };
@@ -269,11 +406,16 @@ impl Body {
                     }
                     s.checked(Some(&data))?;
                     s.read_len += data.len() as u64;
-                    if s.read_len > limit {
+                    if s.read_len > limit.max {
                         return Err(BodyError::TooLarge {
-                            limit,
+                            limit: limit.max,
                             origin: Some(s.origin),
                         });
+                    }
+                    if let (Origin::Client, Some(budget)) = (s.origin, limit.budget) {
+                        s.charge
+                            .get_or_insert_with(|| Charge::new(budget.clone()))
+                            .add(data.len() as u64)?;
                     }
                     s.read.push_back(data.clone());
                     return Ok(Some(data));
@@ -301,15 +443,21 @@ impl Body {
 
     /// Reads the whole body into memory (at most `limit` bytes) and returns it.
     ///
-    /// The body stays readable afterwards: it becomes a buffered body with the same bytes.
-    pub async fn bytes(&mut self, limit: u64) -> Result<Bytes, BodyError> {
+    /// The body stays readable afterwards: it becomes a buffered body with the same bytes (a
+    /// request body charged to a budget keeps its charge until it is dropped).
+    pub async fn bytes<'a>(&mut self, limit: impl Into<BodyLimit<'a>>) -> Result<Bytes, BodyError> {
+        let limit = limit.into();
         if let Some(len) = self.exact_len() {
-            if len > limit {
-                let origin = match &self.kind {
-                    Kind::Stream(s) => Some(s.origin),
-                    Kind::Empty | Kind::Full(_) => None,
-                };
-                return Err(BodyError::TooLarge { limit, origin });
+                    if s.read_len > limit.max {
+                        return Err(BodyError::TooLarge {
+                            limit: limit.max,
+                            origin: Some(s.origin),
+                        });
+                    }
+                    if let (Origin::Client, Some(budget)) = (s.origin, limit.budget) {
+                        s.charge
+                            .get_or_insert_with(|| Charge::new(budget.clone()))
+                            .add(data.len() as u64)?;
             }
         }
         while self.read_chunk(limit).await?.is_some() {}
@@ -317,7 +465,7 @@ impl Body {
             Kind::Empty => Bytes::new(),
             Kind::Full(b) => b.unwrap_or_default(),
             Kind::Stream(mut s) => {
-                if s.read.len() == 1 {
+                let all = if s.read.len() == 1 {
                     s.read.pop_front().unwrap_or_default()
                 } else {
                     let mut buf = BytesMut::with_capacity(s.read_len as usize);
@@ -325,11 +473,28 @@ impl Body {
                         buf.extend_from_slice(chunk);
                     }
                     buf.freeze()
+                };
+                if s.charge.is_some() {
+                    // A finished stream of one chunk is a buffered body that keeps its charge.
+                    s.read.clear();
+                    s.read.push_back(all.clone());
+                    self.kind = Kind::Stream(s);
+                    return Ok(all);
                 }
+                all
             }
         };
         *self = Self::full(all.clone());
         Ok(all)
+    }
+
+    /// Takes what the body holds against the process's budget, for whoever keeps its bytes
+    /// after it is gone (a call's replay buffer).
+    pub fn take_charge(&mut self) -> Option<Charge> {
+        match &mut self.kind {
+            Kind::Stream(s) => s.charge.take(),
+            _ => None,
+        }
     }
 }
 
@@ -507,6 +672,43 @@ mod tests {
                 origin: None
             }
         ));
+    }
+
+    #[tokio::test]
+    async fn request_bodies_hold_their_bytes_against_the_budget_until_dropped() {
+        let budget = Arc::new(BodyBudget::new(10));
+        let limit = BodyLimit {
+            max: 100,
+            budget: Some(&budget),
+        };
+        let mut a = Body::stream(chunks(&[b"abcd", b"efgh"]), None, Origin::Client);
+        assert_eq!(&a.bytes(limit).await.expect("fits")[..], b"abcdefgh");
+        assert_eq!(budget.held(), 8, "buffered, it keeps its charge");
+        // The next body passes the budget on its second chunk: refused and counted; what it
+        // held is given back when it is dropped, as on any error or cancellation.
+        let mut b = Body::stream(chunks(&[b"ab", b"cd"]), None, Origin::Client);
+        let err = b.bytes(limit).await.expect_err("over the budget");
+        assert!(matches!(err, BodyError::OverBudget { limit: 10 }), "{err}");
+        assert_eq!((budget.held(), budget.refused()), (10, 1));
+        drop(b);
+        assert_eq!(budget.held(), 8);
+        // A kept charge moves with the bytes (a replay buffer), and ends with them.
+        let charge = a.take_charge().expect("charged");
+        assert_eq!(charge.bytes(), 8);
+        let all = a.collect().await.expect("collect").to_bytes();
+        assert_eq!(&all[..], b"abcdefgh", "still forwarded whole");
+        assert_eq!(budget.held(), 8);
+        drop(charge);
+        assert_eq!(budget.held(), 0);
+        // Neither a back end's answer nor a body read without a budget is charged; nor a
+        // body that only streams through.
+        let mut up = Body::stream(chunks(&[b"xyz"]), None, Origin::Upstream);
+        up.bytes(limit).await.expect("answer");
+        let mut plain = Body::stream(chunks(&[b"xyz"]), None, Origin::Client);
+        plain.bytes(100).await.expect("plain");
+        let through = Body::stream(chunks(&[b"xyz"]), None, Origin::Client);
+        through.collect().await.expect("streamed");
+        assert_eq!((budget.held(), budget.refused()), (0, 1));
     }
 
     #[tokio::test]

@@ -335,6 +335,15 @@ impl From<BodyError> for MediationError {
                 Blame::Internal,
                 format!("A step's output is larger than max_body ({limit} bytes)"),
             ),
+            // Not the client's fault nor a back end's: busbar holds as many request bodies as
+            // it was told to, and a later try may fit (503 with Retry-After, a SOAP Server
+            // fault). Counted in busbar_buffered_request_refused_total, not logged
+            // above debug: under a flood that would be a line per refused request.
+            BodyError::OverBudget { .. } => MediationError::new(
+                ErrorKind::Unavailable,
+                Blame::Policy,
+                "Too many request bodies are held in memory now: try again shortly",
+            ),
             BodyError::Rejected(msg) => MediationError::new(
                 ErrorKind::BadRequest,
                 Blame::Client,
@@ -441,6 +450,17 @@ mod tests {
             source: Box::new(cut(ErrorKind::UpstreamReset)),
         });
         assert_eq!(e.status(MessageFormat::Problem), 502);
+    }
+
+    #[test]
+    fn a_spent_body_budget_is_a_503_and_a_soap_server_fault() {
+        let e = MediationError::from(BodyError::OverBudget { limit: 1024 });
+        assert_eq!(e.kind, ErrorKind::Unavailable);
+        assert_eq!(e.status(MessageFormat::Problem), 503);
+        assert_eq!(e.status(MessageFormat::Soap(SoapVersion::V11)), 503);
+        let (_, rendered) = e.render(MessageFormat::Soap(SoapVersion::V11));
+        let body = String::from_utf8_lossy(&rendered.body).into_owned();
+        assert!(body.contains("Server"), "{body}");
     }
 
     #[test]

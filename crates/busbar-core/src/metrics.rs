@@ -224,6 +224,8 @@ pub struct Registry {
     pub spans_exported: AtomicU64,
     /// Spans dropped: export queue full, or the collector refused or did not answer.
     pub spans_dropped: AtomicU64,
+    /// The request bodies held in memory by steps, against `max_buffered_bodies`.
+    pub bodies: Arc<crate::body::BodyBudget>,
 }
 
 impl Registry {
@@ -428,6 +430,13 @@ impl Registry {
                 }
             }
         }
+        let _ = writeln!(
+            out,
+            "# HELP busbar_buffered_request_bytes Bytes of request bodies steps hold in memory now.\n# TYPE busbar_buffered_request_bytes gauge\nbusbar_buffered_request_bytes {}\n# HELP busbar_buffered_request_bytes_limit The most they may hold at once (max_buffered_bodies).\n# TYPE busbar_buffered_request_bytes_limit gauge\nbusbar_buffered_request_bytes_limit {}\n# HELP busbar_buffered_request_refused_total Requests answered 503 because holding their body would pass max_buffered_bodies.\n# TYPE busbar_buffered_request_refused_total counter\nbusbar_buffered_request_refused_total {}",
+            self.bodies.held(),
+            self.bodies.limit(),
+            self.bodies.refused()
+        );
         let _ = writeln!(
             out,
             "# HELP busbar_reloads_total Config reloads by result.\n# TYPE busbar_reloads_total counter\nbusbar_reloads_total{{result=\"ok\"}} {}\nbusbar_reloads_total{{result=\"failed\"}} {}",

@@ -353,6 +353,9 @@ impl Engine {
         }
         let workers = workers_of(&loaded.config);
         let metrics = Arc::new(Registry::default());
+        metrics
+            .bodies
+            .set_limit(loaded.config.max_buffered_bodies.0);
         let runtime = Runtime::build(&loaded, &metrics, workers).map_err(ConfigErrors)?;
         hold_stores(&loaded, &runtime)?;
         let access_log = start_access_log(&loaded, &metrics)?;
@@ -710,7 +713,12 @@ impl Control {
             }
         }
         // In-flight exchanges keep the old runtime alive through their own `Arc` and finish
-        // on it; new requests see the new one from here on.
+        // on it; new requests see the new one from here on. The body budget is the
+        // process's: bodies held now keep their bytes under the new limit.
+        self.shared
+            .metrics
+            .bodies
+            .set_limit(runtime.config.config.max_buffered_bodies.0);
         self.shared.runtime.store(Arc::new(runtime));
         Ok(format!(
             "reloaded {} ({proxies} proxies)",

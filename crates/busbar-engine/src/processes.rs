@@ -16,6 +16,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use busbar_config::{line_of, ConfigError, EndpointConfig, LoadedConfig};
+use busbar_core::body::BodyLimit;
 use busbar_core::metrics::Registry;
 use busbar_core::{Body, Exchange, MediationError};
 use busbar_flow::runtime::ProvidedService;
@@ -367,7 +368,7 @@ fn address_path(address: &str) -> Option<String> {
 pub async fn serve(
     svc: &ProcessService,
     ex: &mut Exchange,
-    max_body: u64,
+    max_body: BodyLimit<'_>,
 ) -> Result<Response<Body>, MediationError> {
     let header = |name: &str| ex.request.headers.get(name).and_then(|v| v.to_str().ok());
     let content_type = header("content-type").map(str::to_string);

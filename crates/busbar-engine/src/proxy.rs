@@ -10,9 +10,10 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use crate::serve::RequestBody;
-use busbar_core::body::Origin;
+use busbar_core::body::{BodyError, Origin};
 use busbar_core::trace::{TraceContext, TraceId};
 use busbar_core::{Blame, Body, ErrorKind, Exchange, Flow, MediationError, MessageFormat};
+use busbar_sql::DbError;
 use http::header::{HeaderValue, ALLOW, CONNECTION, CONTENT_TYPE, TRANSFER_ENCODING};
 use http::{Method, Request, Response, StatusCode};
 
@@ -129,8 +130,12 @@ pub fn handle(
         // next request; a larger one is not, and the answer says the connection ends. A body a
         // call took is the back-end connection's to finish (an echo answers while it uploads).
         if !outcome.ended.load(Relaxed) && !http_body::Body::is_end_stream(&ex.request_body) {
-            // Boxed: this path's future stays out of every request's.
-            Box::pin(drain_small(&mut ex.request_body)).await;
+            // An answer that closes the connection already (a body too large, or one the
+            // memory budget refused) is not held back to read a rest no one needs.
+            if resp.headers().get(CONNECTION) != Some(&HeaderValue::from_static("close")) {
+                // Boxed: this path's future stays out of every request's.
+                Box::pin(drain_small(&mut ex.request_body)).await;
+            }
             if !outcome.ended.load(Relaxed) {
                 close_after(&mut resp);
             }
@@ -397,7 +402,7 @@ fn malformed<B>(req: &Request<B>) -> Option<MediationError> {
 async fn run_proxy(proxy: &Proxy, ex: &mut Exchange) -> Result<Response<Body>, MediationError> {
     if let Some(svc) = &proxy.process {
         // Boxed: a process's future is larger than a proxy's, and most proxies run steps.
-        return Box::pin(crate::processes::serve(svc, ex, proxy.cx.max_body)).await;
+        return Box::pin(crate::processes::serve(svc, ex, proxy.cx.body_limit())).await;
     }
     let result = async {
         let flow = steps::run(&proxy.in_seq, ex, &proxy.cx).await?;
@@ -490,16 +495,30 @@ fn unserved(
     })
 }
 
-/// Logs an error once, where it is handled: back-end and internal failures as warnings,
-/// client and policy errors at debug level.
+/// Logs an error once, where it is handled: back-end and internal failures as warnings, a
+/// database's refusal of a request (a constraint, a value it cannot take) at info level with
+/// the database's own message, other client and policy errors at debug level.
 fn log_error(proxy: &Proxy, ex: &Exchange, e: &MediationError) {
     let proxy = &*proxy.name;
     let path = ex.request.uri.path();
+    let kind = e.kind.as_str();
     match e.blame {
-        Blame::Upstream | Blame::Internal => {
-            tracing::warn!(proxy, path, kind = e.kind.as_str(), "{e}")
-        }
-        _ => tracing::debug!(proxy, path, kind = e.kind.as_str(), "{e}"),
+        Blame::Upstream | Blame::Internal => tracing::warn!(proxy, path, kind, "{e}"),
+        // The client saw a safe message ("A value is outside what the table accepts"); only
+        // the database's says which column or constraint, and an operator needs it at the
+        // default level. Its detail never holds bound values (busbar_sql::DbError).
+        Blame::Client => match e
+            .source
+            .as_deref()
+            .and_then(|s| s.downcast_ref::<DbError>())
+        {
+            Some(db) => {
+                let step = e.step.as_deref().unwrap_or("sql");
+                tracing::info!(proxy, path, kind, "{step}: {}: {}", e.reason, db.detail)
+            }
+            None => tracing::debug!(proxy, path, kind, "{e}"),
+        },
+        Blame::Policy => tracing::debug!(proxy, path, kind, "{e}"),
     }
 }
 
@@ -530,13 +549,20 @@ pub(crate) fn error_response(
         };
         resp.headers_mut().insert(http::header::RETRY_AFTER, after);
     }
+    let over_budget = e
+        .source
+        .as_deref()
+        .and_then(|s| s.downcast_ref::<BodyError>())
+        .is_some_and(|b| matches!(b, BodyError::OverBudget { .. }));
     // Only a client's own body that was too large or failed: a back end's answer over
     // `max_body` leaves the request read and the connection fit for the next one.
     if (e.kind == ErrorKind::BodyTooLarge && e.blame == Blame::Client)
         || e.kind == ErrorKind::ClientBody
+        || over_budget
     {
-        // The rest of the request body was not read: the connection cannot carry another
-        // request.
+        // The rest of the request body was not read (and, over the memory budget, will not
+        // be: a client trickling it would keep its connection): the connection cannot carry
+        // another request.
         resp.headers_mut()
             .insert(CONNECTION, HeaderValue::from_static("close"));
     }

@@ -169,6 +169,7 @@ impl Runtime {
                     .collect(),
                 cx: ProxyCx {
                     max_body: p.max_body.0,
+                    bodies: metrics.bodies.clone(),
                     check_xml_tail: p.xml_check == busbar_config::XmlCheck::Whole,
                     check_json_tail: p.json_check == busbar_config::XmlCheck::Whole,
                     json_max_depth: p.json_max_depth,
@@ -254,6 +255,7 @@ impl Runtime {
                     methods: post.to_vec(),
                     cx: ProxyCx {
                         max_body: crate::processes::MAX_BODY,
+                        bodies: metrics.bodies.clone(),
                         check_xml_tail: false,
                         check_json_tail: false,
                         json_max_depth: 64,

@@ -152,7 +152,8 @@ pub struct DbError {
     pub class: ErrorClass,
     /// For clients: no SQL text, no credentials.
     pub message: String,
-    /// For the log.
+    /// For the log: the database's own message (which column or constraint), never a bound
+    /// value, as those may be secrets.
     pub detail: String,
     /// A prepared statement the server no longer runs as it was prepared (its tables
     /// changed): preparing it again and running it once more is safe, as nothing ran.

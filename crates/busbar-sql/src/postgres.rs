@@ -665,6 +665,55 @@ fn numeric_text(b: &[u8]) -> Option<String> {
     Some(s)
 }
 
+/// The server's message for a refused value (class 22, a data exception) or row (class 23,
+/// an integrity violation) without the values the request bound, which may be secrets: the
+/// DETAIL of these quotes the row or key ("Failing row contains (…)", "Key (email)=(…)"), and
+/// a data exception's message may quote the value (`invalid input syntax for type integer:
+/// "…"`). What failed stays: the message's words, the code, and the column, constraint,
+/// table and type the server names.
+fn value_free(db: &tokio_postgres::error::DbError) -> String {
+    let code = db.code().code();
+    let mut out = if code.starts_with("22") {
+        redact_quoted(db.message())
+    } else {
+        // An integrity violation's message names identifiers only (relation, constraint,
+        // column).
+        db.message().to_owned()
+    };
+    out.push_str(" (");
+    out.push_str(code);
+    for (name, value) in [
+        ("table", db.table()),
+        ("column", db.column()),
+        ("constraint", db.constraint()),
+        ("type", db.datatype()),
+    ] {
+        if let Some(v) = value {
+            out.push_str(&format!(", {name} {v}"));
+        }
+    }
+    out.push(')');
+    out
+}
+
+/// `text` with what each pair of double quotes holds replaced by `…` (after an unpaired
+/// quote, the rest).
+fn redact_quoted(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut inside = false;
+    for c in text.chars() {
+        if c == '"' {
+            if !inside {
+                out.push_str("\"…\"");
+            }
+            inside = !inside;
+        } else if !inside {
+            out.push(c);
+        }
+    }
+    out
+}
+
 /// The class and safe message of a PostgreSQL error.
 fn classify(e: tokio_postgres::Error) -> DbError {
     let mut detail = e.to_string();
@@ -687,13 +736,17 @@ fn classify(e: tokio_postgres::Error) -> DbError {
             DbError::new(ErrorClass::Other, "The database failed", detail)
         };
     };
-    let detail = format!(
-        "{} ({}): {}",
-        db.message(),
-        db.code().code(),
-        db.detail().unwrap_or("")
-    );
     let code = db.code();
+    let detail = if code.code().starts_with("22") || code.code().starts_with("23") {
+        value_free(db)
+    } else {
+        format!(
+            "{} ({}): {}",
+            db.message(),
+            code.code(),
+            db.detail().unwrap_or("")
+        )
+    };
     let stale = (*code == SqlState::FEATURE_NOT_SUPPORTED
         && db
             .message()
@@ -859,6 +912,24 @@ mod tests {
             b.extend_from_slice(&w.to_be_bytes());
         }
         b
+    }
+
+    #[test]
+    fn quoted_values_are_left_out_of_a_message() {
+        for (message, want) in [
+            (
+                r#"invalid input syntax for type integer: "s3cret""#,
+                r#"invalid input syntax for type integer: "…""#,
+            ),
+            (
+                r#"value "99999999999" is out of range for type integer"#,
+                r#"value "…" is out of range for type integer"#,
+            ),
+            ("numeric field overflow", "numeric field overflow"),
+            (r#"a "b" then "c"#, r#"a "…" then "…""#),
+        ] {
+            assert_eq!(redact_quoted(message), want);
+        }
     }
 
     #[test]

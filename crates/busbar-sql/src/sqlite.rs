@@ -437,14 +437,15 @@ fn run_one(
 /// affinity would round it all the same).
 fn exact(statement: &Statement, values: &[Value]) -> Result<(), DbError> {
     for (v, name) in values.iter().zip(&statement.names) {
-        if let Value::Decimal(t) = v {
+        if let Value::Decimal(_) = v {
             return Err(DbError::new(
                 ErrorClass::BadValue,
                 format!(
                     "Parameter '{name}' is a number SQLite cannot hold exactly (more than 64 \
                      bits or about 17 digits): send it as a string"
                 ),
-                format!("parameter '{name}': {t}"),
+                // Not the value itself: it may be a secret.
+                format!("parameter '{name}': more digits than SQLite holds exactly"),
             ));
         }
     }

@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use busbar_core::body::Origin;
+use busbar_core::body::{Charge, Origin};
 use busbar_core::{Body, BoxError};
 use bytes::Bytes;
 use http_body::{Frame, SizeHint};
@@ -51,6 +51,8 @@ struct State {
     ended: bool,
     /// The part of the source not read yet, given back by a dropped tee.
     rest: Option<Body>,
+    /// What a body a step read holds against the process's budget, kept with its bytes.
+    _charge: Option<Charge>,
 }
 
 /// Placed in a request's extensions so the client can tell, when an attempt fails after its
@@ -73,10 +75,11 @@ impl ReplayProbe {
 impl Replay {
     /// Wraps `body`, keeping up to `limit` bytes of it as it streams out. A body already in
     /// memory is kept whole whatever its size (it costs nothing more).
-    pub fn new(body: Body, limit: u64) -> Self {
+    pub fn new(mut body: Body, limit: u64) -> Self {
         let exact_len = body.exact_len();
         let mut state = State::default();
         if body.is_buffered() {
+            state._charge = body.take_charge();
             state.kept = body.read_chunks().cloned().collect();
             state.kept_len = state.kept.iter().map(|b| b.len() as u64).sum();
             state.ended = true;

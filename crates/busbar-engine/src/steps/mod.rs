@@ -16,6 +16,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use busbar_config::{ConfigError, LoadedConfig, StepConfig};
+use busbar_core::body::{BodyBudget, BodyLimit};
 use busbar_core::metrics::{Counters, Registry};
 use busbar_core::trace::SpanKind;
 use busbar_core::{Blame, ErrorKind, Exchange, Flow, MediationError, Phase};
@@ -141,6 +142,8 @@ pub struct BuiltStep {
 pub struct ProxyCx {
     /// Largest body a step may buffer.
     pub max_body: u64,
+    /// The process's budget for request bodies held in memory, shared by every proxy.
+    pub bodies: Arc<BodyBudget>,
     /// Check the rest of an XML body a streaming route decided on early (`xml_check: whole`).
     pub check_xml_tail: bool,
     /// Check the rest of a JSON body a streaming route decided on early (`json_check: whole`).
@@ -151,6 +154,16 @@ pub struct ProxyCx {
     pub endpoints: Arc<BTreeMap<String, Arc<Endpoint>>>,
     /// The bounded pool CPU-heavy work runs on.
     pub offload: &'static Offload,
+}
+
+impl ProxyCx {
+    /// Largest body a step may buffer, and the budget a request body is charged to.
+    pub fn body_limit(&self) -> BodyLimit<'_> {
+        BodyLimit {
+            max: self.max_body,
+            budget: Some(&self.bodies),
+        }
+    }
 }
 
 /// What one step sees at run time.
@@ -165,9 +178,10 @@ pub struct StepCx<'a> {
 }
 
 impl StepCx<'_> {
-    /// Largest body the step may buffer.
-    pub fn max_body(&self) -> u64 {
-        self.proxy.max_body
+    /// Largest body the step may buffer, and the budget a request body it reads is charged
+    /// to.
+    pub fn max_body(&self) -> BodyLimit<'_> {
+        self.proxy.body_limit()
     }
 
     /// Runs CPU-heavy `work` for a body of `size` bytes: inline when small, else on the
@@ -529,6 +543,7 @@ pub(crate) mod testing {
     pub fn proxy_cx() -> ProxyCx {
         ProxyCx {
             max_body: 1 << 20,
+            bodies: Arc::default(),
             check_xml_tail: false,
             check_json_tail: false,
             json_max_depth: 64,
