@@ -448,16 +448,15 @@ impl Body {
     pub async fn bytes<'a>(&mut self, limit: impl Into<BodyLimit<'a>>) -> Result<Bytes, BodyError> {
         let limit = limit.into();
         if let Some(len) = self.exact_len() {
-                    if s.read_len > limit.max {
-                        return Err(BodyError::TooLarge {
-                            limit: limit.max,
-                            origin: Some(s.origin),
-                        });
-                    }
-                    if let (Origin::Client, Some(budget)) = (s.origin, limit.budget) {
-                        s.charge
-                            .get_or_insert_with(|| Charge::new(budget.clone()))
-                            .add(data.len() as u64)?;
+            if len > limit.max {
+                let origin = match &self.kind {
+                    Kind::Stream(s) => Some(s.origin),
+                    Kind::Empty | Kind::Full(_) => None,
+                };
+                return Err(BodyError::TooLarge {
+                    limit: limit.max,
+                    origin,
+                });
             }
         }
         while self.read_chunk(limit).await?.is_some() {}
