@@ -3,8 +3,8 @@
 # examples while busbar's own bench kit (the same instrumented binary) drives every classic and
 # integrator scenario through it, then the release build is made again with that profile, so
 # the code each exchange runs is laid out together and the rest kept apart. The result is
-# target/pgo/busbar (what `make release-pgo` makes, and what docs/benchmarks.md
-# measures from "Profile-guided build" on); target/release/busbar stays the plain build.
+# target/pgo/busbar (what `make release-pgo` makes; docs/benchmarks.md, "Profile-guided build",
+# counts what it saves); target/release/busbar stays the plain build.
 # Needs rustup's llvm-tools component (installed here when missing) for llvm-profdata.
 # Everything listens on loopback ports 18780-18830 for about a minute, and stops by itself.
 # Usage: scripts/pgo.sh
