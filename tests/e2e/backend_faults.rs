@@ -81,6 +81,14 @@ fn read_body<R: BufRead>(r: &mut R, head: &Head) -> Option<Vec<u8>> {
 }
 
 /// A back end running `script` on each connection, on a thread of its own.
+/// Reads a whole request (head and body) and returns its head: `None` when the client went
+/// away first.
+fn read_request<R: BufRead>(r: &mut R) -> Option<Head> {
+    let head = read_head(r)?;
+    read_body(r, &head)?;
+    Some(head)
+}
+
 fn scripted(script: impl Fn(BufReader<TcpStream>) + Send + Sync + 'static) -> SocketAddr {
     serve_scripted(TcpListener::bind("127.0.0.1:0").expect("bind"), script)
 }
@@ -203,10 +211,7 @@ fn an_answer_with_content_length_and_chunked_reaches_the_client_whole() {
 #[test]
 fn a_response_cut_mid_body_is_counted_on_the_endpoint() {
     let addr = scripted(|mut r| {
-        let Some(head) = read_head(&mut r) else {
-            return;
-        };
-        if read_body(&mut r, &head).is_none() {
+        if read_request(&mut r).is_none() {
             return;
         }
         // 10 of the 100 bytes announced, then the connection closes.
@@ -675,10 +680,7 @@ fn a_client_gone_while_an_echo_streams_its_answer_is_the_clients_error() {
 #[test]
 fn an_http_1_0_back_end_does_not_change_the_clients_http_version() {
     let addr = scripted(|mut r| {
-        let Some(head) = read_head(&mut r) else {
-            return;
-        };
-        if read_body(&mut r, &head).is_none() {
+        if read_request(&mut r).is_none() {
             return;
         }
         // An HTTP/1.0 answer, then the connection closes (1.0 without keep-alive).
@@ -722,12 +724,9 @@ fn an_http_1_0_back_end_does_not_change_the_clients_http_version() {
 #[test]
 fn an_answer_that_fails_before_its_body_is_a_bad_gateway_not_a_silent_close() {
     let addr = scripted(|mut r| {
-        let Some(head) = read_head(&mut r) else {
+        let Some(head) = read_request(&mut r) else {
             return;
         };
-        if read_body(&mut r, &head).is_none() {
-            return;
-        }
         let case = head.path.rsplit('/').next().unwrap_or("").to_owned();
         if case == "apart" || case == "slow" {
             // The head, then the body in writes of their own (a moment later, or after the
@@ -825,12 +824,9 @@ fn a_response_cut_or_stalled_mid_body_is_a_failure_of_its_url_and_opens_its_brea
     // The case is the last segment of the path: 5 of the 10 bytes announced, then a close
     // ("cut") or a pause longer than the endpoint's timeout ("stall").
     let addr = scripted(move |mut r| {
-        let Some(head) = read_head(&mut r) else {
+        let Some(head) = read_request(&mut r) else {
             return;
         };
-        if read_body(&mut r, &head).is_none() {
-            return;
-        }
         seen.fetch_add(1, Ordering::SeqCst);
         let _ = r
             .get_mut()
@@ -894,12 +890,9 @@ fn a_step_reading_an_answer_paused_past_the_timeout_fails_as_a_timeout() {
     // 5 of the 10 bytes announced, then a pause longer than the endpoint's timeout ("stall")
     // or a close ("cut"): the step that reads the whole answer fails as the back end did.
     let addr = scripted(|mut r| {
-        let Some(head) = read_head(&mut r) else {
+        let Some(head) = read_request(&mut r) else {
             return;
         };
-        if read_body(&mut r, &head).is_none() {
-            return;
-        }
         let _ = r.get_mut().write_all(
             b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 10\r\n\r\n[1,2,",
         );
@@ -927,10 +920,7 @@ fn a_step_reading_an_answer_paused_past_the_timeout_fails_as_a_timeout() {
 /// counts the connections that ended under it.
 fn trickling(ended: Arc<AtomicUsize>) -> SocketAddr {
     scripted(move |mut r| {
-        let Some(head) = read_head(&mut r) else {
-            return;
-        };
-        if read_body(&mut r, &head).is_none() {
+        if read_request(&mut r).is_none() {
             return;
         }
         let w = r.get_mut();
@@ -1153,10 +1143,7 @@ fn keep_alive_back_end(
     let closed = Arc::new(Mutex::new(Vec::new()));
     let record = closed.clone();
     let addr = scripted(move |mut r| {
-        let Some(head) = read_head(&mut r) else {
-            return;
-        };
-        if read_body(&mut r, &head).is_none() {
+        if read_request(&mut r).is_none() {
             return;
         }
         let _ = r
